@@ -1,0 +1,78 @@
+"""Prepare the embedded default for `make run`: seed the demo tenant once, then print how to use it."""
+import json
+import secrets
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from tenancy.models import Role, Tenant
+from tenancy.services import apikey_create, membership_set, tenant_create
+from tools.models import Tool, ToolGroup
+from tools.services import binding_set, catalog_sync, group_update
+
+DEMO_TENANT = "demo"
+
+
+class Command(BaseCommand):
+    help = "Seed the demo tenant on first run and print the console URL, logins and API key."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--url", default="http://127.0.0.1:8000")
+
+    def handle(self, *args, url, **options):
+        credentials_file = settings.DATA_DIR / "demo-credentials.json"
+        if not Tenant.objects.filter(slug=DEMO_TENANT).exists():
+            credentials = seed_demo()
+            credentials_file.parent.mkdir(parents=True, exist_ok=True)
+            credentials_file.write_text(json.dumps(credentials, indent=2))
+            credentials_file.chmod(0o600)
+        for tenant in Tenant.objects.all():
+            catalog_sync(tenant=tenant)
+        credentials = json.loads(credentials_file.read_text()) if credentials_file.exists() else {}
+        out = self.stdout.write
+        out("")
+        out("Toolkeeper is starting (embedded mode).")
+        out(f"  console:  {url}/t/{DEMO_TENANT}/")
+        out(f"  API docs: {url}/api/docs/")
+        for role in ("operator", "reviewer"):
+            if role in credentials:
+                out(f"  {role} login: {credentials[role]['username']} / {credentials[role]['password']}")
+        if "api_key" in credentials:
+            out(f"  API key (agent, external): {credentials['api_key']}")
+            out(f"  admin API key: {credentials['admin_api_key']}")
+        out("")
+
+
+@transaction.atomic
+def seed_demo() -> dict:
+    users = get_user_model().objects
+    credentials = {}
+    accounts = {}
+    for role in ("operator", "reviewer"):
+        password = secrets.token_urlsafe(9)
+        user = users.filter(username=role).first() or users.create_user(username=role)
+        user.set_password(password)
+        user.save()
+        accounts[role] = user
+        credentials[role] = {"username": role, "password": password}
+    tenant = tenant_create(slug=DEMO_TENANT, name="Demo", admin=None, default_behavior="allow")
+    membership_set(tenant=tenant, user=accounts["operator"], role=Role.ADMIN)
+    membership_set(tenant=tenant, user=accounts["reviewer"], role=Role.REVIEWER)
+    groups = {g.name: g for g in ToolGroup.objects.for_tenant(tenant)}
+    notes = {
+        "math": ("Exact arithmetic.", "Use calculate for any arithmetic; never compute in your head."),
+        "ops": ("Long-running demo operations.", "countdown streams progress; use it to watch a live call."),
+    }
+    for name, (description, note) in notes.items():
+        if name in groups:
+            group_update(group=groups[name], description=description, notes=note)
+    clock = Tool.objects.for_tenant(tenant).get(name="current_time")
+    binding_set(tenant=tenant, tool=clock, name="timezone", value="Europe/Berlin", agent="support-bot")
+    issued = apikey_create(tenant=tenant, name="demo agent", scopes=["agent", "external"],
+                           created_by=accounts["operator"])
+    admin_key = apikey_create(tenant=tenant, name="demo admin", scopes=["admin"], created_by=accounts["operator"])
+    credentials["api_key"] = issued.key
+    credentials["admin_api_key"] = admin_key.key
+    return credentials

@@ -1,0 +1,27 @@
+from django.contrib import admin
+
+from .models import ApiKey, Membership, Tenant
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ("slug", "name", "default_behavior", "max_parallel_calls", "created_at")
+    search_fields = ("slug", "name")
+    inlines = [MembershipInline]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ("name", "tenant", "prefix", "scopes", "agent", "last_used_at", "revoked_at")
+    readonly_fields = ("prefix", "secret_hash", "created_at", "last_used_at")
+
+    def get_queryset(self, request):
+        return ApiKey.all_tenants.select_related("tenant")
+
+    def has_add_permission(self, request):
+        return False  # keys are issued from the console or `createapikey`, which show the secret once

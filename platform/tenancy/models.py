@@ -1,0 +1,108 @@
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from .scoping import TenantOwned
+
+
+class Behavior(models.TextChoices):
+    ASK = "ask"
+    DENY = "deny"
+    ALLOW = "allow"
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(max_length=50, unique=True)
+    name = models.CharField(max_length=200)
+    default_behavior = models.CharField(max_length=8, choices=Behavior.choices, default=Behavior.ASK)
+    auto_allow_read_only = models.BooleanField(default=True)
+    max_parallel_calls = models.PositiveIntegerField(default=8)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self):
+        return self.slug
+
+
+class Role(models.TextChoices):
+    ADMIN = "admin"
+    OPERATOR = "operator"
+    REVIEWER = "reviewer"
+    VIEWER = "viewer"
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.VIEWER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_tenant")]
+
+    def __str__(self):
+        return f"{self.user} @ {self.tenant} ({self.role})"
+
+    @property
+    def can_operate(self) -> bool:
+        return self.role in (Role.ADMIN, Role.OPERATOR)
+
+    @property
+    def can_review(self) -> bool:
+        return self.role in (Role.ADMIN, Role.OPERATOR, Role.REVIEWER)
+
+
+class Scope(models.TextChoices):
+    AGENT = "agent"
+    EXTERNAL = "external"
+    ADMIN = "admin"
+
+
+KEY_PREFIX = "tk_"
+
+
+def hash_secret(secret: str) -> str:
+    # Keys are 32 random bytes: a fast hash is safe and keeps the per-request cost negligible.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_key_material() -> tuple[str, str, str]:
+    """Returns (prefix, secret, full key). The key is `tk_<prefix>_<secret>`."""
+    prefix = secrets.token_hex(6)
+    secret = secrets.token_urlsafe(32)
+    return prefix, secret, f"{KEY_PREFIX}{prefix}_{secret}"
+
+
+class ApiKey(TenantOwned):
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    scopes = models.JSONField(default=list)
+    agent = models.CharField(max_length=100, blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.name} ({KEY_PREFIX}{self.prefix}_…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes
+
+    def touch(self):
+        now = timezone.now()
+        if self.last_used_at is None or (now - self.last_used_at).total_seconds() > 60:
+            ApiKey.all_tenants.filter(pk=self.pk).update(last_used_at=now)
+            self.last_used_at = now

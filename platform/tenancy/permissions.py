@@ -1,0 +1,23 @@
+"""Scope checks: a view declares `required_scope`; keys need that scope, console users a role."""
+from rest_framework import permissions
+
+from .models import ApiKey, Scope
+
+
+class HasTenant(permissions.BasePermission):
+    message = "This API key lacks the scope this endpoint needs."
+
+    def has_permission(self, request, view):
+        if getattr(request, "tenant", None) is None:
+            return False
+        scope = getattr(view, "required_scope", Scope.ADMIN)
+        if isinstance(request.auth, ApiKey):
+            return request.auth.has_scope(scope)
+        membership = getattr(request, "membership", None)
+        if membership is None:
+            return False
+        if scope == Scope.ADMIN:
+            if request.method in permissions.SAFE_METHODS:
+                return True
+            return membership.can_operate
+        return membership.can_operate

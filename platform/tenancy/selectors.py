@@ -1,0 +1,53 @@
+"""Reads for tenancy, and the access helpers: the object or 404, whether missing or foreign."""
+import hmac
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+
+from .models import KEY_PREFIX, ApiKey, Membership, Tenant, hash_secret
+
+
+def apikey_from_token(token: str) -> ApiKey | None:
+    """The active key a bearer token names, or None."""
+    if not token.startswith(KEY_PREFIX):
+        return None
+    prefix, _, secret = token[len(KEY_PREFIX):].partition("_")
+    if not prefix or not secret:
+        return None
+    api_key = ApiKey.all_tenants.select_related("tenant").filter(prefix=prefix).first()
+    if api_key is None or api_key.revoked_at is not None:
+        return None
+    if not hmac.compare_digest(api_key.secret_hash, hash_secret(secret)):
+        return None
+    return api_key
+
+
+def memberships_of(user) -> list[Membership]:
+    if not user.is_authenticated:
+        return []
+    return list(Membership.objects.filter(user=user).select_related("tenant").order_by("tenant__slug"))
+
+
+def membership_of(user, tenant: Tenant) -> Membership | None:
+    if not user.is_authenticated:
+        return None
+    return Membership.objects.filter(user=user, tenant=tenant).first()
+
+
+def access_tenant(user, slug: str) -> tuple[Tenant, Membership]:
+    """The tenant a logged-in user belongs to, with the membership; 404 otherwise."""
+    membership = (
+        Membership.objects.filter(user=user, tenant__slug=slug).select_related("tenant").first()
+        if user.is_authenticated else None
+    )
+    if membership is None:
+        raise Http404("no such tenant")
+    return membership.tenant, membership
+
+
+def access_object(model, tenant: Tenant, pk, **filters):
+    """A tenant-owned row by primary key, or 404 (malformed ids are 404 too)."""
+    try:
+        return model.objects.for_tenant(tenant).filter(**filters).get(pk=pk)
+    except (model.DoesNotExist, ValueError, TypeError, DjangoValidationError) as exc:
+        raise Http404(f"no such {model._meta.verbose_name}") from exc

@@ -1,0 +1,64 @@
+"""Writes for tenants, memberships and API keys."""
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+from rest_framework.exceptions import ValidationError
+
+from audit.services import audit_record
+
+from .models import ApiKey, Membership, Role, Scope, Tenant, hash_secret, new_key_material
+from .signals import tenant_created
+
+
+@transaction.atomic
+def tenant_create(*, slug: str, name: str = "", admin=None, **options) -> Tenant:
+    tenant = Tenant.objects.create(slug=slug, name=name or slug, **options)
+    if admin is not None:
+        Membership.objects.create(user=admin, tenant=tenant, role=Role.ADMIN)
+    audit_record(tenant=tenant, actor=admin, verb="tenant.created", target=f"tenant:{tenant.slug}")
+    tenant_created.send(sender=Tenant, tenant=tenant)
+    return tenant
+
+
+def membership_set(*, tenant: Tenant, user, role: str, actor=None) -> Membership:
+    if role not in Role.values:
+        raise ValidationError({"role": [f"must be one of {', '.join(Role.values)}"]})
+    membership, _ = Membership.objects.update_or_create(user=user, tenant=tenant, defaults={"role": role})
+    audit_record(tenant=tenant, actor=actor, verb="membership.set", target=f"user:{user.username}",
+                 data={"role": role})
+    return membership
+
+
+def user_create(*, username: str, password: str, email: str = ""):
+    return get_user_model().objects.create_user(username=username, password=password, email=email)
+
+
+@dataclass
+class IssuedKey:
+    api_key: ApiKey
+    key: str  # the full secret: shown once, never stored
+
+
+def apikey_create(*, tenant: Tenant, name: str, scopes: list[str], agent: str = "", created_by=None) -> IssuedKey:
+    unknown = sorted(set(scopes) - set(Scope.values))
+    if unknown or not scopes:
+        got = ", ".join(unknown) or "none"
+        raise ValidationError({"scopes": [f"choose from {', '.join(Scope.values)}; got {got}"]})
+    prefix, secret, key = new_key_material()
+    api_key = ApiKey.objects.create(
+        tenant=tenant, name=name, prefix=prefix, secret_hash=hash_secret(secret),
+        scopes=sorted(set(scopes)), agent=agent, created_by=created_by,
+    )
+    audit_record(tenant=tenant, actor=created_by, verb="apikey.created", target=f"apikey:{api_key.pk}",
+                 data={"name": name, "scopes": api_key.scopes, "agent": agent})
+    return IssuedKey(api_key=api_key, key=key)
+
+
+def apikey_revoke(*, api_key: ApiKey, actor=None) -> ApiKey:
+    if api_key.revoked_at is None:
+        api_key.revoked_at = timezone.now()
+        api_key.save(update_fields=["revoked_at"])
+        audit_record(tenant=api_key.tenant, actor=actor, verb="apikey.revoked", target=f"apikey:{api_key.pk}")
+    return api_key

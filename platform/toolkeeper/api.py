@@ -1,0 +1,96 @@
+"""The API's shared plumbing: the error envelope, the size-limited parser, pagination.
+
+Every error leaves as `{"error": {"code", "message", "fields"}}` (API.md), never a stack trace.
+"""
+import logging
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import JSONParser
+from rest_framework.response import Response
+
+logger = logging.getLogger("toolkeeper.api")
+
+
+class RequestTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is larger than the limit."
+    default_code = "too_large"
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The request conflicts with the current state."
+    default_code = "conflict"
+
+
+class LimitedJSONParser(JSONParser):
+    """JSON parser that refuses bodies over TOOLKEEPER_MAX_BODY_BYTES with 413."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        limit = settings.TOOLKEEPER_MAX_BODY_BYTES
+        request = (parser_context or {}).get("request")
+        declared = request.META.get("CONTENT_LENGTH") if request is not None else None
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise RequestTooLarge()
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise RequestTooLarge()
+        import io
+
+        return super().parse(io.BytesIO(raw), media_type, parser_context)
+
+
+class Pagination(LimitOffsetPagination):
+    max_limit = 500
+
+
+def error_body(code: str, message: str, fields: dict | None = None) -> dict:
+    return {"error": {"code": code, "message": message, "fields": fields or {}}}
+
+
+def _flatten_fields(detail) -> dict:
+    if isinstance(detail, dict):
+        return {str(key): _flatten_fields(value) for key, value in detail.items()}
+    if isinstance(detail, list):
+        if all(not isinstance(item, dict | list) for item in detail):
+            return [str(item) for item in detail]
+        return [_flatten_fields(item) for item in detail]
+    return str(detail)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):
+        exc = RequestTooLarge()
+    if not isinstance(exc, exceptions.APIException):
+        return None  # the middleware answers unexpected errors without a trace
+    headers = {}
+    if getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = exc.auth_header
+    if getattr(exc, "wait", None):
+        headers["Retry-After"] = str(int(exc.wait))
+    if isinstance(exc, exceptions.ValidationError):
+        detail = exc.detail
+        if isinstance(detail, dict):
+            fields = _flatten_fields(detail)
+            non_field = fields.pop("non_field_errors", None)
+            message = non_field[0] if non_field else "Some fields are invalid."
+            body = error_body("invalid", message, fields)
+        else:
+            items = _flatten_fields(detail)
+            body = error_body("invalid", "; ".join(items) if isinstance(items, list) else str(items))
+    else:
+        code = exc.get_codes() if isinstance(exc.get_codes(), str) else exc.default_code
+        body = error_body(str(code), str(exc.detail))
+    return Response(body, status=exc.status_code, headers=headers)
+
+
+def json_error(status_code: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse(error_body(code, message), status=status_code)

@@ -1,0 +1,33 @@
+"""ASGI entry point: HTTP through Django, WebSockets through Channels."""
+import os
+import sys
+from pathlib import Path
+
+_root = Path(__file__).resolve().parent.parent.parent
+for _path in (str(_root / "platform"), str(_root)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolkeeper.settings")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_asgi_app = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+
+from toolkeeper.routing import websocket_urlpatterns  # noqa: E402
+
+if settings.TOOLKEEPER_EXECUTOR == "local":
+    # The local executor lives in this one process: take over what a previous run left behind.
+    from tools.recovery import start_embedded_recovery
+
+    start_embedded_recovery()
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
+    }
+)

@@ -1,0 +1,47 @@
+"""API paths always answer in the JSON error envelope, even for 404s and unexpected errors."""
+import logging
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.core.exceptions import RequestDataTooBig
+
+from .api import json_error
+
+logger = logging.getLogger("toolkeeper.api")
+
+API_PREFIXES = ("/api/", "/mcp")
+
+
+def _is_api(request) -> bool:
+    return request.path.startswith(API_PREFIXES)
+
+
+class ApiErrorMiddleware:
+    async_capable = True
+    sync_capable = True
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if self.is_async:
+            return self._acall(request)
+        return self._finish(request, self.get_response(request))
+
+    async def _acall(self, request):
+        return self._finish(request, await self.get_response(request))
+
+    def _finish(self, request, response):
+        if _is_api(request) and response.status_code == 404 and "json" not in response.get("Content-Type", ""):
+            return json_error(404, "not_found", "Not found.")
+        return response
+
+    def process_exception(self, request, exception):
+        if not _is_api(request):
+            return None
+        if isinstance(exception, RequestDataTooBig):
+            return json_error(413, "too_large", "The request body is larger than the limit.")
+        logger.exception("unhandled error on %s", request.path)
+        return json_error(500, "server_error", "An internal error occurred.")

@@ -1,0 +1,121 @@
+from rest_framework import serializers
+
+from tools.models import AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolGroup
+from tools.selectors import FORMATS
+
+
+class SessionCreateSerializer(serializers.Serializer):
+    agent = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    user = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    context = serializers.DictField(required=False, default=dict)
+
+
+class SessionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AgentSession
+        fields = ["id", "agent", "user", "context", "active_groups", "created_at"]
+
+
+class ToolsQuerySerializer(serializers.Serializer):
+    format = serializers.ChoiceField(choices=FORMATS, default="openai")
+
+
+class CallSpecSerializer(serializers.Serializer):
+    id = serializers.CharField(max_length=128, required=False, allow_blank=False)
+    name = serializers.CharField(max_length=128)
+    input = serializers.JSONField(required=False, default=dict)
+
+    def validate_input(self, value):
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("must be a JSON object")
+        return value
+
+
+class CallBatchSerializer(serializers.Serializer):
+    """One call, or a batch under `calls`, with an optional `wait` in seconds."""
+
+    calls = CallSpecSerializer(many=True, required=False)
+    id = serializers.CharField(max_length=128, required=False)
+    name = serializers.CharField(max_length=128, required=False)
+    input = serializers.JSONField(required=False)
+    wait = serializers.FloatField(required=False, default=0, min_value=0, max_value=60)
+
+    def validate(self, attrs):
+        from django.conf import settings
+
+        if "calls" in attrs:
+            if any(key in attrs for key in ("id", "name", "input")):
+                raise serializers.ValidationError("send either one call or a `calls` list, not both")
+            calls = attrs["calls"]
+            if not calls:
+                raise serializers.ValidationError({"calls": ["send at least one call"]})
+            if len(calls) > settings.TOOLKEEPER_MAX_BATCH:
+                raise serializers.ValidationError({"calls": [f"at most {settings.TOOLKEEPER_MAX_BATCH} calls"]})
+        else:
+            single = CallSpecSerializer(data={k: v for k, v in self.initial_data.items() if k != "wait"})
+            single.is_valid(raise_exception=True)
+            calls = [single.validated_data]
+        return {"calls": [dict(call) for call in calls], "wait": attrs.get("wait", 0)}
+
+
+class CallSerializer(serializers.ModelSerializer):
+    tool = serializers.CharField(source="tool_name")
+    approval = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ToolCall
+        fields = ["id", "call_id", "session", "tool", "input", "status", "decision", "result", "error",
+                  "approval", "created_at", "finished_at"]
+
+    def get_approval(self, call) -> dict | None:
+        return None
+
+
+class CallEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = CallEvent
+        fields = ["seq", "kind", "data", "at"]
+
+
+class WaitQuerySerializer(serializers.Serializer):
+    wait = serializers.FloatField(required=False, default=0, min_value=0, max_value=60)
+
+
+class EventsQuerySerializer(serializers.Serializer):
+    after = serializers.IntegerField(required=False, default=0, min_value=0)
+
+
+class ToolSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Tool
+        fields = ["id", "name", "description", "input_schema", "output_schema", "source", "source_ref",
+                  "read_only", "destructive", "idempotent", "concurrency_safe", "timeout_s", "enabled"]
+        read_only_fields = ["name", "input_schema", "output_schema", "source", "source_ref", "read_only",
+                            "destructive", "idempotent", "concurrency_safe", "description"]
+
+
+class TenantToolField(serializers.SlugRelatedField):
+    """Tools named by name, looked up in the request's tenant only."""
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="name", **kwargs)
+
+    def get_queryset(self):
+        return Tool.objects.for_tenant(self.context["tenant"])
+
+
+class GroupSerializer(serializers.ModelSerializer):
+    tools = TenantToolField(many=True, required=False)
+
+    class Meta:
+        model = ToolGroup
+        fields = ["id", "name", "description", "notes", "default_active", "switchable", "tools", "created_at"]
+
+
+class BindingSerializer(serializers.ModelSerializer):
+    tool = TenantToolField()
+    value = serializers.JSONField()
+
+    class Meta:
+        model = BoundArgument
+        fields = ["id", "tool", "agent", "name", "value", "created_at"]

@@ -1,0 +1,232 @@
+"""The app-facing API of ../shared/API.md, and the admin endpoints for tools, groups and bindings."""
+from dataclasses import dataclass
+
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
+from tenancy.models import ApiKey, Scope
+from tenancy.selectors import access_object
+from tools import selectors, services
+from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, ToolCall
+from tools.waiting import run_db, wait_for_calls
+
+from . import serializers as s
+
+
+def access_session(request, session_id) -> AgentSession:
+    """The session, if it is the request's tenant's and (for an agent-locked key) its agent's."""
+    filters = {}
+    if isinstance(request.auth, ApiKey) and request.auth.agent:
+        filters["agent"] = request.auth.agent
+    return access_object(AgentSession, request.tenant, session_id, **filters)
+
+
+def access_call(request, call_id) -> ToolCall:
+    filters = {}
+    if isinstance(request.auth, ApiKey) and request.auth.agent:
+        filters["session__agent"] = request.auth.agent
+    return access_object(ToolCall, request.tenant, call_id, **filters)
+
+
+def serialize_calls(tenant_id: int, call_ids: list[str]) -> dict:
+    by_id = {str(c.pk): c for c in ToolCall.objects.for_tenant(tenant_id).filter(pk__in=call_ids)}
+    return {"calls": s.CallSerializer([by_id[cid] for cid in call_ids], many=True).data}
+
+
+@dataclass
+class WaitPlan:
+    tenant_id: int
+    session_ids: set
+    call_ids: list[str]
+    timeout: float
+    until: frozenset
+    single: bool
+
+
+class AgentView(APIView):
+    required_scope = Scope.AGENT
+
+
+class SessionCreateView(AgentView):
+    @extend_schema(request=s.SessionCreateSerializer, responses={201: s.SessionSerializer})
+    def post(self, request):
+        serializer = s.SessionCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        api_key = request.auth if isinstance(request.auth, ApiKey) else None
+        session = services.session_create(tenant=request.tenant, api_key=api_key, **serializer.validated_data)
+        return Response(s.SessionSerializer(session).data, status=201)
+
+
+class SessionDetailView(AgentView):
+    @extend_schema(responses=s.SessionSerializer)
+    def get(self, request, session_id):
+        return Response(s.SessionSerializer(access_session(request, session_id)).data)
+
+
+class SessionToolsView(AgentView):
+    @extend_schema(parameters=[s.ToolsQuerySerializer], responses={200: dict})
+    def get(self, request, session_id):
+        session = access_session(request, session_id)
+        query = s.ToolsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response({"tools": selectors.session_tools(session, query.validated_data["format"])})
+
+
+class SessionPromptView(AgentView):
+    @extend_schema(responses={200: dict})
+    def get(self, request, session_id):
+        return Response({"text": selectors.session_prompt(access_session(request, session_id))})
+
+
+class CallSubmitView(AgentView):
+    @extend_schema(request=s.CallBatchSerializer, responses={200: s.CallSerializer(many=True)})
+    def post(self, request, session_id):
+        session = access_session(request, session_id)
+        if not isinstance(request.data, dict):
+            from rest_framework.exceptions import ValidationError
+
+            raise ValidationError("send a JSON object: one call, or {\"calls\": [...]}")
+        batch = s.CallBatchSerializer(data=request.data)
+        batch.is_valid(raise_exception=True)
+        api_key = request.auth if isinstance(request.auth, ApiKey) else None
+        calls = services.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
+        response = Response({"calls": s.CallSerializer(calls, many=True).data})
+        response.wait_plan = WaitPlan(
+            tenant_id=session.tenant_id, session_ids={session.pk}, call_ids=[str(c.pk) for c in calls],
+            timeout=batch.validated_data["wait"], until=SETTLED_STATUSES, single=False,
+        )
+        return response
+
+
+class CallDetailView(AgentView):
+    @extend_schema(parameters=[s.WaitQuerySerializer], responses=s.CallSerializer)
+    def get(self, request, call_id):
+        call = access_call(request, call_id)
+        query = s.WaitQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        response = Response(s.CallSerializer(call).data)
+        response.wait_plan = WaitPlan(
+            tenant_id=call.tenant_id, session_ids={call.session_id}, call_ids=[str(call.pk)],
+            timeout=query.validated_data["wait"], until=TERMINAL_STATUSES, single=True,
+        )
+        return response
+
+
+class CallEventsView(AgentView):
+    @extend_schema(parameters=[s.EventsQuerySerializer], responses={200: dict})
+    def get(self, request, call_id):
+        call = access_call(request, call_id)
+        query = s.EventsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        events = selectors.call_events(call, after=query.validated_data["after"])[:1000]
+        return Response({"events": s.CallEventSerializer(events, many=True).data})
+
+
+class CallCancelView(AgentView):
+    @extend_schema(request=None, responses=s.CallSerializer)
+    def post(self, request, call_id):
+        call = access_call(request, call_id)
+        actor = request.user if not isinstance(request.auth, ApiKey) else f"apikey:{request.auth.name}"
+        return Response(s.CallSerializer(services.call_cancel(call=call, actor=actor)).data)
+
+
+def _render(view, request, *args, **kwargs):
+    response = view(request, *args, **kwargs)
+    if hasattr(response, "render"):
+        response.render()
+    return response
+
+
+def waiting(view_class):
+    """An async front for a DRF view whose response may say which calls to wait for."""
+    inner = view_class.as_view()
+
+    async def view(request, *args, **kwargs):
+        response = await run_db(_render, inner, request, *args, **kwargs)
+        plan: WaitPlan | None = getattr(response, "wait_plan", None)
+        if plan is None or plan.timeout <= 0 or response.status_code >= 300:
+            return response
+        await wait_for_calls(tenant_id=plan.tenant_id, session_ids=plan.session_ids, call_ids=plan.call_ids,
+                             until=plan.until, timeout=plan.timeout)
+        payload = await run_db(serialize_calls, plan.tenant_id, plan.call_ids)
+        return JsonResponse(payload["calls"][0] if plan.single else payload, status=response.status_code)
+
+    view.cls = view_class  # lets the schema generator describe the DRF view behind it
+    view.initkwargs = {}
+    view.view_class = view_class
+    return csrf_exempt(view)
+
+
+# --- admin endpoints ---------------------------------------------------------------------------
+
+def _actor(request):
+    return request.user if not isinstance(request.auth, ApiKey) else f"apikey:{request.auth.name}"
+
+
+class ToolViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,
+                  TenantScopedViewSet):
+    serializer_class = s.ToolSerializer
+    lookup_field = "pk"
+
+    def perform_update(self, serializer):
+        changes = {k: v for k, v in serializer.validated_data.items()}
+        serializer.instance = services.tool_update(tool=serializer.instance, actor=_actor(self.request), **changes)
+
+
+class GroupViewSet(TenantModelViewSet):
+    serializer_class = s.GroupSerializer
+
+    def safely_get_queryset(self, queryset):
+        return queryset.prefetch_related("tools")
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        tools = data.pop("tools", [])
+        serializer.instance = services.group_create(tenant=self.tenant, tools=tools, actor=_actor(self.request),
+                                                    **data)
+
+    def perform_update(self, serializer):
+        data = dict(serializer.validated_data)
+        tools = data.pop("tools", None)
+        serializer.instance = services.group_update(group=serializer.instance, tools=tools,
+                                                    actor=_actor(self.request), **data)
+
+    def perform_destroy(self, instance):
+        services.group_delete(group=instance, actor=_actor(self.request))
+
+
+class BindingViewSet(TenantModelViewSet):
+    serializer_class = s.BindingSerializer
+    http_method_names = ["get", "post", "put", "patch", "delete"]
+
+    @extend_schema(parameters=[OpenApiParameter("tool", str), OpenApiParameter("agent", str)])
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    def safely_get_queryset(self, queryset):
+        queryset = queryset.select_related("tool")
+        if tool := self.request.query_params.get("tool"):
+            queryset = queryset.filter(tool__name=tool)
+        if "agent" in self.request.query_params:
+            queryset = queryset.filter(agent=self.request.query_params["agent"])
+        return queryset
+
+    def perform_create(self, serializer):
+        serializer.instance = services.binding_set(tenant=self.tenant, actor=_actor(self.request),
+                                                   **serializer.validated_data)
+
+    def perform_update(self, serializer):
+        data = {**{f: getattr(serializer.instance, f) for f in ("tool", "agent", "name", "value")},
+                **serializer.validated_data}
+        if (data["tool"], data["agent"], data["name"]) != (serializer.instance.tool, serializer.instance.agent,
+                                                         serializer.instance.name):
+            services.binding_delete(binding=serializer.instance, actor=_actor(self.request))
+        serializer.instance = services.binding_set(tenant=self.tenant, actor=_actor(self.request), **data)
+
+    def perform_destroy(self, instance):
+        services.binding_delete(binding=instance, actor=_actor(self.request))

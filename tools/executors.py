@@ -1,0 +1,133 @@
+"""Executors run queued calls. `local`: a thread pool in the server process (embedded mode).
+
+The local executor keeps each tenant under its `max_parallel_calls`, runs a session's
+`concurrency_safe=False` calls one at a time in the order they arrived, enforces each tool's
+timeout, and wakes cooperative tools when their call is cancelled.
+"""
+import logging
+import threading
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from .execution import call_claim, call_execute, call_time_out
+from .models import ToolCall
+
+logger = logging.getLogger("toolkeeper.calls")
+
+
+@dataclass
+class Job:
+    call_id: str
+    tenant_id: int
+    session_id: str
+    concurrency_safe: bool
+    max_parallel: int
+    timeout_s: float
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class LocalExecutor:
+    def __init__(self, workers: int):
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolkeeper-call")
+        self._lock = threading.Lock()
+        self._waiting: deque[Job] = deque()
+        self._running: dict[str, Job] = {}
+        self._running_per_tenant: Counter = Counter()
+        self._busy_sessions: set[str] = set()
+
+    def submit(self, call: ToolCall) -> None:
+        tool = call.tool
+        job = Job(
+            call_id=str(call.pk), tenant_id=call.tenant_id, session_id=str(call.session_id),
+            concurrency_safe=tool.concurrency_safe if tool else True,
+            max_parallel=max(1, call.tenant.max_parallel_calls), timeout_s=tool.timeout_s if tool else 30.0,
+        )
+        with self._lock:
+            self._waiting.append(job)
+            self._start_eligible()
+
+    def cancel(self, call_id) -> None:
+        """Wake a running call's tool; the caller has already settled the call's status."""
+        with self._lock:
+            job = self._running.get(str(call_id))
+            if job is not None:
+                job.cancelled.set()
+            for waiting in self._waiting:
+                if waiting.call_id == str(call_id):
+                    waiting.cancelled.set()
+
+    def _start_eligible(self) -> None:
+        held_tenants: set[int] = set()
+        held_sessions: set[str] = set()
+        remaining: deque[Job] = deque()
+        while self._waiting:
+            job = self._waiting.popleft()
+            # FIFO per tenant and per session: once a job waits, later ones of its kind wait too.
+            tenant_full = self._running_per_tenant[job.tenant_id] >= job.max_parallel
+            session_busy = not job.concurrency_safe and (
+                job.session_id in self._busy_sessions or job.session_id in held_sessions)
+            if job.tenant_id in held_tenants or tenant_full or session_busy:
+                if tenant_full:
+                    held_tenants.add(job.tenant_id)
+                if not job.concurrency_safe:
+                    held_sessions.add(job.session_id)
+                remaining.append(job)
+                continue
+            self._running[job.call_id] = job
+            self._running_per_tenant[job.tenant_id] += 1
+            if not job.concurrency_safe:
+                self._busy_sessions.add(job.session_id)
+            self._pool.submit(self._run, job)
+        self._waiting = remaining
+
+    def _run(self, job: Job) -> None:
+        timer = None
+        try:
+            call = call_claim(call_id=job.call_id)
+            if call is not None and not job.cancelled.is_set():
+                timer = threading.Timer(job.timeout_s, self._time_out, args=(job, call))
+                timer.daemon = True
+                timer.start()
+                call_execute(call=call, cancelled=job.cancelled)
+        except Exception:
+            logger.exception("executor failed on call %s", job.call_id)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            with self._lock:
+                self._running.pop(job.call_id, None)
+                self._running_per_tenant[job.tenant_id] -= 1
+                if not job.concurrency_safe:
+                    self._busy_sessions.discard(job.session_id)
+                self._start_eligible()
+                idle = not self._waiting
+            if idle:
+                close_old_connections()
+
+    def _time_out(self, job: Job, call: ToolCall) -> None:
+        try:
+            call_time_out(call=call, timeout_s=job.timeout_s)
+        except Exception:
+            logger.exception("could not time out call %s", job.call_id)
+        finally:
+            job.cancelled.set()
+            close_old_connections()
+
+
+_executor = None
+_executor_lock = threading.Lock()
+
+
+def get_executor():
+    global _executor
+    if _executor is None:
+        with _executor_lock:
+            if _executor is None:
+                if settings.TOOLKEEPER_EXECUTOR != "local":
+                    raise NotImplementedError(f"executor {settings.TOOLKEEPER_EXECUTOR!r} is not available")
+                _executor = LocalExecutor(settings.TOOLKEEPER_LOCAL_WORKERS)
+    return _executor

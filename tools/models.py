@@ -1,0 +1,183 @@
+import uuid
+
+from django.db import models
+
+from tenancy.scoping import TenantOwned
+
+RESERVED_GROUP = "basic"
+
+
+class ToolSource(models.TextChoices):
+    PYTHON = "python"
+    MCP = "mcp"
+    EXTERNAL = "external"
+    BUILTIN = "builtin"
+
+
+class Tool(TenantOwned):
+    """A tool in a tenant's catalog, synced from its source."""
+
+    name = models.CharField(max_length=128)
+    description = models.TextField(blank=True, default="")
+    input_schema = models.JSONField(default=dict)
+    output_schema = models.JSONField(null=True, blank=True)
+    source = models.CharField(max_length=10, choices=ToolSource.choices)
+    source_ref = models.CharField(max_length=255, blank=True, default="")
+    read_only = models.BooleanField(default=False)
+    destructive = models.BooleanField(default=False)
+    idempotent = models.BooleanField(default=False)
+    concurrency_safe = models.BooleanField(default=True)
+    timeout_s = models.FloatField(default=30)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="tool_name_per_tenant")]
+
+    def __str__(self):
+        return self.name
+
+
+class ToolGroup(TenantOwned):
+    name = models.SlugField(max_length=64)
+    description = models.TextField(blank=True, default="")
+    notes = models.TextField(blank=True, default="", help_text="Shown to the model when the group is active.")
+    default_active = models.BooleanField(default=False)
+    switchable = models.BooleanField(default=True)
+    tools = models.ManyToManyField(Tool, blank=True, related_name="groups")
+    skill_ref = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="group_name_per_tenant")]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def is_reserved(self) -> bool:
+        return self.name == RESERVED_GROUP
+
+
+class BoundArgument(TenantOwned):
+    """A value the server fixes for a tool's argument, for every agent or for one."""
+
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="bindings")
+    agent = models.CharField(max_length=100, blank=True, default="")
+    name = models.CharField(max_length=128)
+    value = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tool__name", "name", "agent"]
+        constraints = [
+            models.UniqueConstraint(fields=["tool", "agent", "name"], name="one_binding_per_tool_agent_name")
+        ]
+
+    def __str__(self):
+        return f"{self.tool.name}.{self.name}" + (f" ({self.agent})" if self.agent else "")
+
+
+class AgentSession(TenantOwned):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    api_key = models.ForeignKey("tenancy.ApiKey", null=True, blank=True, on_delete=models.SET_NULL)
+    agent = models.CharField(max_length=100)
+    user = models.CharField(max_length=200, blank=True, default="")
+    context = models.JSONField(default=dict, blank=True)
+    active_groups = models.JSONField(default=list, blank=True)
+    loaded_skills = models.JSONField(default=list, blank=True)
+    state = models.JSONField(default=dict, blank=True, help_text="Tool-owned session state, e.g. todos.")
+    call_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "-created_at"])]
+
+    def __str__(self):
+        return f"{self.agent} {self.id}"
+
+
+class CallStatus(models.TextChoices):
+    RECEIVED = "received"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DENIED = "denied"
+    AWAITING_APPROVAL = "awaiting_approval"
+    AWAITING_EXTERNAL = "awaiting_external"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    INTERRUPTED = "interrupted"
+
+
+TERMINAL_STATUSES = frozenset({
+    CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.DENIED, CallStatus.REJECTED, CallStatus.EXPIRED,
+    CallStatus.CANCELLED, CallStatus.TIMED_OUT, CallStatus.INTERRUPTED,
+})
+HUMAN_WAIT_STATUSES = frozenset({CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_EXTERNAL})
+SETTLED_STATUSES = TERMINAL_STATUSES | HUMAN_WAIT_STATUSES
+
+
+class ToolCall(TenantOwned):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="calls")
+    call_id = models.CharField(max_length=128)
+    tool = models.ForeignKey(Tool, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls")
+    tool_name = models.CharField(max_length=128)
+    input = models.JSONField(default=dict, blank=True)
+    effective_input = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=20, choices=CallStatus.choices, default=CallStatus.RECEIVED)
+    decision = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+    event_seq = models.PositiveIntegerField(default=0)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["session", "call_id"], name="call_id_per_session")]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"]),
+            models.Index(fields=["tenant", "status"]),
+        ]
+
+    def __str__(self):
+        return f"{self.tool_name} {self.call_id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class EventKind(models.TextChoices):
+    STATUS = "status"
+    PROGRESS = "progress"
+    OUTPUT = "output"
+    LOG = "log"
+
+
+class CallEvent(TenantOwned):
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=10, choices=EventKind.choices)
+    data = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["call", "seq"]
+        constraints = [models.UniqueConstraint(fields=["call", "seq"], name="event_seq_per_call")]
+
+    def __str__(self):
+        return f"{self.call_id}#{self.seq} {self.kind}"

@@ -1,0 +1,154 @@
+"""The governed call pipeline (DESIGN §4): steps from settings.TOOLKEEPER_CALL_MIDDLEWARE.
+
+Each step looks at the call and either lets it continue or settles it (failed, denied, waiting).
+Apps add steps through the setting (the permission step comes from `approvals`); an approved
+call re-enters the chain after the step that held it.
+"""
+from dataclasses import dataclass
+from functools import cache
+
+import jsonschema
+from django.conf import settings
+from django.db import transaction
+from django.utils.module_loading import import_string
+
+from .events import call_transition
+from .models import AgentSession, CallStatus, ToolCall, ToolSource
+from .results import call_error, error_result
+from .selectors import ExposedTool, visible_tool
+
+NO_POLICY_DECISION = {"behavior": "allow", "rule": None, "reason": "no permission policy is installed"}
+
+
+@dataclass
+class CallContext:
+    call: ToolCall
+    session: AgentSession
+    exposed: ExposedTool | None = None
+    actor: object = None
+
+    def fail(self, error_type: str, message: str, status: str = CallStatus.FAILED) -> bool:
+        error = call_error(error_type=error_type, message=message, tool=self.call.tool_name,
+                           call_id=self.call.call_id)
+        call_transition(
+            call=self.call, from_statuses=[self.call.status], to_status=status,
+            error=error, result=error_result(error), event_data={"error": error},
+        )
+        return False
+
+
+class Step:
+    """A pipeline step. `process` returns True to pass the call on, False when it settled it."""
+
+    name = "step"
+
+    def process(self, ctx: CallContext) -> bool:
+        raise NotImplementedError
+
+
+class Normalize(Step):
+    name = "normalize"
+
+    def process(self, ctx):
+        ctx.exposed = visible_tool(ctx.session, ctx.call.tool_name)
+        if ctx.exposed is None:
+            return ctx.fail("ToolNotAvailable", f"no tool named {ctx.call.tool_name!r} is available in this session")
+        if ctx.exposed.tool is not None and ctx.call.tool_id != ctx.exposed.tool.pk:
+            ctx.call.tool = ctx.exposed.tool
+            ToolCall.objects.for_tenant(ctx.call.tenant_id).filter(pk=ctx.call.pk).update(tool=ctx.exposed.tool)
+        return True
+
+
+def schema_errors(schema: dict, instance) -> list[str]:
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = []
+    for error in sorted(validator.iter_errors(instance), key=lambda e: list(e.path)):
+        location = "/".join(str(p) for p in error.path) or "input"
+        errors.append(f"{location}: {error.message}")
+    return errors
+
+
+class Validate(Step):
+    name = "validate"
+
+    def process(self, ctx):
+        call_input = ctx.call.input
+        if not isinstance(call_input, dict):
+            return ctx.fail("InvalidInput", "input must be a JSON object")
+        overridden = sorted(set(call_input) & set(ctx.exposed.bound))
+        if overridden:
+            return ctx.fail("BoundArgumentOverride",
+                            f"{', '.join(overridden)} {'is' if len(overridden) == 1 else 'are'} fixed by the server "
+                            "and cannot be set")
+        errors = schema_errors(ctx.exposed.schema, call_input)
+        if errors:
+            return ctx.fail("InvalidInput", "; ".join(errors))
+        return True
+
+
+class Bind(Step):
+    name = "bind"
+
+    def process(self, ctx):
+        # Server values are merged last: whatever the model sent, the bound value wins.
+        effective = {**ctx.call.input, **ctx.exposed.bound}
+        ctx.call.effective_input = effective
+        ToolCall.objects.for_tenant(ctx.call.tenant_id).filter(pk=ctx.call.pk).update(effective_input=effective)
+        return True
+
+
+def _ensure_decision(ctx: CallContext) -> None:
+    if ctx.call.decision is None:
+        ctx.call.decision = NO_POLICY_DECISION
+        ToolCall.objects.for_tenant(ctx.call.tenant_id).filter(pk=ctx.call.pk).update(decision=NO_POLICY_DECISION)
+
+
+class External(Step):
+    name = "external"
+
+    def process(self, ctx):
+        tool = ctx.exposed.tool
+        if tool is not None and tool.source == ToolSource.EXTERNAL:
+            _ensure_decision(ctx)
+            call_transition(call=ctx.call, from_statuses=[ctx.call.status], to_status=CallStatus.AWAITING_EXTERNAL)
+            return False
+        return True
+
+
+class Dispatch(Step):
+    name = "dispatch"
+
+    def process(self, ctx):
+        from .execution import run_meta_tool
+        from .executors import get_executor
+
+        _ensure_decision(ctx)
+        if ctx.exposed.is_meta:
+            run_meta_tool(ctx)
+            return False
+        if call_transition(call=ctx.call, from_statuses=[ctx.call.status], to_status=CallStatus.QUEUED):
+            call = ctx.call
+            transaction.on_commit(lambda: get_executor().submit(call))
+        return False
+
+
+@cache
+def pipeline_steps() -> tuple[Step, ...]:
+    return tuple(import_string(path)() for path in settings.TOOLKEEPER_CALL_MIDDLEWARE)
+
+
+def pipeline_run(ctx: CallContext, *, resume_after: str | None = None) -> None:
+    """Run the call through the chain, or through the part after `resume_after`."""
+    steps = pipeline_steps()
+    if resume_after is not None:
+        names = [step.name for step in steps]
+        steps = steps[names.index(resume_after) + 1:]
+    if ctx.exposed is None and resume_after is not None:
+        ctx.exposed = visible_tool(ctx.session, ctx.call.tool_name)
+        if ctx.exposed is None:
+            ctx.fail("ToolNotAvailable", f"{ctx.call.tool_name!r} is no longer available in this session")
+            return
+    with transaction.atomic():
+        for step in steps:
+            if not step.process(ctx):
+                return

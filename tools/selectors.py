@@ -1,0 +1,160 @@
+"""Reads: what a session's model may see, in the formats apps ask for."""
+import copy
+from dataclasses import dataclass, field
+
+from django.db.models import Prefetch
+
+from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolGroup
+
+META_RESET_TOOLS = "reset_tools"
+FORMATS = ("openai", "anthropic", "mcp")
+
+
+@dataclass
+class ExposedTool:
+    name: str
+    description: str
+    schema: dict  # as the model sees it: bound argument names removed
+    tool: Tool | None = None  # None for meta tools
+    bound: dict = field(default_factory=dict)  # name -> server value; never shown to the model
+    annotations: dict = field(default_factory=dict)
+
+    @property
+    def is_meta(self) -> bool:
+        return self.tool is None
+
+
+def groups_of(tenant) -> list[ToolGroup]:
+    enabled_tools = Prefetch("tools", queryset=Tool.objects.for_tenant(tenant).filter(enabled=True))
+    return list(ToolGroup.objects.for_tenant(tenant).prefetch_related(enabled_tools))
+
+
+def active_group_names(session: AgentSession, groups: list[ToolGroup]) -> list[str]:
+    """basic, the operator-managed groups that are on, and the session's own switchable choices."""
+    chosen = set(session.active_groups)
+    return [
+        group.name for group in groups
+        if group.name == RESERVED_GROUP
+        or (not group.switchable and group.default_active)
+        or (group.switchable and group.name in chosen)
+    ]
+
+
+def switchable_groups(groups: list[ToolGroup]) -> list[ToolGroup]:
+    return [g for g in groups if g.switchable and g.name != RESERVED_GROUP]
+
+
+def bindings_for(tenant, agent: str, tool_ids) -> dict[int, dict]:
+    """Bound values per tool for this agent: an agent-specific binding beats the tenant-wide one."""
+    result: dict[int, dict] = {}
+    rows = BoundArgument.objects.for_tenant(tenant).filter(tool_id__in=list(tool_ids), agent__in=["", agent])
+    for binding in sorted(rows, key=lambda b: b.agent != ""):
+        result.setdefault(binding.tool_id, {})[binding.name] = binding.value
+    return result
+
+
+def exposed_schema(schema: dict, bound_names) -> dict:
+    """The tool's schema without the bound arguments, neither as properties nor as required."""
+    exposed = copy.deepcopy(schema) if schema else {"type": "object", "properties": {}}
+    exposed.setdefault("type", "object")
+    properties = exposed.setdefault("properties", {})
+    for name in bound_names:
+        properties.pop(name, None)
+    if "required" in exposed:
+        exposed["required"] = [name for name in exposed["required"] if name not in bound_names]
+        if not exposed["required"]:
+            del exposed["required"]
+    return exposed
+
+
+def tool_annotations(tool: Tool) -> dict:
+    return {
+        "readOnlyHint": tool.read_only,
+        "destructiveHint": tool.destructive,
+        "idempotentHint": tool.idempotent,
+    }
+
+
+def reset_tools_schema(groups: list[ToolGroup]) -> dict:
+    return {
+        "type": "object",
+        "properties": {
+            group.name: {"type": "boolean", "description": group.description or f"The {group.name} tools."}
+            for group in groups
+        },
+        "additionalProperties": False,
+    }
+
+
+def visible_tools(session: AgentSession) -> list[ExposedTool]:
+    groups = groups_of(session.tenant)
+    active = set(active_group_names(session, groups))
+    tools: dict[str, Tool] = {}
+    for group in groups:
+        if group.name in active:
+            for tool in group.tools.all():
+                tools[tool.name] = tool
+    bound = bindings_for(session.tenant, session.agent, [t.pk for t in tools.values()])
+    exposed = [
+        ExposedTool(
+            name=tool.name, description=tool.description, tool=tool, bound=bound.get(tool.pk, {}),
+            schema=exposed_schema(tool.input_schema, bound.get(tool.pk, {}).keys()),
+            annotations=tool_annotations(tool),
+        )
+        for tool in sorted(tools.values(), key=lambda t: t.name)
+    ]
+    switchable = switchable_groups(groups)
+    if switchable:
+        exposed.append(ExposedTool(
+            name=META_RESET_TOOLS,
+            description=(
+                "Choose which optional tool groups are active. Send the complete desired state: "
+                "a group not set to true is deactivated. Returns the notes of newly activated groups."
+            ),
+            schema=reset_tools_schema(switchable),
+            annotations={"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True},
+        ))
+    return exposed
+
+
+def visible_tool(session: AgentSession, name: str) -> ExposedTool | None:
+    for exposed in visible_tools(session):
+        if exposed.name == name:
+            return exposed
+    return None
+
+
+def format_tool(exposed: ExposedTool, fmt: str) -> dict:
+    if fmt == "openai":
+        return {"type": "function", "function": {
+            "name": exposed.name, "description": exposed.description, "parameters": exposed.schema}}
+    if fmt == "anthropic":
+        return {"name": exposed.name, "description": exposed.description, "input_schema": exposed.schema}
+    return {"name": exposed.name, "description": exposed.description, "inputSchema": exposed.schema,
+            "annotations": exposed.annotations}
+
+
+def session_tools(session: AgentSession, fmt: str) -> list[dict]:
+    return [format_tool(exposed, fmt) for exposed in visible_tools(session)]
+
+
+def session_prompt(session: AgentSession) -> str:
+    groups = groups_of(session.tenant)
+    active = set(active_group_names(session, groups))
+    sections = []
+    for group in groups:
+        if group.name in active and group.notes.strip():
+            sections.append(f"## {group.name}\n{group.notes.strip()}")
+    switchable = switchable_groups(groups)
+    if switchable:
+        lines = [f"- {g.name}{' (active)' if g.name in active else ''}: {g.description}" for g in switchable]
+        sections.append("## Optional tool groups\nActivate them with reset_tools.\n" + "\n".join(lines))
+    return "\n\n".join(sections)
+
+
+def session_calls(session: AgentSession):
+    return ToolCall.objects.for_tenant(session.tenant_id).filter(session=session).select_related("tool")
+
+
+def call_events(call: ToolCall, after: int = 0):
+    return CallEvent.objects.for_tenant(call.tenant_id).filter(call=call, seq__gt=after).order_by("seq")

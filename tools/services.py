@@ -1,0 +1,287 @@
+"""Writes for the catalog, groups, bindings, sessions and calls."""
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from rest_framework.exceptions import ValidationError
+
+from audit.services import audit_record
+from toolkeeper.api import Conflict
+
+from .decorators import ToolError
+from .events import call_transition
+from .models import (
+    RESERVED_GROUP,
+    AgentSession,
+    BoundArgument,
+    CallStatus,
+    Tool,
+    ToolCall,
+    ToolGroup,
+    ToolSource,
+)
+from .registry import sources
+from .results import interrupted_result
+from .selectors import groups_of, switchable_groups
+
+SYNCED_FIELDS = ("description", "input_schema", "output_schema", "source", "source_ref", "read_only",
+                 "destructive", "idempotent", "concurrency_safe", "timeout_s")
+
+
+# --- catalog -----------------------------------------------------------------------------------
+
+@transaction.atomic
+def catalog_sync(*, tenant) -> list[Tool]:
+    """Bring the tenant's catalog in line with what the registered sources offer."""
+    existing = {tool.name: tool for tool in Tool.objects.for_tenant(tenant)}
+    synced = []
+    new_tools = []
+    for source in sources():
+        for definition in source.definitions(tenant):
+            values = {name: getattr(definition, name) for name in SYNCED_FIELDS}
+            tool = existing.get(definition.name)
+            if tool is None:
+                tool = Tool.objects.create(tenant=tenant, name=definition.name, **values)
+                new_tools.append((tool, definition.default_groups))
+            elif any(getattr(tool, k) != v for k, v in values.items()):
+                for key, value in values.items():
+                    setattr(tool, key, value)
+                tool.save()
+            synced.append(tool)
+    for tool, group_names in new_tools:
+        for name in group_names:
+            group, _ = ToolGroup.objects.get_or_create(
+                tenant=tenant, name=name,
+                defaults={"switchable": name != RESERVED_GROUP, "default_active": name == RESERVED_GROUP},
+            )
+            group.tools.add(tool)
+    return synced
+
+
+def tenant_seed_catalog(sender, tenant, **kwargs):
+    ToolGroup.objects.get_or_create(
+        tenant=tenant, name=RESERVED_GROUP,
+        defaults={"description": "Always available.", "default_active": True, "switchable": False},
+    )
+    catalog_sync(tenant=tenant)
+
+
+def catalog_sync_all(**kwargs):
+    from tenancy.models import Tenant
+
+    for tenant in Tenant.objects.all():
+        catalog_sync(tenant=tenant)
+
+
+def tool_update(*, tool: Tool, actor=None, **changes) -> Tool:
+    allowed = {"enabled", "timeout_s", "description"}
+    if tool.source != ToolSource.EXTERNAL:
+        allowed -= {"description"}  # synced from the source
+    unknown = set(changes) - allowed
+    if unknown:
+        raise ValidationError({name: ["cannot be changed for this tool"] for name in sorted(unknown)})
+    for key, value in changes.items():
+        setattr(tool, key, value)
+    tool.save()
+    audit_record(tenant=tool.tenant, actor=actor, verb="tool.updated", target=f"tool:{tool.name}", data=changes)
+    return tool
+
+
+# --- groups ------------------------------------------------------------------------------------
+
+def _check_group_name(tenant, name: str, instance=None) -> None:
+    clash = ToolGroup.objects.for_tenant(tenant).filter(name=name)
+    if instance is not None:
+        clash = clash.exclude(pk=instance.pk)
+    if clash.exists():
+        raise ValidationError({"name": [f"a group named {name!r} exists"]})
+
+
+@transaction.atomic
+def group_create(*, tenant, name: str, description: str = "", notes: str = "", default_active: bool = False,
+                 switchable: bool = True, tools=(), actor=None) -> ToolGroup:
+    _check_group_name(tenant, name)
+    group = ToolGroup.objects.create(tenant=tenant, name=name, description=description, notes=notes,
+                                     default_active=default_active, switchable=switchable)
+    group.tools.set(tools)
+    audit_record(tenant=tenant, actor=actor, verb="group.created", target=f"group:{name}",
+                 data={"tools": sorted(t.name for t in tools)})
+    return group
+
+
+@transaction.atomic
+def group_update(*, group: ToolGroup, actor=None, tools=None, **changes) -> ToolGroup:
+    if group.is_reserved and ({"name", "switchable", "default_active"} & set(changes)):
+        changed = {k for k in ("name", "switchable", "default_active") if k in changes
+                   and changes[k] != getattr(group, k)}
+        if changed:
+            raise ValidationError({k: [f"the {RESERVED_GROUP} group is always active"] for k in sorted(changed)})
+    if "name" in changes:
+        _check_group_name(group.tenant, changes["name"], instance=group)
+    for key, value in changes.items():
+        setattr(group, key, value)
+    group.save()
+    if tools is not None:
+        group.tools.set(tools)
+    audit_record(tenant=group.tenant, actor=actor, verb="group.updated", target=f"group:{group.name}",
+                 data={k: v for k, v in changes.items() if k != "notes"})
+    return group
+
+
+def group_delete(*, group: ToolGroup, actor=None) -> None:
+    if group.is_reserved:
+        raise ValidationError({"name": [f"the {RESERVED_GROUP} group cannot be deleted"]})
+    audit_record(tenant=group.tenant, actor=actor, verb="group.deleted", target=f"group:{group.name}")
+    group.delete()
+
+
+# --- bound arguments ---------------------------------------------------------------------------
+
+def binding_set(*, tenant, tool: Tool, name: str, value, agent: str = "", actor=None) -> BoundArgument:
+    properties = (tool.input_schema or {}).get("properties", {})
+    if properties and name not in properties:
+        raise ValidationError({"name": [f"{tool.name} has no argument {name!r}"]})
+    binding, _ = BoundArgument.objects.update_or_create(
+        tenant=tenant, tool=tool, agent=agent, name=name, defaults={"value": value},
+    )
+    audit_record(tenant=tenant, actor=actor, verb="binding.set", target=f"tool:{tool.name}",
+                 data={"name": name, "agent": agent})  # values can be secrets: not in the log
+    return binding
+
+
+def binding_delete(*, binding: BoundArgument, actor=None) -> None:
+    audit_record(tenant=binding.tenant, actor=actor, verb="binding.deleted", target=f"tool:{binding.tool.name}",
+                 data={"name": binding.name, "agent": binding.agent})
+    binding.delete()
+
+
+# --- sessions ----------------------------------------------------------------------------------
+
+def session_create(*, tenant, agent: str, user: str = "", context: dict | None = None, api_key=None) -> AgentSession:
+    if api_key is not None and api_key.agent:
+        if agent and agent != api_key.agent:
+            raise ValidationError({"agent": [f"this API key is locked to the agent {api_key.agent!r}"]})
+        agent = api_key.agent
+    if not agent:
+        raise ValidationError({"agent": ["This field is required."]})
+    default_groups = [g.name for g in groups_of(tenant) if g.switchable and g.default_active
+                      and g.name != RESERVED_GROUP]
+    session = AgentSession.objects.create(
+        tenant=tenant, api_key=api_key, agent=agent, user=user, context=context or {}, active_groups=default_groups,
+    )
+    audit_record(tenant=tenant, actor=api_key and f"apikey:{api_key.name}", verb="session.created",
+                 target=f"session:{session.pk}", data={"agent": agent, "user": user})
+    return session
+
+
+def session_groups_reset(*, session: AgentSession, choices) -> dict:
+    """reset_tools: the final state of every switchable group. All or nothing."""
+    groups = switchable_groups(groups_of(session.tenant))
+    by_name = {g.name: g for g in groups}
+    if not isinstance(choices, dict):
+        raise ToolError("send an object of group names to true/false", error_type="InvalidInput")
+    unknown = sorted(set(choices) - set(by_name))
+    wrong = sorted(name for name, value in choices.items() if name in by_name and not isinstance(value, bool))
+    if unknown or wrong:
+        problems = []
+        if unknown:
+            problems.append(f"unknown groups: {', '.join(unknown)} (available: {', '.join(sorted(by_name))})")
+        if wrong:
+            problems.append(f"not true/false: {', '.join(wrong)}")
+        raise ToolError("; ".join(problems) + ". Nothing was changed.", error_type="InvalidInput")
+    before = set(session.active_groups)
+    after = [name for name in by_name if choices.get(name) is True]
+    AgentSession.objects.for_tenant(session.tenant_id).filter(pk=session.pk).update(active_groups=after)
+    session.active_groups = after
+    activated = [name for name in after if name not in before]
+    return {
+        "active_groups": after,
+        "activated": activated,
+        "deactivated": sorted(before & set(by_name) - set(after)),
+        "notes": {name: by_name[name].notes for name in activated if by_name[name].notes},
+    }
+
+
+def session_todos_replace(*, session: AgentSession, todos: list[dict]) -> list[dict]:
+    with transaction.atomic():
+        current = AgentSession.objects.for_tenant(session.tenant_id).select_for_update().get(pk=session.pk)
+        current.state = {**current.state, "todos": todos}
+        current.save(update_fields=["state"])
+    session.state = current.state
+    return todos
+
+
+# --- calls -------------------------------------------------------------------------------------
+
+def _same_request(call: ToolCall, spec: dict) -> bool:
+    return call.tool_name == spec["name"] and call.input == spec.get("input", {})
+
+
+def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> list[ToolCall]:
+    """Record and govern a batch of calls, in request order.
+
+    Resending a call_id the session already has returns that call, not a second execution;
+    reusing it for a different call is a conflict.
+    """
+    from .pipeline import CallContext, pipeline_run
+
+    explicit = [spec["id"] for spec in calls if spec.get("id")]
+    if len(explicit) != len(set(explicit)):
+        raise ValidationError({"calls": ["call ids must be unique within a batch"]})
+    with transaction.atomic():
+        existing = {
+            call.call_id: call
+            for call in ToolCall.objects.for_tenant(session.tenant_id).filter(session=session, call_id__in=explicit)
+        }
+        for spec in calls:
+            prior = existing.get(spec.get("id"))
+            if prior is not None and not _same_request(prior, spec):
+                raise Conflict(f"call id {spec['id']!r} was already used for a different call in this session")
+        fresh = [spec for spec in calls if spec.get("id") not in existing]
+        AgentSession.objects.for_tenant(session.tenant_id).filter(pk=session.pk).update(
+            call_count=F("call_count") + len(fresh))
+        base = AgentSession.objects.for_tenant(session.tenant_id).values_list("call_count", flat=True).get(
+            pk=session.pk) - len(fresh)
+        results: list[ToolCall] = []
+        created: list[ToolCall] = []
+        for spec in calls:
+            if spec.get("id") in existing:
+                results.append(existing[spec["id"]])
+                continue
+            base += 1
+            call = ToolCall(
+                tenant=session.tenant, session=session, call_id=spec.get("id") or f"call_{base}",
+                tool_name=spec["name"], input=spec.get("input", {}),
+            )
+            try:
+                with transaction.atomic():
+                    call.save(force_insert=True)
+            except IntegrityError as exc:
+                raise Conflict(f"call id {call.call_id!r} is already used in this session") from exc
+            results.append(call)
+            created.append(call)
+        for call in created:
+            audit_record(tenant=session.tenant, actor=api_key and f"apikey:{api_key.name}", verb="call.received",
+                         target=f"call:{call.pk}", data={"tool": call.tool_name, "call_id": call.call_id})
+            pipeline_run(CallContext(call=call, session=session))
+    return results
+
+
+def call_cancel(*, call: ToolCall, actor=None) -> ToolCall:
+    """Stop a call: not yet started → cancelled; running → interrupted (the tool is told to stop)."""
+    from .executors import get_executor
+
+    not_started = [CallStatus.RECEIVED, CallStatus.QUEUED, CallStatus.AWAITING_APPROVAL,
+                   CallStatus.AWAITING_EXTERNAL]
+    moved = call_transition(
+        call=call, from_statuses=not_started, to_status=CallStatus.CANCELLED,
+        result=interrupted_result("cancelled before it ran"), cancel_requested=True,
+    ) or call_transition(
+        call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.INTERRUPTED,
+        result=interrupted_result("interrupted by a cancel request"), cancel_requested=True,
+    )
+    if not moved:
+        call.refresh_from_db()
+        raise Conflict(f"the call is already {call.status}")
+    transaction.on_commit(lambda: get_executor().cancel(call.pk))
+    audit_record(tenant=call.tenant, actor=actor, verb="call.cancelled", target=f"call:{call.pk}",
+                 data={"status": call.status})
+    return call

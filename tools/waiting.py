@@ -1,0 +1,71 @@
+"""Waiting for calls without holding a thread or a database connection (DESIGN §4).
+
+Database work of waiting requests runs on a small, fixed pool of threads, so however many apps
+wait, the server holds at most that many connections for them. The wait itself is a coroutine
+listening on the channel layer for the calls' status events.
+"""
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import DatabaseError, connections
+
+from realtime.groups import session_group
+
+from .models import ToolCall
+
+_db_pool = ThreadPoolExecutor(max_workers=getattr(settings, "TOOLKEEPER_WAIT_DB_THREADS", 8),
+                              thread_name_prefix="toolkeeper-db")
+
+
+def _guarded(fn: Callable, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except DatabaseError:
+        for conn in connections.all(initialized_only=True):
+            conn.close()  # a broken connection is not handed to the next request
+        raise
+
+
+async def run_db(fn: Callable, *args, **kwargs):
+    """Run sync ORM work on the bounded database pool."""
+    return await sync_to_async(partial(_guarded, fn, *args, **kwargs), thread_sensitive=False,
+                               executor=_db_pool)()
+
+
+def call_statuses(tenant_id: int, call_ids: Iterable[str]) -> dict[str, str]:
+    rows = ToolCall.objects.for_tenant(tenant_id).filter(pk__in=list(call_ids)).values_list("pk", "status")
+    return {str(pk): status for pk, status in rows}
+
+
+async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Iterable[str], until: frozenset,
+                         timeout: float) -> None:
+    """Return when every call's status is in `until`, or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    layer = get_channel_layer()
+    channel = await layer.new_channel(prefix="wait")
+    groups = {session_group(tenant_id, sid) for sid in session_ids}
+    for group in groups:
+        await layer.group_add(group, channel)
+    try:
+        # Subscribe first, then read: an event between the two is not missed.
+        statuses = await run_db(call_statuses, tenant_id, call_ids)
+        pending = {cid for cid in map(str, call_ids) if statuses.get(cid) not in until}
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                message = await asyncio.wait_for(layer.receive(channel), timeout=remaining)
+            except TimeoutError:
+                return
+            if message.get("kind") == "status" and message.get("data", {}).get("status") in until:
+                pending.discard(message.get("call"))
+    finally:
+        for group in groups:
+            await layer.group_discard(group, channel)
