@@ -1,0 +1,92 @@
+"""Two fully populated tenants, so every test can check that one never sees the other.
+
+`world.a` and `world.b` have the same shape: users of every role, API keys of every scope,
+groups, a bound argument, a session with calls and events, audit events.
+"""
+from dataclasses import dataclass, field
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from tenancy.models import Role
+from tenancy.services import apikey_create, membership_set, tenant_create
+from tools.models import CallStatus, Tool, ToolGroup
+from tools.services import binding_set, calls_submit, group_update, session_create
+
+PASSWORD = "correct horse battery staple"
+
+
+@dataclass
+class TenantWorld:
+    tenant: object
+    users: dict = field(default_factory=dict)  # role -> user
+    keys: dict = field(default_factory=dict)  # label -> full key string
+    key_objects: dict = field(default_factory=dict)  # label -> ApiKey
+    groups: dict = field(default_factory=dict)
+    tools: dict = field(default_factory=dict)
+    binding: object = None
+    session: object = None
+    calls: list = field(default_factory=list)
+
+    def client(self, key_label: str = "agent") -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.keys[key_label]}")
+        return client
+
+    def console(self, role: str = "admin"):
+        from django.test import Client
+
+        client = Client()
+        client.force_login(self.users[role])
+        return client
+
+
+@dataclass
+class World:
+    a: TenantWorld
+    b: TenantWorld
+
+
+def build_tenant(slug: str) -> TenantWorld:
+    users = get_user_model().objects
+    world = TenantWorld(tenant=None)
+    admin = users.create_user(username=f"{slug}-admin", password=PASSWORD)
+    world.tenant = tenant_create(slug=slug, name=slug.title(), admin=admin, default_behavior="allow")
+    world.users["admin"] = admin
+    for role in (Role.OPERATOR, Role.REVIEWER, Role.VIEWER):
+        user = users.create_user(username=f"{slug}-{role}", password=PASSWORD)
+        membership_set(tenant=world.tenant, user=user, role=role)
+        world.users[role] = user
+    for label, scopes, agent in (
+        ("agent", ["agent"], ""),
+        ("external", ["external"], ""),
+        ("admin", ["admin"], ""),
+        ("locked", ["agent"], "support-bot"),
+    ):
+        issued = apikey_create(tenant=world.tenant, name=label, scopes=scopes, agent=agent, created_by=admin)
+        world.keys[label] = issued.key
+        world.key_objects[label] = issued.api_key
+    world.tools = {t.name: t for t in Tool.objects.for_tenant(world.tenant)}
+    world.groups = {g.name: g for g in ToolGroup.objects.for_tenant(world.tenant)}
+    group_update(group=world.groups["math"], description="Arithmetic.", notes="Use calculate for arithmetic.")
+    world.binding = binding_set(tenant=world.tenant, tool=world.tools["current_time"], name="timezone",
+                                value="Asia/Tokyo", agent="support-bot")
+    world.session = session_create(tenant=world.tenant, agent="support-bot", user="alice@example.com",
+                                   api_key=world.key_objects["agent"])
+    world.calls = calls_submit(session=world.session, calls=[
+        {"id": "call_time", "name": "reset_tools", "input": {"math": True}},
+        {"id": "call_missing", "name": "no_such_tool", "input": {}},
+    ])
+    assert [c.status for c in world.calls] == [CallStatus.SUCCEEDED, CallStatus.FAILED]
+    return world
+
+
+@pytest.fixture
+def world(db) -> World:
+    return World(a=build_tenant("acme"), b=build_tenant("globex"))
+
+
+@pytest.fixture
+def api():
+    return APIClient()
