@@ -1,48 +1,84 @@
 """A call's state changes and progress: persisted as numbered CallEvents, broadcast after commit.
 
 Every move of a call's status is a conditional UPDATE on the status it moves from, so two
-actors (a worker and a cancel, two workers) can never both win.
+actors (a worker and a cancel, two workers) can never both win. The same UPDATE takes the
+event's sequence number (RETURNING), so a transition costs two statements.
 """
-from django.db import transaction
-from django.db.models import F
+from django.db import connection, transaction
 from django.utils import timezone
 
 from realtime.broadcast import publish_on_commit
 from realtime.groups import calls_group, session_group
 
-from .models import CallEvent, ToolCall
+from .models import TERMINAL_STATUSES, CallEvent, ToolCall
+
+INCREMENTS = frozenset({"attempts"})  # fields a transition may bump by one: pass `attempts=1`
+
+
+def _update_call(call: ToolCall, *, from_statuses=None, fields: dict | None = None) -> int | None:
+    """UPDATE the call (if still in `from_statuses`), bump its event counter; returns the new seq or None."""
+    meta = ToolCall._meta
+    quote = connection.ops.quote_name
+    sets, params = [], []
+    for name, value in (fields or {}).items():
+        field = meta.get_field(name)
+        column = quote(field.column)
+        if name in INCREMENTS:
+            sets.append(f"{column} = {column} + %s")
+            params.append(int(value))
+        else:
+            sets.append(f"{column} = %s")
+            if field.is_relation and hasattr(value, "pk"):
+                value = value.pk
+            params.append(field.get_db_prep_save(value, connection))
+    seq_column = quote(meta.get_field("event_seq").column)
+    sets.append(f"{seq_column} = {seq_column} + 1")
+    where = [f"{quote(meta.pk.column)} = %s", f"{quote(meta.get_field('tenant').column)} = %s"]
+    params += [meta.pk.get_db_prep_value(call.pk, connection), call.tenant_id]
+    if from_statuses is not None:
+        statuses = list(from_statuses)
+        where.append(f"{quote(meta.get_field('status').column)} IN ({', '.join(['%s'] * len(statuses))})")
+        params += [str(status) for status in statuses]
+    # Identifiers come from model metadata; every value is a parameter.
+    sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)} WHERE {' AND '.join(where)} RETURNING {seq_column}"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def _record(call: ToolCall, seq: int, kind: str, data: dict) -> CallEvent:
+    event = CallEvent.objects.create(
+        tenant_id=call.tenant_id, call_id=call.pk, seq=seq, kind=kind, data=data, at=timezone.now(),
+    )
+    message = {
+        "type": "call.event", "call": str(call.pk), "session": str(call.session_id), "seq": seq,
+        "kind": kind, "data": data, "at": event.at.isoformat(),
+    }
+    publish_on_commit([session_group(call.tenant_id, call.session_id), calls_group(call.tenant_id)], message)
+    return event
 
 
 def call_event_append(*, call: ToolCall, kind: str, data: dict) -> CallEvent:
     with transaction.atomic():
-        ToolCall.objects.for_tenant(call.tenant_id).filter(pk=call.pk).update(event_seq=F("event_seq") + 1)
-        seq = ToolCall.objects.for_tenant(call.tenant_id).values_list("event_seq", flat=True).get(pk=call.pk)
-        event = CallEvent.objects.create(
-            tenant_id=call.tenant_id, call_id=call.pk, seq=seq, kind=kind, data=data, at=timezone.now(),
-        )
-        message = {
-            "type": "call.event", "call": str(call.pk), "session": str(call.session_id), "seq": seq,
-            "kind": kind, "data": data, "at": event.at.isoformat(),
-        }
-        publish_on_commit([session_group(call.tenant_id, call.session_id), calls_group(call.tenant_id)], message)
-    return event
+        seq = _update_call(call)
+        return _record(call, seq, kind, data)
 
 
 def call_transition(*, call: ToolCall, from_statuses, to_status: str, event_data: dict | None = None,
                     **fields) -> bool:
     """Move the call to `to_status` if it is still in one of `from_statuses`. Returns whether it moved."""
-    from .models import TERMINAL_STATUSES
-
     if to_status in TERMINAL_STATUSES and "finished_at" not in fields:
         fields["finished_at"] = timezone.now()
     with transaction.atomic():
-        moved = ToolCall.objects.for_tenant(call.tenant_id).filter(
-            pk=call.pk, status__in=list(from_statuses)
-        ).update(status=to_status, **fields)
-        if not moved:
+        seq = _update_call(call, from_statuses=from_statuses, fields={"status": to_status, **fields})
+        if seq is None:
             return False
         call.status = to_status
         for name, value in fields.items():
+            if name in INCREMENTS:
+                value = getattr(call, name) + value
             setattr(call, name, value)
-        call_event_append(call=call, kind="status", data={"status": to_status, **(event_data or {})})
+        call.event_seq = seq
+        _record(call, seq, "status", {"status": to_status, **(event_data or {})})
     return True

@@ -2,7 +2,6 @@
 import logging
 import threading
 
-from django.db.models import F
 from django.utils import timezone
 
 from .decorators import CallCancelled, ToolContext, ToolError
@@ -25,12 +24,8 @@ def call_claim(*, call_id) -> ToolCall | None:
     if call is None or call.status != CallStatus.QUEUED:
         return None
     moved = call_transition(call=call, from_statuses=[CallStatus.QUEUED], to_status=CallStatus.RUNNING,
-                            started_at=timezone.now())
-    if not moved:
-        return None
-    ToolCall.objects.for_tenant(call.tenant_id).filter(pk=call.pk).update(attempts=F("attempts") + 1)
-    call.attempts += 1
-    return call
+                            started_at=timezone.now(), attempts=1)
+    return call if moved else None
 
 
 def call_execute(*, call: ToolCall, cancelled: threading.Event) -> None:
@@ -78,7 +73,7 @@ def run_meta_tool(ctx) -> None:
     from .services import session_groups_reset
 
     call = ctx.call
-    call_transition(call=call, from_statuses=[call.status], to_status=CallStatus.RUNNING, started_at=timezone.now())
+    ctx.transition(CallStatus.RUNNING, started_at=timezone.now())
     if call.tool_name == META_RESET_TOOLS:
         try:
             value = session_groups_reset(session=ctx.session, choices=call.effective_input)

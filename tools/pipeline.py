@@ -4,7 +4,7 @@ Each step looks at the call and either lets it continue or settles it (failed, d
 Apps add steps through the setting (the permission step comes from `approvals`); an approved
 call re-enters the chain after the step that held it.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import jsonschema
@@ -26,14 +26,27 @@ class CallContext:
     session: AgentSession
     exposed: ExposedTool | None = None
     actor: object = None
+    pending: dict = field(default_factory=dict)  # field changes written with the next transition
+
+    def set(self, **fields) -> None:
+        for name, value in fields.items():
+            setattr(self.call, name, value)
+        self.pending.update(fields)
+
+    def transition(self, to_status: str, *, event_data: dict | None = None, **fields) -> bool:
+        changes, self.pending = {**self.pending, **fields}, {}
+        return call_transition(call=self.call, from_statuses=[self.call.status], to_status=to_status,
+                               event_data=event_data, **changes)
+
+    def flush(self) -> None:
+        if self.pending:
+            changes, self.pending = self.pending, {}
+            ToolCall.objects.for_tenant(self.call.tenant_id).filter(pk=self.call.pk).update(**changes)
 
     def fail(self, error_type: str, message: str, status: str = CallStatus.FAILED) -> bool:
         error = call_error(error_type=error_type, message=message, tool=self.call.tool_name,
                            call_id=self.call.call_id)
-        call_transition(
-            call=self.call, from_statuses=[self.call.status], to_status=status,
-            error=error, result=error_result(error), event_data={"error": error},
-        )
+        self.transition(status, error=error, result=error_result(error), event_data={"error": error})
         return False
 
 
@@ -54,8 +67,7 @@ class Normalize(Step):
         if ctx.exposed is None:
             return ctx.fail("ToolNotAvailable", f"no tool named {ctx.call.tool_name!r} is available in this session")
         if ctx.exposed.tool is not None and ctx.call.tool_id != ctx.exposed.tool.pk:
-            ctx.call.tool = ctx.exposed.tool
-            ToolCall.objects.for_tenant(ctx.call.tenant_id).filter(pk=ctx.call.pk).update(tool=ctx.exposed.tool)
+            ctx.set(tool=ctx.exposed.tool)
         return True
 
 
@@ -91,16 +103,13 @@ class Bind(Step):
 
     def process(self, ctx):
         # Server values are merged last: whatever the model sent, the bound value wins.
-        effective = {**ctx.call.input, **ctx.exposed.bound}
-        ctx.call.effective_input = effective
-        ToolCall.objects.for_tenant(ctx.call.tenant_id).filter(pk=ctx.call.pk).update(effective_input=effective)
+        ctx.set(effective_input={**ctx.call.input, **ctx.exposed.bound})
         return True
 
 
 def _ensure_decision(ctx: CallContext) -> None:
     if ctx.call.decision is None:
-        ctx.call.decision = NO_POLICY_DECISION
-        ToolCall.objects.for_tenant(ctx.call.tenant_id).filter(pk=ctx.call.pk).update(decision=NO_POLICY_DECISION)
+        ctx.set(decision=NO_POLICY_DECISION)
 
 
 class External(Step):
@@ -110,7 +119,7 @@ class External(Step):
         tool = ctx.exposed.tool
         if tool is not None and tool.source == ToolSource.EXTERNAL:
             _ensure_decision(ctx)
-            call_transition(call=ctx.call, from_statuses=[ctx.call.status], to_status=CallStatus.AWAITING_EXTERNAL)
+            ctx.transition(CallStatus.AWAITING_EXTERNAL)
             return False
         return True
 
@@ -126,7 +135,7 @@ class Dispatch(Step):
         if ctx.exposed.is_meta:
             run_meta_tool(ctx)
             return False
-        if call_transition(call=ctx.call, from_statuses=[ctx.call.status], to_status=CallStatus.QUEUED):
+        if ctx.transition(CallStatus.QUEUED):
             call = ctx.call
             transaction.on_commit(lambda: get_executor().submit(call))
         return False
@@ -151,4 +160,5 @@ def pipeline_run(ctx: CallContext, *, resume_after: str | None = None) -> None:
     with transaction.atomic():
         for step in steps:
             if not step.process(ctx):
-                return
+                break
+        ctx.flush()

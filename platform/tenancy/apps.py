@@ -3,3 +3,6 @@ from django.apps import AppConfig
 
 class TenancyConfig(AppConfig):
     name = "tenancy"
+
+    def ready(self):
+        from . import schema  # noqa: F401  (registers the OpenAPI auth schemes)

@@ -9,6 +9,14 @@ from .api import json_error
 logger = logging.getLogger("toolkeeper.api")
 
 API_PREFIXES = ("/api/", "/mcp")
+GENERIC_ERRORS = {
+    400: ("bad_request", "The request is malformed."),
+    403: ("forbidden", "You may not do this."),
+    404: ("not_found", "Not found."),
+    405: ("method_not_allowed", "This method is not allowed here."),
+    413: ("too_large", "The request body is larger than the limit."),
+    500: ("server_error", "An internal error occurred."),
+}
 
 
 def _is_api(request) -> bool:
@@ -34,8 +42,12 @@ class ApiErrorMiddleware:
         return self._finish(request, await self.get_response(request))
 
     def _finish(self, request, response):
-        if _is_api(request) and response.status_code == 404 and "json" not in response.get("Content-Type", ""):
-            return json_error(404, "not_found", "Not found.")
+        if (_is_api(request) and response.status_code >= 400
+                and "json" not in response.get("Content-Type", "")):
+            # Django's own error pages (bad host, unknown route, a crash) in the envelope, without details.
+            status = response.status_code
+            code, message = GENERIC_ERRORS.get(status, ("error", "The request failed."))
+            return json_error(status, code, message)
         return response
 
     def process_exception(self, request, exception):

@@ -1,10 +1,11 @@
 """The app-facing API of ../shared/API.md, and the admin endpoints for tools, groups and bindings."""
 from dataclasses import dataclass
 
-from django.http import JsonResponse
+from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -23,7 +24,9 @@ def access_session(request, session_id) -> AgentSession:
     filters = {}
     if isinstance(request.auth, ApiKey) and request.auth.agent:
         filters["agent"] = request.auth.agent
-    return access_object(AgentSession, request.tenant, session_id, **filters)
+    session = access_object(AgentSession, request.tenant, session_id, **filters)
+    session.tenant = request.tenant  # already loaded with the key: save the query
+    return session
 
 
 def access_call(request, call_id) -> ToolCall:
@@ -154,7 +157,8 @@ def waiting(view_class):
         await wait_for_calls(tenant_id=plan.tenant_id, session_ids=plan.session_ids, call_ids=plan.call_ids,
                              until=plan.until, timeout=plan.timeout)
         payload = await run_db(serialize_calls, plan.tenant_id, plan.call_ids)
-        return JsonResponse(payload["calls"][0] if plan.single else payload, status=response.status_code)
+        body = JSONRenderer().render(payload["calls"][0] if plan.single else payload)
+        return HttpResponse(body, status=response.status_code, content_type="application/json")
 
     view.cls = view_class  # lets the schema generator describe the DRF view behind it
     view.initkwargs = {}

@@ -1,0 +1,63 @@
+"""The one door into a tenant's console pages.
+
+`tenant_view` resolves the tenant (membership required) and then every object the URL names,
+by parameter name, through `access_object`: missing or another tenant's → 404, before the method
+or the role is even looked at. Reading needs `read`, changing (any non-GET method) needs `write`.
+"""
+from functools import wraps
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseNotAllowed
+
+from tenancy.models import ApiKey, Role
+from tenancy.selectors import access_object, access_tenant
+from tools.models import AgentSession, BoundArgument, Tool, ToolCall, ToolGroup
+
+# URL parameter name → (model, the view's keyword argument)
+URL_OBJECTS = {
+    "tool_id": (Tool, "tool"),
+    "group_id": (ToolGroup, "group"),
+    "binding_id": (BoundArgument, "binding"),
+    "key_id": (ApiKey, "api_key"),
+    "session_id": (AgentSession, "session"),
+    "call_id": (ToolCall, "call"),
+}
+
+MEMBER, OPERATE, ADMIN = "member", "operate", "admin"
+READ_METHODS = ("GET", "HEAD")
+
+
+def allowed(membership, level: str) -> bool:
+    if level == MEMBER:
+        return True
+    if level == OPERATE:
+        return membership.can_operate
+    if level == ADMIN:
+        return membership.role == Role.ADMIN
+    raise ValueError(f"unknown access level {level!r}")
+
+
+def tenant_view(*, methods=("GET",), read=MEMBER, write=OPERATE):
+    """Decorate a console view `view(request, **objects)`; `request.tenant`/`request.membership` are set."""
+    methods = tuple(methods)
+    if "GET" in methods:
+        methods += ("HEAD",)
+
+    def decorate(view):
+        @wraps(view)
+        def wrapper(request, tenant, **url_kwargs):
+            request.tenant, request.membership = access_tenant(request.user, tenant)
+            objects = {}
+            for name, value in url_kwargs.items():
+                model, argument = URL_OBJECTS[name]
+                objects[argument] = access_object(model, request.tenant, value)
+            if request.method not in methods:
+                return HttpResponseNotAllowed(methods)
+            if not allowed(request.membership, read if request.method in READ_METHODS else write):
+                raise PermissionDenied("Your role in this tenant cannot do this.")
+            return view(request, **objects)
+
+        return login_required(wrapper)
+
+    return decorate

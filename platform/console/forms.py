@@ -1,0 +1,89 @@
+"""Console forms. Querysets are always the tenant's (`for_tenant`): a choice from another tenant is invalid."""
+from django import forms
+from rest_framework.exceptions import ValidationError as ServiceValidationError
+
+from tenancy.models import Scope
+from tools.models import CallStatus, Tool, ToolCall
+
+
+def add_service_errors(form: forms.Form, exc: ServiceValidationError) -> None:
+    """Show a service's refusal on the form: field errors on their fields, anything else on top."""
+    detail = exc.detail
+    if not isinstance(detail, dict):
+        detail = {None: detail}
+    for field, messages in detail.items():
+        target = field if field in form.fields else None
+        if not isinstance(messages, list | tuple):
+            messages = [messages]
+        for message in messages:
+            if target is not None and target not in form.cleaned_data and form.has_error(target):
+                continue
+            form.add_error(target, str(message))
+
+
+def _tools_of(tenant):
+    return Tool.objects.for_tenant(tenant).order_by("name")
+
+
+class ToolStateForm(forms.Form):
+    enabled = forms.BooleanField(required=False)
+
+
+class GroupForm(forms.Form):
+    name = forms.SlugField(max_length=64, help_text="Letters, digits, - and _. The model sees this name.")
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                                  help_text="Shown next to the group in reset_tools.")
+    notes = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}),
+                            help_text="Instructions given to the model while the group is active.")
+    default_active = forms.BooleanField(required=False, help_text="Active in new sessions.")
+    switchable = forms.BooleanField(required=False, initial=True,
+                                    help_text="The model may switch it with reset_tools. Off: operators decide.")
+    tools = forms.ModelMultipleChoiceField(queryset=Tool.objects.none(), required=False,
+                                           widget=forms.CheckboxSelectMultiple)
+
+    def __init__(self, *args, tenant, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tools"].queryset = _tools_of(tenant)
+
+
+class BindingForm(forms.Form):
+    tool = forms.ModelChoiceField(queryset=Tool.objects.none())
+    agent = forms.CharField(max_length=100, required=False,
+                            help_text="Empty: every agent. An agent's own binding beats the tenant-wide one.")
+    name = forms.CharField(max_length=128, label="Argument name")
+    value = forms.JSONField(widget=forms.Textarea(attrs={"rows": 3}),
+                            help_text='JSON, e.g. "Europe/Berlin" (with quotes), 42, ["a", "b"] or {"k": 1}.')
+
+    def __init__(self, *args, tenant, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tool"].queryset = _tools_of(tenant)
+
+    def clean_agent(self):
+        return self.cleaned_data["agent"].strip()
+
+    def clean_name(self):
+        return self.cleaned_data["name"].strip()
+
+
+class ApiKeyForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    scopes = forms.MultipleChoiceField(
+        choices=Scope.choices, widget=forms.CheckboxSelectMultiple,
+        help_text="agent: sessions and calls · external: post results of external tools · admin: governance API.",
+    )
+    agent = forms.CharField(max_length=100, required=False,
+                            help_text="Optional: lock the key to one agent name.")
+
+    def clean_agent(self):
+        return self.cleaned_data["agent"].strip()
+
+
+class CallFilterForm(forms.Form):
+    status = forms.ChoiceField(required=False, choices=[("", "any status"), *CallStatus.choices])
+    tool = forms.ChoiceField(required=False, choices=[("", "any tool")])
+
+    def __init__(self, *args, tenant, **kwargs):
+        super().__init__(*args, **kwargs)
+        names = (ToolCall.objects.for_tenant(tenant).order_by("tool_name")
+                 .values_list("tool_name", flat=True).distinct())
+        self.fields["tool"].choices = [("", "any tool"), *((name, name) for name in names)]
