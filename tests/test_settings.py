@@ -1,0 +1,59 @@
+"""Settings come from the environment; production refuses the development secret."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROBE = (
+    "import json, sys; sys.path[:0] = ['platform', '.'];"
+    "from toolkeeper import settings as s;"
+    "print(json.dumps({'engine': s.DATABASES['default']['ENGINE'], 'debug': s.DEBUG,"
+    " 'layer': s.CHANNEL_LAYERS['default']['BACKEND'], 'hosts': s.ALLOWED_HOSTS,"
+    " 'data_dir': str(s.DATA_DIR), 'executor': s.TOOLKEEPER_EXECUTOR}))"
+)
+
+
+def load_settings(tmp_path, **env):
+    clean = {k: v for k, v in os.environ.items()
+             if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG", "SECRET_KEY", "TOOLKEEPER_EXECUTOR"}}
+    clean.update({"TOOLKEEPER_DATA_DIR": str(tmp_path / "data"), **env})
+    return subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=clean, capture_output=True, text=True)
+
+
+def test_embedded_default_needs_no_configuration(tmp_path):
+    result = load_settings(tmp_path)
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert loaded["engine"] == "django.db.backends.sqlite3"
+    assert loaded["layer"] == "realtime.layers.InProcessChannelLayer"
+    assert loaded["executor"] == "local"
+    assert loaded["data_dir"] == str(tmp_path / "data")
+    assert (tmp_path / "data").is_dir()
+
+
+def test_distributed_services_come_from_the_environment(tmp_path):
+    result = load_settings(tmp_path, DATABASE_URL="postgres://u@db.example:5432/tk", REDIS_URL="redis://r:6379/0",
+                           ALLOWED_HOSTS="tk.example.com,api.example.com")
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert loaded["engine"] == "django.db.backends.postgresql"
+    assert loaded["layer"] == "channels_redis.core.RedisChannelLayer"
+    assert loaded["hosts"] == ["tk.example.com", "api.example.com"]
+
+
+def test_production_refuses_the_development_secret(tmp_path):
+    refused = load_settings(tmp_path, DEBUG="0")
+    assert refused.returncode != 0
+    assert "SECRET_KEY must be set" in refused.stderr
+    started = load_settings(tmp_path, DEBUG="0", SECRET_KEY="a-real-secret-of-this-deployment")
+    assert started.returncode == 0, started.stderr
+    assert json.loads(started.stdout)["debug"] is False
+
+
+def test_unknown_executor_is_refused(tmp_path):
+    result = load_settings(tmp_path, TOOLKEEPER_EXECUTOR="threads-on-mars")
+    assert result.returncode != 0
+    assert "TOOLKEEPER_EXECUTOR must be one of" in result.stderr
