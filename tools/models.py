@@ -24,6 +24,8 @@ class Tool(TenantOwned):
     source = models.CharField(max_length=10, choices=ToolSource.choices)
     source_ref = models.CharField(max_length=255, blank=True, default="")
     read_only = models.BooleanField(default=False)
+    trusted = models.BooleanField(default=True, help_text="its flags come from code or a trusted server, "
+                                  "not from an untrusted server's annotations")
     destructive = models.BooleanField(default=False)
     idempotent = models.BooleanField(default=False)
     concurrency_safe = models.BooleanField(default=True)

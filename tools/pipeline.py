@@ -27,6 +27,11 @@ class CallContext:
     exposed: ExposedTool | None = None
     actor: object = None
     pending: dict = field(default_factory=dict)  # field changes written with the next transition
+    edited_input: dict | None = None  # a reviewer's edit; `call.input` keeps what the model sent
+
+    @property
+    def arguments(self) -> dict:
+        return self.edited_input if self.edited_input is not None else self.call.input
 
     def set(self, **fields) -> None:
         for name, value in fields.items():
@@ -84,7 +89,7 @@ class Validate(Step):
     name = "validate"
 
     def process(self, ctx):
-        call_input = ctx.call.input
+        call_input = ctx.arguments
         if not isinstance(call_input, dict):
             return ctx.fail("InvalidInput", "input must be a JSON object")
         overridden = sorted(set(call_input) & set(ctx.exposed.bound))
@@ -103,7 +108,7 @@ class Bind(Step):
 
     def process(self, ctx):
         # Server values are merged last: whatever the model sent, the bound value wins.
-        ctx.set(effective_input={**ctx.call.input, **ctx.exposed.bound})
+        ctx.set(effective_input={**ctx.arguments, **ctx.exposed.bound})
         return True
 
 
@@ -146,19 +151,42 @@ def pipeline_steps() -> tuple[Step, ...]:
     return tuple(import_string(path)() for path in settings.TOOLKEEPER_CALL_MIDDLEWARE)
 
 
-def pipeline_run(ctx: CallContext, *, resume_after: str | None = None) -> None:
-    """Run the call through the chain, or through the part after `resume_after`."""
+def pipeline_run(ctx: CallContext, *, resume_after: str | None = None, rerun: tuple[str, ...] = ()) -> None:
+    """Run the call through the chain; or, resuming, through `rerun` steps and those after `resume_after`."""
     steps = pipeline_steps()
     if resume_after is not None:
         names = [step.name for step in steps]
-        steps = steps[names.index(resume_after) + 1:]
-    if ctx.exposed is None and resume_after is not None:
-        ctx.exposed = visible_tool(ctx.session, ctx.call.tool_name)
+        cut = names.index(resume_after) + 1
+        steps = tuple(step for step in steps[:cut] if step.name in rerun) + steps[cut:]
         if ctx.exposed is None:
-            ctx.fail("ToolNotAvailable", f"{ctx.call.tool_name!r} is no longer available in this session")
-            return
+            ctx.exposed = visible_tool(ctx.session, ctx.call.tool_name)
+            if ctx.exposed is None:
+                ctx.fail("ToolNotAvailable", f"{ctx.call.tool_name!r} is no longer available in this session")
+                return
     with transaction.atomic():
         for step in steps:
             if not step.process(ctx):
                 break
         ctx.flush()
+
+
+def input_problems(*, session: AgentSession, tool_name: str, new_input) -> list[str]:
+    """Why an input (a reviewer's edit) would not pass validation for this session; [] when it would."""
+    exposed = visible_tool(session, tool_name)
+    if exposed is None:
+        return [f"{tool_name!r} is no longer available in this session"]
+    if not isinstance(new_input, dict):
+        return ["input must be a JSON object"]
+    overridden = sorted(set(new_input) & set(exposed.bound))
+    if overridden:
+        return [f"{name}: fixed by the server and cannot be set" for name in overridden]
+    return schema_errors(exposed.schema, new_input)
+
+
+def pipeline_resume(*, call: ToolCall, after: str, new_input: dict | None = None) -> None:
+    """Continue a held call after the step that held it; an edited input is validated and bound again."""
+    ctx = CallContext(call=call, session=call.session, edited_input=new_input)
+    rerun: tuple[str, ...] = ()
+    if new_input is not None:
+        rerun = ("normalize", "validate", "bind")
+    pipeline_run(ctx, resume_after=after, rerun=rerun)

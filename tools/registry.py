@@ -17,6 +17,7 @@ class ToolDefinition:
     source_ref: str = ""
     output_schema: dict | None = None
     read_only: bool = False
+    trusted: bool = True
     destructive: bool = False
     idempotent: bool = False
     concurrency_safe: bool = True
@@ -51,3 +52,33 @@ def source_for(kind: str) -> Source | None:
         if kind in source.kinds:
             return source
     return None
+
+
+# Other apps describe calls too (the approvals app adds each call's approval request). An
+# annotator takes a list of calls and returns {call pk: {field: value}} in one query.
+_call_annotators: list = []
+
+
+def register_call_annotator(annotator) -> None:
+    if annotator not in _call_annotators:
+        _call_annotators.append(annotator)
+
+
+def annotate_calls(calls) -> dict:
+    extra: dict = {}
+    for annotator in _call_annotators:
+        for pk, fields in annotator(calls).items():
+            extra.setdefault(pk, {}).update(fields)
+    return extra
+
+
+# Jobs that run periodically: Celery beat in distributed mode, a timer thread in embedded mode.
+_periodic: dict = {}
+
+
+def register_periodic(name: str, func, every_s: float) -> None:
+    _periodic[name] = (func, every_s)
+
+
+def periodic_jobs() -> dict:
+    return dict(_periodic)

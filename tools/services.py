@@ -1,4 +1,7 @@
 """Writes for the catalog, groups, bindings, sessions and calls."""
+import re
+
+import jsonschema
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from rest_framework.exceptions import ValidationError
@@ -22,7 +25,7 @@ from .registry import sources
 from .results import interrupted_result
 from .selectors import groups_of, switchable_groups
 
-SYNCED_FIELDS = ("description", "input_schema", "output_schema", "source", "source_ref", "read_only",
+SYNCED_FIELDS = ("description", "input_schema", "output_schema", "source", "source_ref", "read_only", "trusted",
                  "destructive", "idempotent", "concurrency_safe", "timeout_s")
 
 
@@ -82,6 +85,33 @@ def tool_update(*, tool: Tool, actor=None, **changes) -> Tool:
         setattr(tool, key, value)
     tool.save()
     audit_record(tenant=tool.tenant, actor=actor, verb="tool.updated", target=f"tool:{tool.name}", data=changes)
+    return tool
+
+
+def tool_external_create(*, tenant, name: str, description: str, input_schema: dict, read_only: bool = False,
+                         destructive: bool = False, idempotent: bool = False, timeout_s: float = 30,
+                         actor=None) -> Tool:
+    """A schema-only tool: a person or an outside system performs its calls and posts the result."""
+    errors = {}
+    if not re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name or ""):
+        errors["name"] = ["1-64 letters, digits, '_' or '-'"]
+    elif Tool.objects.for_tenant(tenant).filter(name=name).exists():
+        errors["name"] = [f"a tool named {name!r} exists"]
+    if not isinstance(input_schema, dict) or input_schema.get("type", "object") != "object":
+        errors["input_schema"] = ['a JSON Schema of type "object"']
+    else:
+        try:
+            jsonschema.Draft202012Validator.check_schema(input_schema)
+        except jsonschema.SchemaError as exc:
+            errors["input_schema"] = [f"not a valid JSON Schema: {exc.message}"]
+    if errors:
+        raise ValidationError(errors)
+    tool = Tool.objects.create(
+        tenant=tenant, name=name, description=description, input_schema={"type": "object", **input_schema},
+        source=ToolSource.EXTERNAL, read_only=read_only, destructive=destructive, idempotent=idempotent,
+        timeout_s=timeout_s, trusted=True,
+    )
+    audit_record(tenant=tenant, actor=actor, verb="tool.created", target=f"tool:{name}", data={"source": "external"})
     return tool
 
 

@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "audit",
     "realtime",
     "tools",
+    "approvals",
     "console",
 ]
 
@@ -158,6 +159,7 @@ TOOLKEEPER_CALL_MIDDLEWARE = [
     "tools.pipeline.Normalize",
     "tools.pipeline.Validate",
     "tools.pipeline.Bind",
+    "approvals.pipeline.Permission",
     "tools.pipeline.External",
     "tools.pipeline.Dispatch",
 ]

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from tools.models import AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolGroup
+from tools.registry import annotate_calls
 from tools.selectors import FORMATS
 
 
@@ -68,7 +69,17 @@ class CallSerializer(serializers.ModelSerializer):
                   "approval", "created_at", "finished_at"]
 
     def get_approval(self, call) -> dict | None:
-        return None
+        return self.context.get("extras", {}).get(call.pk, {}).get("approval")
+
+
+def calls_data(calls) -> list[dict]:
+    """Calls as the API shows them, with what other apps add (approval requests) in one query each."""
+    calls = list(calls)
+    return CallSerializer(calls, many=True, context={"extras": annotate_calls(calls)}).data
+
+
+def call_data(call) -> dict:
+    return calls_data([call])[0]
 
 
 class CallEventSerializer(serializers.ModelSerializer):
@@ -92,6 +103,16 @@ class ToolSerializer(serializers.ModelSerializer):
                   "read_only", "destructive", "idempotent", "concurrency_safe", "timeout_s", "enabled"]
         read_only_fields = ["name", "input_schema", "output_schema", "source", "source_ref", "read_only",
                             "destructive", "idempotent", "concurrency_safe", "description"]
+
+
+class ExternalToolSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=64)
+    description = serializers.CharField(allow_blank=True, default="", max_length=4000)
+    input_schema = serializers.DictField()
+    read_only = serializers.BooleanField(default=False)
+    destructive = serializers.BooleanField(default=False)
+    idempotent = serializers.BooleanField(default=False)
+    timeout_s = serializers.FloatField(default=30, min_value=0.1, max_value=86400)
 
 
 class TenantToolField(serializers.SlugRelatedField):

@@ -38,7 +38,7 @@ def access_call(request, call_id) -> ToolCall:
 
 def serialize_calls(tenant_id: int, call_ids: list[str]) -> dict:
     by_id = {str(c.pk): c for c in ToolCall.objects.for_tenant(tenant_id).filter(pk__in=call_ids)}
-    return {"calls": s.CallSerializer([by_id[cid] for cid in call_ids], many=True).data}
+    return {"calls": s.calls_data([by_id[cid] for cid in call_ids])}
 
 
 @dataclass
@@ -98,7 +98,7 @@ class CallSubmitView(AgentView):
         batch.is_valid(raise_exception=True)
         api_key = request.auth if isinstance(request.auth, ApiKey) else None
         calls = services.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
-        response = Response({"calls": s.CallSerializer(calls, many=True).data})
+        response = Response({"calls": s.calls_data(calls)})
         response.wait_plan = WaitPlan(
             tenant_id=session.tenant_id, session_ids={session.pk}, call_ids=[str(c.pk) for c in calls],
             timeout=batch.validated_data["wait"], until=SETTLED_STATUSES, single=False,
@@ -112,7 +112,7 @@ class CallDetailView(AgentView):
         call = access_call(request, call_id)
         query = s.WaitQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        response = Response(s.CallSerializer(call).data)
+        response = Response(s.call_data(call))
         response.wait_plan = WaitPlan(
             tenant_id=call.tenant_id, session_ids={call.session_id}, call_ids=[str(call.pk)],
             timeout=query.validated_data["wait"], until=TERMINAL_STATUSES, single=True,
@@ -135,7 +135,7 @@ class CallCancelView(AgentView):
     def post(self, request, call_id):
         call = access_call(request, call_id)
         actor = request.user if not isinstance(request.auth, ApiKey) else f"apikey:{request.auth.name}"
-        return Response(s.CallSerializer(services.call_cancel(call=call, actor=actor)).data)
+        return Response(s.call_data(services.call_cancel(call=call, actor=actor)))
 
 
 def _render(view, request, *args, **kwargs):
@@ -176,6 +176,14 @@ class ToolViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Updat
                   TenantScopedViewSet):
     serializer_class = s.ToolSerializer
     lookup_field = "pk"
+
+    @extend_schema(request=s.ExternalToolSerializer, responses={201: s.ToolSerializer})
+    def create(self, request):
+        """Define an external (schema-only) tool."""
+        body = s.ExternalToolSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        tool = services.tool_external_create(tenant=self.tenant, actor=_actor(request), **body.validated_data)
+        return Response(s.ToolSerializer(tool).data, status=201)
 
     def perform_update(self, serializer):
         changes = {k: v for k, v in serializer.validated_data.items()}

@@ -1,0 +1,119 @@
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from approvals.models import ApprovalRequest, PermissionRule, Queue, VoteDecision
+from tenancy.models import Behavior, Membership
+
+
+class TenantQueueField(serializers.SlugRelatedField):
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="name", **kwargs)
+
+    def get_queryset(self):
+        return Queue.objects.for_tenant(self.context["tenant"])
+
+
+class MemberField(serializers.SlugRelatedField):
+    """Users named by username, among the tenant's members only."""
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="username", **kwargs)
+
+    def get_queryset(self):
+        members = Membership.objects.filter(tenant=self.context["tenant"]).values("user_id")
+        return get_user_model().objects.filter(pk__in=members)
+
+
+class SecondsField(serializers.IntegerField):
+    """A duration as whole seconds."""
+
+    def __init__(self, **kwargs):
+        super().__init__(min_value=1, max_value=90 * 86400, allow_null=True, required=False, **kwargs)
+
+    def to_representation(self, value):
+        return int(value.total_seconds()) if value is not None else None
+
+    def to_internal_value(self, data):
+        if data is None:
+            return None
+        return timedelta(seconds=super().to_internal_value(data))
+
+
+class RuleSerializer(serializers.ModelSerializer):
+    queue = TenantQueueField(required=False, allow_null=True)
+    behavior = serializers.ChoiceField(choices=Behavior.choices)
+
+    class Meta:
+        model = PermissionRule
+        fields = ["id", "behavior", "tool_pattern", "arg_match", "agents", "users", "queue", "priority", "enabled",
+                  "note", "created_at", "updated_at"]
+
+
+class EvaluateSerializer(serializers.Serializer):
+    tool = serializers.CharField(max_length=128)
+    input = serializers.DictField(required=False, default=dict)
+    agent = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    user = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class DecisionSerializer(serializers.Serializer):
+    behavior = serializers.CharField()
+    rule = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField()
+
+
+class QueueSerializer(serializers.ModelSerializer):
+    reviewers = MemberField(many=True, required=False)
+    escalation_reviewers = MemberField(many=True, required=False)
+    expires_after = SecondsField()
+    escalate_after = SecondsField()
+    required_approvals = serializers.IntegerField(min_value=1, max_value=20, required=False)
+
+    class Meta:
+        model = Queue
+        fields = ["id", "name", "description", "reviewers", "required_approvals", "four_eyes", "expires_after",
+                  "escalate_after", "escalation_reviewers", "is_default", "created_at"]
+
+
+class ApprovalSerializer(serializers.ModelSerializer):
+    queue = serializers.CharField(source="queue.name", allow_null=True, default=None)
+    call = serializers.SerializerMethodField()
+    votes = serializers.SerializerMethodField()
+    tool = serializers.CharField(source="tool_name")
+
+    class Meta:
+        model = ApprovalRequest
+        fields = ["id", "status", "queue", "agent", "tool", "rule", "reason", "opened_at", "expires_at",
+                  "escalated_at", "decided_at", "votes", "call"]
+
+    def get_call(self, request) -> dict:
+        call = request.call
+        return {"id": str(call.pk), "call_id": call.call_id, "session": str(call.session_id), "input": call.input,
+                "status": call.status, "user": call.session.user}
+
+    def get_votes(self, request) -> list:
+        return [{"reviewer": v.reviewer_label, "decision": v.decision, "message": v.message, "input": v.input,
+                 "at": v.at} for v in request.votes.all()]
+
+
+class DecideSerializer(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=VoteDecision.choices)
+    input = serializers.JSONField(required=False, allow_null=True, default=None)
+    message = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000)
+    add_rule = serializers.BooleanField(required=False, default=False,
+                                        help_text="also add the suggested rule: always allow this tool for this agent")
+    narrow_to_input = serializers.BooleanField(required=False, default=False)
+
+
+class ResultSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=["success", "error"])
+    content = serializers.ListField(child=serializers.DictField(), required=False, default=list, max_length=100)
+    structured = serializers.JSONField(required=False, allow_null=True, default=None)
+
+    def validate_content(self, value):
+        for part in value:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise serializers.ValidationError('each part is {"type": "text", "text": "..."}')
+        return value

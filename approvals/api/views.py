@@ -1,0 +1,118 @@
+from django.db.models import Prefetch
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from approvals import selectors, services
+from approvals.models import ApprovalRequest, RequestStatus, Vote
+from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
+from tenancy.models import ApiKey, Scope
+from tools.api.serializers import call_data
+from tools.api.views import access_call
+from tools.selectors import bindings_for
+
+from . import serializers as s
+
+
+def _actor(request):
+    return request.user  # a console user, or the API key's principal (its username names the key)
+
+
+class RuleViewSet(TenantModelViewSet):
+    serializer_class = s.RuleSerializer
+
+    def safely_get_queryset(self, queryset):
+        return queryset.select_related("queue")
+
+    def perform_create(self, serializer):
+        serializer.instance = services.rule_create(tenant=self.tenant, actor=_actor(self.request),
+                                                   **serializer.validated_data)
+
+    def perform_update(self, serializer):
+        serializer.instance = services.rule_update(rule=serializer.instance, actor=_actor(self.request),
+                                                   **serializer.validated_data)
+
+    def perform_destroy(self, instance):
+        services.rule_delete(rule=instance, actor=_actor(self.request))
+
+    @extend_schema(request=s.EvaluateSerializer, responses=s.DecisionSerializer)
+    @action(detail=False, methods=["post"])
+    def evaluate(self, request):
+        """Decide a hypothetical call with the engine that decides real ones (bound arguments applied)."""
+        query = s.EvaluateSerializer(data=request.data)
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        tool = selectors.Tool.objects.for_tenant(self.tenant).filter(name=data["tool"]).first()
+        effective = dict(data["input"])
+        if tool is not None:
+            effective |= bindings_for(self.tenant, data["agent"], [tool.pk]).get(tool.pk, {})
+        decision = selectors.evaluate(tenant=self.tenant, tool_name=data["tool"], effective_input=effective,
+                                      agent=data["agent"], user=data["user"], tool=tool)
+        return Response(decision.as_dict())
+
+
+class QueueViewSet(TenantModelViewSet):
+    serializer_class = s.QueueSerializer
+
+    def safely_get_queryset(self, queryset):
+        return queryset.prefetch_related("reviewers", "escalation_reviewers")
+
+    def perform_create(self, serializer):
+        serializer.instance = services.queue_save(tenant=self.tenant, actor=_actor(self.request),
+                                                  **serializer.validated_data)
+
+    def perform_update(self, serializer):
+        serializer.instance = services.queue_save(tenant=self.tenant, queue=serializer.instance,
+                                                  actor=_actor(self.request), **serializer.validated_data)
+
+    def perform_destroy(self, instance):
+        services.queue_delete(queue=instance, actor=_actor(self.request))
+
+
+class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    serializer_class = s.ApprovalSerializer
+
+    @extend_schema(parameters=[OpenApiParameter(name, str) for name in ("status", "queue", "agent", "tool")])
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    def safely_get_queryset(self, queryset):
+        params = self.request.query_params
+        if self.action == "list":
+            status = params.get("status", RequestStatus.PENDING)
+            queryset = selectors.inbox_requests(tenant=self.tenant, status=status, queue=params.get("queue", ""),
+                                                agent=params.get("agent", ""), tool=params.get("tool", ""))
+        votes = Prefetch("votes", queryset=Vote.objects.for_tenant(self.tenant).order_by("at"))
+        return queryset.select_related("queue", "call", "call__session").prefetch_related(votes)
+
+    @extend_schema(request=s.DecideSerializer, responses=s.ApprovalSerializer)
+    @action(detail=True, methods=["post"])
+    def decide(self, request, pk=None):
+        approval: ApprovalRequest = self.get_object()
+        body = s.DecideSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        services.request_decide(request=approval, reviewer=request.user, decision=data["decision"],
+                                new_input=data["input"], message=data["message"])
+        if data["add_rule"] and data["decision"] in ("approve", "edit") and not isinstance(request.auth, ApiKey):
+            services.rule_from_approval(request=approval, actor=request.user, narrow_to_input=data["narrow_to_input"])
+        return Response(s.ApprovalSerializer(self.get_queryset().get(pk=approval.pk)).data)
+
+
+class CallResultView(APIView):
+    """An external system (or a script) posts the result of an external tool's call."""
+
+    required_scope = Scope.EXTERNAL
+
+    @extend_schema(request=s.ResultSerializer, responses={200: dict})
+    def post(self, request, call_id):
+        call = access_call(request, call_id)
+        body = s.ResultSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        services.external_result_post(call=call, actor=request.user, state=data["state"], content=data["content"],
+                                      structured=data["structured"])
+        call.refresh_from_db()
+        return Response(call_data(call))

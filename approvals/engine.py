@@ -1,0 +1,147 @@
+"""The decision engine: the permission step of the call chain, `rules/evaluate`, the simulator.
+
+Order (DESIGN §5): deny rules → ask rules → read-only auto-allow → allow rules → tenant default.
+Within a behaviour the highest priority, then the oldest rule, decides. Rules are compiled into an
+index per tenant: exact tool names in a dict, patterns filed by their literal prefix, so deciding
+looks at the few rules that can match rather than at all of them.
+"""
+import threading
+from bisect import insort
+from dataclasses import dataclass
+
+from .matching import arg_matches, compile_glob, pattern_prefix
+
+BEHAVIOR_RANK = {"deny": 0, "ask": 1, "allow": 2}
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    id: int
+    behavior: str
+    priority: int
+    tool_pattern: str
+    arg_match: tuple  # ((path, (glob, ...)), ...)
+    agents: frozenset
+    users: frozenset
+    queue_id: int | None
+    note: str
+
+    @property
+    def sort_key(self):
+        return (BEHAVIOR_RANK[self.behavior], -self.priority, self.id)
+
+    def matches(self, *, tool_name: str, effective_input: dict, agent: str, user: str) -> bool:
+        if self.agents and agent not in self.agents:
+            return False
+        if self.users and user not in self.users:
+            return False
+        if not compile_glob(self.tool_pattern)(tool_name):
+            return False
+        return all(arg_matches(effective_input, path, globs) for path, globs in self.arg_match)
+
+    def describe(self) -> str:
+        parts = [f"tool matches {self.tool_pattern!r}"]
+        parts += [f"{path} matches {' or '.join(repr(g) for g in globs)}" for path, globs in self.arg_match]
+        if self.agents:
+            parts.append(f"agent is {' or '.join(sorted(self.agents))}")
+        if self.users:
+            parts.append(f"user is {' or '.join(sorted(self.users))}")
+        text = f"rule #{self.id} ({', '.join(parts)})"
+        return f"{text}: {self.note}" if self.note else text
+
+
+def compile_rule(rule) -> CompiledRule:
+    arg_match = []
+    for path, globs in sorted((rule.arg_match or {}).items()):
+        globs = globs if isinstance(globs, list) else [globs]
+        arg_match.append((path, tuple(str(g) for g in globs)))
+    return CompiledRule(
+        id=rule.id, behavior=rule.behavior, priority=rule.priority, tool_pattern=rule.tool_pattern,
+        arg_match=tuple(arg_match), agents=frozenset(rule.agents or ()), users=frozenset(rule.users or ()),
+        queue_id=rule.queue_id, note=rule.note,
+    )
+
+
+class RuleIndex:
+    def __init__(self, rules=()):
+        self.exact: dict[str, list[CompiledRule]] = {}
+        self.by_prefix: dict[str, list[CompiledRule]] = {}
+        self.prefix_lengths: list[int] = []
+        for rule in rules:
+            self.add(rule if isinstance(rule, CompiledRule) else compile_rule(rule))
+        for bucket in (*self.exact.values(), *self.by_prefix.values()):
+            bucket.sort(key=lambda r: r.sort_key)
+
+    def add(self, rule: CompiledRule) -> None:
+        if "*" not in rule.tool_pattern:
+            self.exact.setdefault(rule.tool_pattern, []).append(rule)
+            return
+        prefix = pattern_prefix(rule.tool_pattern)
+        if prefix not in self.by_prefix:
+            self.by_prefix[prefix] = []
+            if len(prefix) not in self.prefix_lengths:
+                insort(self.prefix_lengths, len(prefix))
+        self.by_prefix[prefix].append(rule)
+
+    def candidates(self, tool_name: str) -> list[CompiledRule]:
+        found = list(self.exact.get(tool_name, ()))
+        for length in self.prefix_lengths:
+            if length > len(tool_name):
+                break
+            found.extend(self.by_prefix.get(tool_name[:length], ()))
+        found.sort(key=lambda r: r.sort_key)
+        return found
+
+
+@dataclass(frozen=True)
+class Decision:
+    behavior: str
+    rule: int | None
+    reason: str
+    queue: int | None = None
+
+    def as_dict(self) -> dict:
+        return {"behavior": self.behavior, "rule": self.rule, "reason": self.reason}
+
+
+def decide(index: RuleIndex, *, tool_name: str, effective_input: dict, agent: str, user: str,
+           read_only_trusted: bool, auto_allow_read_only: bool, default_behavior: str) -> Decision:
+    matched = [
+        rule for rule in index.candidates(tool_name)
+        if rule.matches(tool_name=tool_name, effective_input=effective_input, agent=agent, user=user)
+    ]
+    for rule in matched:
+        if rule.behavior in ("deny", "ask"):
+            verb = "denied" if rule.behavior == "deny" else "needs approval"
+            return Decision(rule.behavior, rule.id, f"{verb} by {rule.describe()}", rule.queue_id)
+        break
+    if read_only_trusted and auto_allow_read_only:
+        return Decision("allow", None, "allowed: the tool is read-only and its source is trusted")
+    for rule in matched:
+        if rule.behavior == "allow":
+            return Decision("allow", rule.id, f"allowed by {rule.describe()}")
+    return Decision(default_behavior, None, f"no rule matched: the tenant's default is {default_behavior}")
+
+
+class IndexCache:
+    """Compiled indexes per tenant, rebuilt when the tenant's policy version moves."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries: dict[int, tuple[int, RuleIndex]] = {}
+
+    def get(self, tenant_id: int, version: int, load) -> RuleIndex:
+        entry = self._entries.get(tenant_id)
+        if entry is not None and entry[0] == version:
+            return entry[1]
+        index = RuleIndex(load())
+        with self._lock:
+            self._entries[tenant_id] = (version, index)
+        return index
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+index_cache = IndexCache()

@@ -1,0 +1,134 @@
+from django.conf import settings
+from django.db import models
+
+from tenancy.models import Behavior
+from tenancy.scoping import TenantOwned
+
+
+class PermissionRule(TenantOwned):
+    """allow / deny / ask for calls whose tool, scope and effective input match (DESIGN §5)."""
+
+    behavior = models.CharField(max_length=8, choices=Behavior.choices)
+    tool_pattern = models.CharField(max_length=200, help_text="exact name, or a glob with *, e.g. mcp__github__*")
+    arg_match = models.JSONField(default=dict, blank=True,
+                                 help_text='argument → glob (or list of globs), e.g. {"command": "git *"}')
+    agents = models.JSONField(default=list, blank=True, help_text="agent names; empty means every agent")
+    users = models.JSONField(default=list, blank=True, help_text="session users; empty means every user")
+    queue = models.ForeignKey("approvals.Queue", null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="rules")
+    priority = models.IntegerField(default=0, help_text="higher wins among rules of the same behaviour")
+    enabled = models.BooleanField(default=True)
+    note = models.TextField(blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-priority", "id"]
+        indexes = [models.Index(fields=["tenant", "enabled"])]
+
+    def __str__(self):
+        return f"{self.behavior} {self.tool_pattern}"
+
+
+class PolicyVersion(TenantOwned):
+    """Bumped with every rule change, so each process knows when its compiled rule index is stale."""
+
+    version = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant"], name="one_policy_version_per_tenant")]
+
+
+class Queue(TenantOwned):
+    name = models.SlugField(max_length=64)
+    description = models.TextField(blank=True, default="")
+    reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="review_queues",
+                                       help_text="empty: every reviewer of the tenant")
+    required_approvals = models.PositiveSmallIntegerField(default=1)
+    four_eyes = models.BooleanField(default=False, help_text="a reviewer may not approve their own session's call")
+    expires_after = models.DurationField(null=True, blank=True)
+    escalate_after = models.DurationField(null=True, blank=True)
+    escalation_reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True,
+                                                  related_name="escalation_queues")
+    is_default = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="queue_name_per_tenant"),
+            models.UniqueConstraint(fields=["tenant"], condition=models.Q(is_default=True),
+                                    name="one_default_queue_per_tenant"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class RequestStatus(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    RESPONDED = "responded"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class RequestKind(models.TextChoices):
+    APPROVAL = "approval"
+    EXTERNAL = "external"
+
+
+class ApprovalRequest(TenantOwned):
+    call = models.OneToOneField("tools.ToolCall", on_delete=models.CASCADE, related_name="approval_request")
+    queue = models.ForeignKey(Queue, null=True, blank=True, on_delete=models.SET_NULL, related_name="requests")
+    kind = models.CharField(max_length=10, choices=RequestKind.choices, default=RequestKind.APPROVAL)
+    status = models.CharField(max_length=10, choices=RequestStatus.choices, default=RequestStatus.PENDING)
+    rule = models.ForeignKey(PermissionRule, null=True, blank=True, on_delete=models.SET_NULL)
+    reason = models.TextField(blank=True, default="")
+    opened_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    # Denormalised from the call so the inbox filters and sorts without joins.
+    agent = models.CharField(max_length=100, blank=True, default="")
+    tool_name = models.CharField(max_length=128, blank=True, default="")
+
+    class Meta:
+        ordering = ["opened_at", "id"]
+        indexes = [
+            models.Index(fields=["tenant", "status", "opened_at"]),
+            models.Index(fields=["status", "expires_at"]),
+            models.Index(fields=["status", "escalate_at"]),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} {self.tool_name} ({self.status})"
+
+
+class VoteDecision(models.TextChoices):
+    APPROVE = "approve"
+    EDIT = "edit"
+    REJECT = "reject"
+    RESPOND = "respond"
+
+
+class Vote(TenantOwned):
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="votes")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    reviewer_label = models.CharField(max_length=150)
+    decision = models.CharField(max_length=8, choices=VoteDecision.choices)
+    input = models.JSONField(null=True, blank=True)
+    message = models.TextField(blank=True, default="")
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["request", "reviewer_label"], name="one_vote_per_reviewer"),
+        ]
+
+    def __str__(self):
+        return f"{self.reviewer_label}: {self.decision}"

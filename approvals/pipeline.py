@@ -1,0 +1,30 @@
+"""The permission step of the call chain (settings.TOOLKEEPER_CALL_MIDDLEWARE)."""
+from tools.models import CallStatus
+from tools.pipeline import CallContext, Step
+
+from .selectors import evaluate
+from .services import request_open
+
+META_DECISION = {"behavior": "allow", "rule": None, "reason": "meta tools change only the session's tool surface"}
+
+
+class Permission(Step):
+    name = "permission"
+
+    def process(self, ctx: CallContext) -> bool:
+        session = ctx.session
+        if ctx.exposed is not None and ctx.exposed.is_meta:
+            ctx.set(decision=META_DECISION)
+            return True  # meta tools only reshape the session's own tool surface
+        decision = evaluate(tenant=session.tenant, tool_name=ctx.call.tool_name,
+                            effective_input=ctx.call.effective_input, agent=session.agent, user=session.user,
+                            tool=ctx.exposed.tool if ctx.exposed else None)
+        ctx.set(decision=decision.as_dict())
+        if decision.behavior == "deny":
+            return ctx.fail("PermissionDenied", decision.reason, status=CallStatus.DENIED)
+        if decision.behavior == "ask":
+            if not ctx.transition(CallStatus.AWAITING_APPROVAL):
+                return False
+            request_open(call=ctx.call, session=session, decision=decision)
+            return False
+        return True

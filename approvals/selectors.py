@@ -1,0 +1,86 @@
+"""Reads: decisions, the inbox, requests."""
+from django.db.models import Count, Prefetch
+
+from tenancy.models import Tenant
+from tools.models import CallStatus, Tool, ToolCall, ToolSource
+
+from .engine import Decision, decide, index_cache
+from .models import ApprovalRequest, PermissionRule, PolicyVersion, RequestStatus, Vote
+
+
+def rule_index(tenant: Tenant):
+    version = PolicyVersion.objects.for_tenant(tenant).values_list("version", flat=True).first() or 0
+    return index_cache.get(
+        tenant.pk, version, lambda: list(PermissionRule.objects.for_tenant(tenant).filter(enabled=True)),
+    )
+
+
+def read_only_trusted(tool: Tool | None) -> bool:
+    return bool(tool is not None and tool.read_only and tool.trusted)
+
+
+def evaluate(*, tenant: Tenant, tool_name: str, effective_input: dict, agent: str = "", user: str = "",
+             tool: Tool | None = None) -> Decision:
+    """The one engine behind calls, `rules/evaluate` and the console's simulator."""
+    if tool is None:
+        tool = Tool.objects.for_tenant(tenant).filter(name=tool_name).first()
+    return decide(
+        rule_index(tenant), tool_name=tool_name, effective_input=effective_input or {}, agent=agent, user=user,
+        read_only_trusted=read_only_trusted(tool), auto_allow_read_only=tenant.auto_allow_read_only,
+        default_behavior=tenant.default_behavior,
+    )
+
+
+def inbox_requests(*, tenant, status: str = RequestStatus.PENDING, queue: str = "", agent: str = "", tool: str = ""):
+    """Pending requests oldest first (decided ones newest first), with everything a list row shows."""
+    queryset = ApprovalRequest.objects.for_tenant(tenant).filter(status=status, kind="approval")
+    if queue:
+        queryset = queryset.filter(queue__name=queue)
+    if agent:
+        queryset = queryset.filter(agent=agent)
+    if tool:
+        queryset = queryset.filter(tool_name=tool)
+    order = ["opened_at", "id"] if status == RequestStatus.PENDING else ["-decided_at", "-id"]
+    return queryset.select_related("queue").order_by(*order)
+
+
+def inbox_count(*, tenant) -> int:
+    return ApprovalRequest.objects.for_tenant(tenant).filter(status=RequestStatus.PENDING, kind="approval").count()
+
+
+def external_tasks(*, tenant):
+    return ToolCall.objects.for_tenant(tenant).filter(
+        status=CallStatus.AWAITING_EXTERNAL, tool__source=ToolSource.EXTERNAL,
+    ).select_related("session", "tool").order_by("created_at")
+
+
+def approvals_for_calls(calls) -> dict:
+    """The `approval` of each call, for the API (one query, votes included)."""
+    calls = [c for c in calls if c.status != CallStatus.RECEIVED]
+    if not calls:
+        return {}
+    tenant_id = calls[0].tenant_id
+    requests = (ApprovalRequest.objects.for_tenant(tenant_id).filter(call_id__in=[c.pk for c in calls])
+                .select_related("queue")
+                .prefetch_related(Prefetch("votes", queryset=Vote.objects.for_tenant(tenant_id).order_by("at"))))
+    return {request.call_id: {"approval": approval_data(request)} for request in requests}
+
+
+def approval_data(request: ApprovalRequest) -> dict:
+    return {
+        "id": request.pk,
+        "queue": request.queue.name if request.queue else None,
+        "status": request.status,
+        "expires_at": request.expires_at.isoformat().replace("+00:00", "Z") if request.expires_at else None,
+        "votes": [
+            {"reviewer": vote.reviewer_label, "decision": vote.decision, "message": vote.message,
+             "input": vote.input, "at": vote.at.isoformat().replace("+00:00", "Z")}
+            for vote in request.votes.all()
+        ],
+    }
+
+
+def pending_counts_by_queue(*, tenant) -> dict:
+    rows = (ApprovalRequest.objects.for_tenant(tenant).filter(status=RequestStatus.PENDING, kind="approval")
+            .values("queue__name").annotate(n=Count("id")))
+    return {row["queue__name"] or "": row["n"] for row in rows}

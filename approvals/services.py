@@ -1,0 +1,344 @@
+"""Writes for rules, queues and approval requests; the reviewer's decisions."""
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+from rest_framework.exceptions import PermissionDenied, ValidationError
+
+from audit.services import audit_record
+from tenancy.models import Membership
+from toolkeeper.api import Conflict
+from tools.events import call_transition
+from tools.models import CallStatus, ToolCall, ToolSource
+from tools.pipeline import input_problems, pipeline_resume
+from tools.results import call_error, error_result, tool_result
+
+from .models import (
+    ApprovalRequest,
+    PermissionRule,
+    PolicyVersion,
+    Queue,
+    RequestKind,
+    RequestStatus,
+    Vote,
+    VoteDecision,
+)
+
+PERMISSION_STEP = "permission"
+RULE_FIELDS = ("behavior", "tool_pattern", "arg_match", "agents", "users", "queue", "priority", "enabled", "note")
+
+
+# --- rules -------------------------------------------------------------------------------------
+
+def policy_bump(*, tenant) -> None:
+    """Invalidate every process's compiled rules for this tenant (in the caller's transaction)."""
+    updated = PolicyVersion.objects.for_tenant(tenant).update(version=F("version") + 1)
+    if not updated:
+        try:
+            with transaction.atomic():
+                PolicyVersion.objects.create(tenant=tenant, version=1)
+        except IntegrityError:
+            PolicyVersion.objects.for_tenant(tenant).update(version=F("version") + 1)
+
+
+def _check_rule(tenant, values: dict) -> None:
+    errors = {}
+    arg_match = values.get("arg_match") or {}
+    if not isinstance(arg_match, dict) or not all(
+        isinstance(v, str) or (isinstance(v, list) and v and all(isinstance(i, str) for i in v))
+        for v in arg_match.values()
+    ):
+        errors["arg_match"] = ["an object of argument name → glob, or → list of globs"]
+    for name in ("agents", "users"):
+        value = values.get(name) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            errors[name] = ["a list of names"]
+    if not str(values.get("tool_pattern") or "").strip():
+        errors["tool_pattern"] = ["name a tool, or a pattern such as mcp__github__*"]
+    queue = values.get("queue")
+    if queue is not None and queue.tenant_id != tenant.pk:
+        errors["queue"] = ["no such queue"]
+    if errors:
+        raise ValidationError(errors)
+
+
+@transaction.atomic
+def rule_create(*, tenant, actor=None, **values) -> PermissionRule:
+    _check_rule(tenant, values)
+    user = actor if getattr(actor, "_meta", None) is not None else None
+    rule = PermissionRule.objects.create(tenant=tenant, created_by=user, **values)
+    policy_bump(tenant=tenant)
+    audit_record(tenant=tenant, actor=actor, verb="rule.created", target=f"rule:{rule.pk}",
+                 data={"behavior": rule.behavior, "tool_pattern": rule.tool_pattern})
+    return rule
+
+
+@transaction.atomic
+def rule_update(*, rule: PermissionRule, actor=None, **changes) -> PermissionRule:
+    values = {name: getattr(rule, name) for name in RULE_FIELDS} | changes
+    _check_rule(rule.tenant, values)
+    for key, value in changes.items():
+        setattr(rule, key, value)
+    rule.save()
+    policy_bump(tenant=rule.tenant)
+    audit_record(tenant=rule.tenant, actor=actor, verb="rule.updated", target=f"rule:{rule.pk}",
+                 data={k: v for k, v in changes.items() if k != "queue"})
+    return rule
+
+
+@transaction.atomic
+def rule_delete(*, rule: PermissionRule, actor=None) -> None:
+    audit_record(tenant=rule.tenant, actor=actor, verb="rule.deleted", target=f"rule:{rule.pk}")
+    tenant = rule.tenant
+    rule.delete()
+    policy_bump(tenant=tenant)
+
+
+# --- queues ------------------------------------------------------------------------------------
+
+def default_queue(tenant) -> Queue:
+    queue = Queue.objects.for_tenant(tenant).filter(is_default=True).first()
+    if queue is None:
+        try:
+            with transaction.atomic():
+                queue = Queue.objects.create(tenant=tenant, name="default", is_default=True,
+                                             description="Requests no rule routes elsewhere.")
+        except IntegrityError:
+            queue = Queue.objects.for_tenant(tenant).get(is_default=True)
+    return queue
+
+
+@transaction.atomic
+def queue_save(*, tenant, queue: Queue | None = None, actor=None, reviewers=None, escalation_reviewers=None,
+               **values) -> Queue:
+    if values.get("required_approvals", 1) < 1:
+        raise ValidationError({"required_approvals": ["at least one"]})
+    for group in (reviewers, escalation_reviewers):
+        members = set(Membership.objects.filter(tenant=tenant, user__in=group or []).values_list("user_id", flat=True))
+        if group and any(user.pk not in members for user in group):
+            raise ValidationError({"reviewers": ["reviewers must be members of the tenant"]})
+    name = values.get("name", queue.name if queue else "")
+    clash = Queue.objects.for_tenant(tenant).filter(name=name)
+    if queue is not None:
+        clash = clash.exclude(pk=queue.pk)
+    if clash.exists():
+        raise ValidationError({"name": [f"a queue named {name!r} exists"]})
+    if values.get("is_default"):
+        Queue.objects.for_tenant(tenant).filter(is_default=True).exclude(pk=getattr(queue, "pk", None)).update(
+            is_default=False)
+    if queue is None:
+        queue = Queue.objects.create(tenant=tenant, **values)
+        verb = "queue.created"
+    else:
+        for key, value in values.items():
+            setattr(queue, key, value)
+        queue.save()
+        verb = "queue.updated"
+    if reviewers is not None:
+        queue.reviewers.set(reviewers)
+    if escalation_reviewers is not None:
+        queue.escalation_reviewers.set(escalation_reviewers)
+    audit_record(tenant=tenant, actor=actor, verb=verb, target=f"queue:{queue.name}",
+                 data={k: str(v) for k, v in values.items()})
+    return queue
+
+
+def queue_delete(*, queue: Queue, actor=None) -> None:
+    if queue.is_default:
+        raise ValidationError({"is_default": ["make another queue the default first"]})
+    audit_record(tenant=queue.tenant, actor=actor, verb="queue.deleted", target=f"queue:{queue.name}")
+    queue.delete()
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+def request_open(*, call: ToolCall, session, decision) -> ApprovalRequest:
+    queue = None
+    if decision.queue is not None:
+        queue = Queue.objects.for_tenant(call.tenant_id).filter(pk=decision.queue).first()
+    queue = queue or default_queue(session.tenant)
+    now = timezone.now()
+    request = ApprovalRequest.objects.create(
+        tenant_id=call.tenant_id, call=call, queue=queue, kind=RequestKind.APPROVAL, rule_id=decision.rule,
+        reason=decision.reason, agent=session.agent, tool_name=call.tool_name,
+        expires_at=now + queue.expires_after if queue.expires_after else None,
+        escalate_at=now + queue.escalate_after if queue.escalate_after else None,
+    )
+    audit_record(tenant=session.tenant, verb="approval.opened", target=f"call:{call.pk}",
+                 data={"queue": queue.name, "rule": decision.rule, "reason": decision.reason})
+    return request
+
+
+def _is_person(reviewer) -> bool:
+    return getattr(reviewer, "_meta", None) is not None
+
+
+def reviewer_may_decide(*, request: ApprovalRequest, user) -> bool:
+    """Members who review, limited to the queue's reviewers when it names them (widened once escalated).
+
+    An admin-scoped API key decides for automation; it may do so only in queues that name no reviewers.
+    """
+    queue = request.queue
+    allowed = set(queue.reviewers.values_list("pk", flat=True)) if queue else set()
+    if queue is not None and request.escalated_at is not None:
+        allowed |= set(queue.escalation_reviewers.values_list("pk", flat=True))
+    if not _is_person(user):
+        return not allowed
+    membership = Membership.objects.filter(tenant_id=request.tenant_id, user=user).first()
+    if membership is None or not membership.can_review:
+        return False
+    return not allowed or user.pk in allowed
+
+
+def _same_person(reviewer, session_user: str) -> bool:
+    session_user = (session_user or "").strip().lower()
+    names = {str(getattr(reviewer, "username", "")).lower(), str(getattr(reviewer, "email", "") or "").lower()}
+    return bool(session_user) and session_user in names - {""}
+
+
+def _finish(request: ApprovalRequest, status: str) -> bool:
+    moved = ApprovalRequest.objects.for_tenant(request.tenant_id).filter(
+        pk=request.pk, status=RequestStatus.PENDING).update(status=status, decided_at=timezone.now())
+    if moved:
+        request.status = status
+    return bool(moved)
+
+
+def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_input=None,
+                   message: str = "") -> ApprovalRequest:
+    """One reviewer's vote. Exactly one concurrent decision settles a request; the rest get 409."""
+    if decision not in VoteDecision.values:
+        raise ValidationError({"decision": [f"one of {', '.join(VoteDecision.values)}"]})
+    if request.status == RequestStatus.PENDING and request.expires_at and request.expires_at <= timezone.now():
+        with transaction.atomic():
+            request_expire(request=request)
+        raise Conflict("the request has expired")
+    with transaction.atomic():
+        request = (ApprovalRequest.objects.for_tenant(request.tenant_id).select_for_update()
+                   .select_related("queue", "call", "call__session", "call__session__tenant").get(pk=request.pk))
+        call = request.call
+        if request.status != RequestStatus.PENDING:
+            raise Conflict(f"the request is already {request.status}")
+        if not reviewer_may_decide(request=request, user=reviewer):
+            raise PermissionDenied("you are not a reviewer of this request's queue")
+        if request.queue and request.queue.four_eyes and _same_person(reviewer, call.session.user):
+            raise PermissionDenied("four-eyes: you cannot decide a call made in your own session")
+        if decision == VoteDecision.EDIT:
+            problems = input_problems(session=call.session, tool_name=call.tool_name, new_input=new_input)
+            if problems:
+                raise ValidationError({"input": problems})
+        if decision == VoteDecision.RESPOND and not (message or new_input is not None):
+            raise ValidationError({"message": ["respond with a message or a structured answer"]})
+        try:
+            with transaction.atomic():
+                Vote.objects.create(tenant_id=request.tenant_id, request=request,
+                                    reviewer=reviewer if _is_person(reviewer) else None,
+                                    reviewer_label=str(reviewer.username), decision=decision,
+                                    input=new_input if decision in (VoteDecision.EDIT, VoteDecision.RESPOND) else None,
+                                    message=message)
+        except IntegrityError as exc:
+            raise Conflict("you have already voted on this request") from exc
+        audit_record(tenant=call.session.tenant, actor=reviewer, verb=f"approval.{decision}", target=f"call:{call.pk}",
+                     data={"message": message, "edited": decision == VoteDecision.EDIT})
+        if decision in (VoteDecision.APPROVE, VoteDecision.EDIT):
+            approvals = Vote.objects.for_tenant(request.tenant_id).filter(
+                request=request, decision__in=[VoteDecision.APPROVE, VoteDecision.EDIT]).count()
+            required = request.queue.required_approvals if request.queue else 1
+            if approvals < required:
+                return request
+            if not _finish(request, RequestStatus.APPROVED):
+                raise Conflict("another decision settled the request first")
+            if request.kind == RequestKind.APPROVAL:
+                pipeline_resume(call=call, after=PERMISSION_STEP,
+                                new_input=new_input if decision == VoteDecision.EDIT else None)
+        elif decision == VoteDecision.REJECT:
+            if not _finish(request, RequestStatus.REJECTED):
+                raise Conflict("another decision settled the request first")
+            error = call_error(error_type="Rejected", message=message or "a reviewer rejected this call",
+                               tool=call.tool_name, call_id=call.call_id)
+            call_transition(call=call, from_statuses=[call.status], to_status=CallStatus.REJECTED, error=error,
+                            result=error_result(error), event_data={"error": error, "reviewer": str(reviewer.username)})
+        else:
+            if not _finish(request, RequestStatus.RESPONDED):
+                raise Conflict("another decision settled the request first")
+            call_respond(call=call, actor=reviewer, message=message, structured=new_input)
+    return request
+
+
+def call_respond(*, call: ToolCall, actor, message: str = "", structured=None, state: str = "success",
+                 content: list | None = None) -> ToolCall:
+    """A human's (or an external system's) answer becomes the call's result."""
+    result = tool_result({"state": state, "content": content if content is not None else (
+        [{"type": "text", "text": message}] if message else []), "structured": structured})
+    to_status = CallStatus.SUCCEEDED if state == "success" else CallStatus.FAILED
+    error = None
+    if state != "success":
+        text = " ".join(part.get("text", "") for part in result["content"] if isinstance(part, dict)) or "failed"
+        error = call_error(error_type="ExternalError", message=text, tool=call.tool_name, call_id=call.call_id)
+    moved = call_transition(call=call, from_statuses=[CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_EXTERNAL],
+                            to_status=to_status, result=result, error=error,
+                            event_data={"responder": getattr(actor, "username", str(actor))})
+    if not moved:
+        raise Conflict(f"the call is {call.status}, not waiting for a result")
+    audit_record(tenant=call.session.tenant, actor=actor, verb="call.responded", target=f"call:{call.pk}",
+                 data={"state": state})
+    return call
+
+
+def external_result_post(*, call: ToolCall, actor, state: str, content: list, structured=None) -> ToolCall:
+    if call.status != CallStatus.AWAITING_EXTERNAL:
+        raise Conflict(f"the call is {call.status}, not awaiting an external result")
+    with transaction.atomic():
+        return call_respond(call=call, actor=actor, state=state, content=content, structured=structured)
+
+
+def request_expire(*, request: ApprovalRequest) -> bool:
+    if not _finish(request, RequestStatus.EXPIRED):
+        return False
+    call = request.call
+    error = call_error(error_type="ApprovalExpired", message="no reviewer decided before the request expired",
+                       tool=call.tool_name, call_id=call.call_id)
+    call_transition(call=call, from_statuses=[CallStatus.AWAITING_APPROVAL], to_status=CallStatus.EXPIRED,
+                    error=error, result=error_result(error), event_data={"error": error})
+    audit_record(tenant=call.tenant, verb="approval.expired", target=f"call:{call.pk}")
+    return True
+
+
+def requests_expire_due(*, now=None) -> int:
+    """The periodic job: expire overdue approval requests and external calls, escalate what is due."""
+    now = now or timezone.now()
+    expired = 0
+    due = ApprovalRequest.all_tenants.filter(status=RequestStatus.PENDING, expires_at__lte=now).select_related(
+        "call", "call__tenant")[:500]
+    for request in due:
+        with transaction.atomic():
+            expired += request_expire(request=request)
+    ApprovalRequest.all_tenants.filter(status=RequestStatus.PENDING, escalate_at__lte=now,
+                                       escalated_at__isnull=True).update(escalated_at=now)
+    expired += external_calls_expire(now=now)
+    return expired
+
+
+def external_calls_expire(*, now) -> int:
+    count = 0
+    for queue in Queue.all_tenants.filter(is_default=True, expires_after__isnull=False).select_related("tenant"):
+        cutoff = now - queue.expires_after
+        calls = ToolCall.objects.for_tenant(queue.tenant).filter(
+            status=CallStatus.AWAITING_EXTERNAL, tool__source=ToolSource.EXTERNAL, created_at__lte=cutoff)[:500]
+        for call in calls:
+            error = call_error(error_type="ExternalExpired", message="no result arrived before the deadline",
+                               tool=call.tool_name, call_id=call.call_id)
+            count += call_transition(call=call, from_statuses=[CallStatus.AWAITING_EXTERNAL],
+                                     to_status=CallStatus.EXPIRED, error=error, result=error_result(error),
+                                     event_data={"error": error})
+    return count
+
+
+def rule_from_approval(*, request: ApprovalRequest, actor, narrow_to_input: bool = False) -> PermissionRule:
+    """The suggestion shown when approving: always allow this tool for this agent (optionally this input)."""
+    call = request.call
+    arg_match = {}
+    if narrow_to_input:
+        arg_match = {key: value for key, value in call.input.items() if isinstance(value, str) and "*" not in value}
+    return rule_create(tenant=call.session.tenant, actor=actor, behavior="allow", tool_pattern=call.tool_name,
+                       agents=[call.session.agent], arg_match=arg_match, priority=0,
+                       note=f"added while approving call {call.call_id}")

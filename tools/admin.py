@@ -1,0 +1,144 @@
+"""Django admin for superusers: the platform admin's view across every tenant.
+
+Tenant-owned models fail closed on their default manager, so every queryset here (the change
+lists, the inline, the choices of related fields) says explicitly that it spans tenants
+(`Model.all_tenants`), and a form refuses to link rows of two different tenants.
+"""
+from django import forms
+from django.contrib import admin
+from django.core.exceptions import ValidationError
+
+from .models import AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolGroup
+
+
+def _spans_tenants(model) -> bool:
+    return hasattr(model, "all_tenants")
+
+
+class SameTenantForm(forms.ModelForm):
+    """Every related tenant-owned row must belong to the row's own tenant."""
+
+    def clean(self):
+        cleaned = super().clean()
+        tenant = cleaned.get("tenant") or getattr(self.instance, "tenant", None)
+        if tenant is None:
+            return cleaned
+        for name, value in list(cleaned.items()):
+            if name == "tenant" or value is None:
+                continue
+            related = list(value) if hasattr(value, "__iter__") and not isinstance(value, str | dict) else [value]
+            foreign = [str(obj) for obj in related if getattr(obj, "tenant_id", tenant.pk) != tenant.pk]
+            if foreign:
+                self.add_error(name, ValidationError(f"belongs to another tenant: {', '.join(foreign)}"))
+        return cleaned
+
+
+class PlatformAdminMixin:
+    """Superusers only; querysets and related choices across tenants."""
+
+    form = SameTenantForm
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_add_permission(self, request, *args):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser
+
+    def get_queryset(self, request):
+        queryset = self.model.all_tenants.all()
+        ordering = self.get_ordering(request)
+        return queryset.order_by(*ordering) if ordering else queryset
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if _spans_tenants(db_field.related_model):
+            kwargs.setdefault("queryset", db_field.related_model.all_tenants.select_related("tenant"))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def formfield_for_manytomany(self, db_field, request, **kwargs):
+        if _spans_tenants(db_field.related_model):
+            kwargs.setdefault("queryset", db_field.related_model.all_tenants.select_related("tenant"))
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
+
+
+class ReadOnlyMixin:
+    """Rows the pipeline writes: inspect and delete, never add or hand-edit."""
+
+    def has_add_permission(self, request, *args):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Tool)
+class ToolAdmin(PlatformAdminMixin, admin.ModelAdmin):
+    list_display = ("name", "tenant", "source", "read_only", "destructive", "idempotent", "concurrency_safe",
+                    "timeout_s", "enabled")
+    list_filter = ("source", "enabled", "read_only", "destructive")
+    search_fields = ("name", "tenant__slug", "source_ref")
+    list_select_related = ("tenant",)
+    readonly_fields = ("created_at", "updated_at")
+
+
+@admin.register(ToolGroup)
+class ToolGroupAdmin(PlatformAdminMixin, admin.ModelAdmin):
+    list_display = ("name", "tenant", "default_active", "switchable", "skill_ref")
+    list_filter = ("default_active", "switchable")
+    search_fields = ("name", "tenant__slug")
+    list_select_related = ("tenant",)
+    filter_horizontal = ("tools",)
+
+
+@admin.register(BoundArgument)
+class BoundArgumentAdmin(PlatformAdminMixin, admin.ModelAdmin):
+    list_display = ("tool", "name", "agent", "tenant", "created_at")
+    search_fields = ("name", "agent", "tool__name", "tenant__slug")
+    list_select_related = ("tenant", "tool")
+
+
+@admin.register(AgentSession)
+class AgentSessionAdmin(ReadOnlyMixin, PlatformAdminMixin, admin.ModelAdmin):
+    list_display = ("id", "tenant", "agent", "user", "call_count", "created_at")
+    search_fields = ("id", "agent", "user", "tenant__slug")
+    list_select_related = ("tenant",)
+    date_hierarchy = "created_at"
+
+
+class CallEventInline(admin.TabularInline):
+    model = CallEvent
+    extra = 0
+    can_delete = False
+    fields = ("seq", "kind", "data", "at")
+    readonly_fields = fields
+    ordering = ("seq",)
+
+    def get_queryset(self, request):
+        return CallEvent.all_tenants.order_by("seq")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser
+
+
+@admin.register(ToolCall)
+class ToolCallAdmin(ReadOnlyMixin, PlatformAdminMixin, admin.ModelAdmin):
+    list_display = ("created_at", "tenant", "tool_name", "call_id", "status", "attempts", "finished_at")
+    list_filter = ("status",)
+    search_fields = ("id", "call_id", "tool_name", "tenant__slug")
+    list_select_related = ("tenant",)
+    date_hierarchy = "created_at"
+    inlines = [CallEventInline]
