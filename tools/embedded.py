@@ -1,7 +1,12 @@
-"""Calls left behind by a stopped server process. The local executor lives in one process, so
-when that process starts, every call still `running` was orphaned by its predecessor."""
+"""The embedded mode's background duties, inside the one server process.
+
+On start it takes over the calls a stopped process left behind (the local executor lives in one
+process, so every call still `running` was orphaned), then runs the periodic jobs apps register
+(expiry, escalation, …) on a timer — the work Celery beat does in distributed mode.
+"""
 import logging
 import threading
+import time
 
 from django.db import close_old_connections, transaction
 
@@ -31,7 +36,22 @@ def calls_recover() -> dict:
     return {"requeued": len(queued), "interrupted": interrupted}
 
 
-def start_embedded_recovery() -> None:
+def run_due_jobs(last_run: dict, now: float) -> None:
+    from .registry import periodic_jobs
+
+    for name, (func, every_s) in periodic_jobs().items():
+        if now - last_run.get(name, 0.0) < every_s:
+            continue
+        last_run[name] = now
+        try:
+            func()
+        except Exception:
+            logger.exception("periodic job %s failed", name)
+        finally:
+            close_old_connections()
+
+
+def start_embedded_runtime(*, tick_s: float = 1.0) -> threading.Thread:
     def run():
         try:
             outcome = calls_recover()
@@ -41,5 +61,11 @@ def start_embedded_recovery() -> None:
             logger.exception("call recovery failed")
         finally:
             close_old_connections()
+        last_run: dict = {}
+        while True:
+            run_due_jobs(last_run, time.monotonic())
+            time.sleep(tick_s)
 
-    threading.Thread(target=run, name="toolkeeper-recovery", daemon=True).start()
+    thread = threading.Thread(target=run, name="toolkeeper-embedded", daemon=True)
+    thread.start()
+    return thread

@@ -20,10 +20,10 @@ from django.conf import settings  # noqa: E402
 from toolkeeper.routing import websocket_urlpatterns  # noqa: E402
 
 if settings.TOOLKEEPER_EXECUTOR == "local":
-    # The local executor lives in this one process: take over what a previous run left behind.
-    from tools.recovery import start_embedded_recovery
+    # Embedded mode: this one process also recovers orphaned calls and runs the periodic jobs.
+    from tools.embedded import start_embedded_runtime
 
-    start_embedded_recovery()
+    start_embedded_runtime()
 
 application = ProtocolTypeRouter(
     {
