@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "realtime",
     "tools",
     "approvals",
+    "knowledge",
     "console",
 ]
 

@@ -23,5 +23,6 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("t/<slug:tenant>/", include("approvals.urls")),
+    path("t/<slug:tenant>/knowledge/", include("knowledge.urls")),
     path("", include("console.urls")),
 ]
