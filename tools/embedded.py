@@ -10,25 +10,21 @@ import time
 
 from django.db import close_old_connections, transaction
 
-from .events import call_transition
-from .execution import _fail_fields
 from .models import CallStatus, ToolCall
+from .worker import call_settle_orphan
 
 logger = logging.getLogger("toolkeeper.calls")
 
 
 def calls_recover() -> dict:
-    """Running calls are re-run if idempotent, else interrupted; queued calls go to the executor."""
+    """Running calls are re-run if idempotent, else failed (WorkerLost); queued calls go to the executor."""
     from .executors import get_executor
 
     interrupted = 0
     with transaction.atomic():
         for call in ToolCall.all_tenants.select_related("tool").filter(status=CallStatus.RUNNING):
-            if call.tool is not None and call.tool.idempotent:
-                call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.QUEUED)
-            elif call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.INTERRUPTED,
-                                 **_fail_fields(call, "WorkerLost", "the server stopped while the call ran")):
-                interrupted += 1
+            outcome = call_settle_orphan(call, "the server stopped while the call ran")
+            interrupted += outcome == "failed"
     queued = list(ToolCall.all_tenants.select_related("tool", "tenant").filter(status=CallStatus.QUEUED)
                   .order_by("created_at"))
     for call in queued:

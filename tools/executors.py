@@ -1,4 +1,5 @@
-"""Executors run queued calls. `local`: a thread pool in the server process (embedded mode).
+"""Executors run queued calls. `local`: a thread pool in the server process (embedded mode);
+`celery`: Celery workers (distributed mode, see tools.worker).
 
 The local executor keeps each tenant under its `max_parallel_calls`, runs a session's
 `concurrency_safe=False` calls one at a time in the order they arrived, enforces each tool's
@@ -39,7 +40,7 @@ class LocalExecutor:
         self._running_per_tenant: Counter = Counter()
         self._busy_sessions: set[str] = set()
 
-    def submit(self, call: ToolCall) -> None:
+    def submit(self, call: ToolCall) -> bool:
         tool = call.tool
         job = Job(
             call_id=str(call.pk), tenant_id=call.tenant_id, session_id=str(call.session_id),
@@ -49,6 +50,7 @@ class LocalExecutor:
         with self._lock:
             self._waiting.append(job)
             self._start_eligible()
+        return True
 
     def cancel(self, call_id) -> None:
         """Wake a running call's tool; the caller has already settled the call's status."""
@@ -118,6 +120,29 @@ class LocalExecutor:
             close_old_connections()
 
 
+class CeleryExecutor:
+    """Hands calls to Celery workers. A failed dispatch (broker down) leaves the call queued; the
+    periodic dispatcher sends it once the broker is back."""
+
+    def submit(self, call: ToolCall) -> bool:
+        from django.utils import timezone
+
+        from .tasks import run_call
+
+        timeout = call.tool.timeout_s if call.tool else 30.0
+        try:
+            run_call.apply_async(args=[str(call.pk)], retry=False, soft_time_limit=timeout + 5,
+                                 time_limit=timeout + 30)
+        except Exception:
+            logger.warning("could not dispatch call %s; it stays queued", call.pk, exc_info=True)
+            return False
+        ToolCall.objects.for_tenant(call.tenant_id).filter(pk=call.pk).update(dispatched_at=timezone.now())
+        return True
+
+    def cancel(self, call_id) -> None:
+        """Workers notice cancel requests themselves (their watchdog reads the call)."""
+
+
 _executor = None
 _executor_lock = threading.Lock()
 
@@ -127,7 +152,8 @@ def get_executor():
     if _executor is None:
         with _executor_lock:
             if _executor is None:
-                if settings.TOOLKEEPER_EXECUTOR != "local":
-                    raise NotImplementedError(f"executor {settings.TOOLKEEPER_EXECUTOR!r} is not available")
-                _executor = LocalExecutor(settings.TOOLKEEPER_LOCAL_WORKERS)
+                if settings.TOOLKEEPER_EXECUTOR == "celery":
+                    _executor = CeleryExecutor()
+                else:
+                    _executor = LocalExecutor(settings.TOOLKEEPER_LOCAL_WORKERS)
     return _executor

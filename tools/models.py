@@ -143,6 +143,7 @@ class ToolCall(TenantOwned):
     cancel_requested = models.BooleanField(default=False)
     event_seq = models.PositiveIntegerField(default=0)
     lease_until = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -153,6 +154,7 @@ class ToolCall(TenantOwned):
         indexes = [
             models.Index(fields=["tenant", "-created_at"]),
             models.Index(fields=["tenant", "status"]),
+            models.Index(fields=["status", "lease_until"]),
         ]
 
     def __str__(self):

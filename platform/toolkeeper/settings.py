@@ -165,7 +165,7 @@ TOOLKEEPER_CALL_MIDDLEWARE = [
     "tools.pipeline.Dispatch",
 ]
 TOOLKEEPER_EXECUTOR = os.environ.get("TOOLKEEPER_EXECUTOR", "local")
-TOOLKEEPER_EXECUTORS = ("local",)
+TOOLKEEPER_EXECUTORS = ("local", "celery")
 if TOOLKEEPER_EXECUTOR not in TOOLKEEPER_EXECUTORS:
     raise ImproperlyConfigured(f"TOOLKEEPER_EXECUTOR must be one of: {', '.join(TOOLKEEPER_EXECUTORS)}")
 TOOLKEEPER_LOCAL_WORKERS = int(os.environ.get("TOOLKEEPER_LOCAL_WORKERS", 16))
@@ -175,6 +175,11 @@ TOOLKEEPER_MAX_BATCH = 64
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "memory://"
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
+if TOOLKEEPER_EXECUTOR == "celery" and CELERY_BROKER_URL == "memory://":
+    raise ImproperlyConfigured("TOOLKEEPER_EXECUTOR=celery needs REDIS_URL (or CELERY_BROKER_URL)")
 
 LOGGING = {
     "version": 1,
