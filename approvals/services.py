@@ -5,6 +5,8 @@ from django.utils import timezone
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from audit.services import audit_record
+from realtime.broadcast import publish_on_commit
+from realtime.groups import inbox_group
 from tenancy.models import Membership
 from toolkeeper.api import Conflict
 from tools.events import call_transition
@@ -165,7 +167,17 @@ def request_open(*, call: ToolCall, session, decision) -> ApprovalRequest:
     )
     audit_record(tenant=session.tenant, verb="approval.opened", target=f"call:{call.pk}",
                  data={"queue": queue.name, "rule": decision.rule, "reason": decision.reason})
+    _announce(request, "opened")
     return request
+
+
+def _announce(request: ApprovalRequest, change: str) -> None:
+    """Tell open inboxes (after commit) that a request appeared or was settled."""
+    publish_on_commit([inbox_group(request.tenant_id)], {
+        "type": "inbox.event", "change": change, "request": request.pk, "status": request.status,
+        "tool": request.tool_name, "agent": request.agent, "queue": request.queue.name if request.queue else None,
+        "call": str(request.call_id),
+    })
 
 
 def _is_person(reviewer) -> bool:
@@ -200,6 +212,7 @@ def _finish(request: ApprovalRequest, status: str) -> bool:
         pk=request.pk, status=RequestStatus.PENDING).update(status=status, decided_at=timezone.now())
     if moved:
         request.status = status
+        _announce(request, status)
     return bool(moved)
 
 

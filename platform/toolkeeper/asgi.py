@@ -13,9 +13,15 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
+
+if settings.DEBUG:
+    # The development server serves static files (the Django admin's) itself.
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+    django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from toolkeeper.routing import websocket_urlpatterns  # noqa: E402
 
@@ -28,6 +34,6 @@ if settings.TOOLKEEPER_EXECUTOR == "local":
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
+        "websocket": URLRouter(websocket_urlpatterns),
     }
 )

@@ -140,3 +140,6 @@ class BindingSerializer(serializers.ModelSerializer):
     class Meta:
         model = BoundArgument
         fields = ["id", "tool", "agent", "name", "value", "created_at"]
+        # binding_set replaces an existing binding; DRF's generated uniqueness check would also
+        # query without the tenant.
+        validators = []

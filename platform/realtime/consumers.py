@@ -1,0 +1,231 @@
+"""WebSocket streams (DESIGN §9). Consumers authenticate, check access, then join a group.
+
+A client that passes `after=<seq>` first receives the stored events it missed (per call, those
+numbered above `after`), then live ones; an event is never sent twice on one connection.
+"""
+import logging
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from .groups import calls_group, inbox_group, session_group
+
+logger = logging.getLogger("toolkeeper.realtime")
+
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_NOT_FOUND = 4404
+REPLAY_LIMIT = 5000
+
+
+def _query(scope) -> dict:
+    return {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
+
+
+def _after(query: dict) -> int | None:
+    value = query.get("after")
+    if value is None:
+        return None
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return 0
+
+
+class EventStream(AsyncJsonWebsocketConsumer):
+    """A stream of call events for one group; subclasses decide who may join which group."""
+
+    group: str = ""
+    call_filter: str | None = None
+
+    async def connect(self):
+        self.sent: dict[str, int] = {}
+        access = await database_sync_to_async(self.authorize)()
+        if access is None:
+            await self.close(code=CLOSE_UNAUTHORIZED)
+            return
+        await self.accept(subprotocol=self.accepted_subprotocol())
+        for group in self.groups_to_join():
+            await self.channel_layer.group_add(group, self.channel_name)
+        self.joined = True
+        after = _after(_query(self.scope))
+        if after is not None:
+            for event in await database_sync_to_async(self.replay)(after):
+                await self.forward(event)
+
+    async def disconnect(self, code):
+        if getattr(self, "joined", False):
+            for group in self.groups_to_join():
+                await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive_json(self, content, **kwargs):
+        """Streams are one-way; a client message is ignored."""
+
+    async def call_event(self, message):
+        await self.forward(message)
+
+    async def inbox_event(self, message):
+        await self.send_json({k: v for k, v in message.items() if k != "type"})
+
+    async def forward(self, message: dict):
+        call_id = message["call"]
+        if self.call_filter and call_id != self.call_filter:
+            return
+        if message["seq"] <= self.sent.get(call_id, 0):
+            return
+        self.sent[call_id] = message["seq"]
+        await self.send_json({"call": call_id, "seq": message["seq"], "kind": message["kind"],
+                              "data": message["data"], "at": message["at"]})
+
+    # -- subclass hooks --
+    def authorize(self):
+        raise NotImplementedError
+
+    def groups_to_join(self) -> list[str]:
+        return [self.group]
+
+    def accepted_subprotocol(self):
+        return None
+
+    def replay(self, after: int) -> list[dict]:
+        return []
+
+
+def stored_events(*, tenant_id: int, after: int, session_id=None, call_id=None) -> list[dict]:
+    from tools.models import CallEvent
+
+    events = CallEvent.objects.for_tenant(tenant_id).filter(seq__gt=after)
+    if call_id is not None:
+        events = events.filter(call_id=call_id)
+    if session_id is not None:
+        events = events.filter(call__session_id=session_id)
+    events = events.order_by("call__created_at", "call_id", "seq").values(
+        "call_id", "seq", "kind", "data", "at")[:REPLAY_LIMIT]
+    return [{"call": str(e["call_id"]), "seq": e["seq"], "kind": e["kind"], "data": e["data"],
+             "at": e["at"].isoformat()} for e in events]
+
+
+class AppSessionStream(EventStream):
+    """`/ws/api/sessions/<id>/`: an app follows its session, authenticated by its API key."""
+
+    def _token(self) -> tuple[str | None, str | None]:
+        for name, value in self.scope.get("headers", []):
+            if name == b"authorization":
+                keyword, _, token = value.decode("latin-1").partition(" ")
+                if keyword.lower() == "bearer" and token.strip():
+                    return token.strip(), None
+        for protocol in self.scope.get("subprotocols", []):
+            if protocol.startswith("bearer."):
+                return protocol[len("bearer."):], protocol
+        return None, None
+
+    def authorize(self):
+        from tenancy.selectors import apikey_from_token
+        from tools.models import AgentSession
+
+        token, self.subprotocol = self._token()
+        api_key = apikey_from_token(token) if token else None
+        if api_key is None or not api_key.has_scope("agent"):
+            return None
+        filters = {"agent": api_key.agent} if api_key.agent else {}
+        session_id = self.scope["url_route"]["kwargs"]["session_id"]
+        try:
+            session = AgentSession.objects.for_tenant(api_key.tenant).filter(**filters).filter(pk=session_id).first()
+        except Exception:  # a malformed id is simply not found
+            session = None
+        if session is None:
+            return None
+        self.tenant_id, self.session_id = api_key.tenant_id, session.pk
+        self.group = session_group(self.tenant_id, self.session_id)
+        self.call_filter = _query(self.scope).get("call")
+        return session
+
+    def accepted_subprotocol(self):
+        return self.subprotocol
+
+    def replay(self, after: int) -> list[dict]:
+        return stored_events(tenant_id=self.tenant_id, session_id=self.session_id, after=after,
+                             call_id=self.call_filter)
+
+
+class ConsoleStream(EventStream):
+    """Console streams: a logged-in member of the tenant named in the URL."""
+
+    def member_tenant(self):
+        from tenancy.selectors import access_tenant
+
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            return None
+        try:
+            tenant, _ = access_tenant(user, self.scope["url_route"]["kwargs"]["tenant"])
+        except Exception:
+            return None
+        return tenant
+
+
+class ConsoleCallsStream(ConsoleStream):
+    """Every call of the tenant: the calls list and the dashboard."""
+
+    def authorize(self):
+        tenant = self.member_tenant()
+        if tenant is None:
+            return None
+        self.tenant_id = tenant.pk
+        self.group = calls_group(tenant.pk)
+        return tenant
+
+
+class ConsoleSessionStream(ConsoleStream):
+    def authorize(self):
+        from tools.models import AgentSession
+
+        tenant = self.member_tenant()
+        if tenant is None:
+            return None
+        try:
+            session = AgentSession.objects.for_tenant(tenant).filter(
+                pk=self.scope["url_route"]["kwargs"]["session_id"]).first()
+        except Exception:
+            session = None
+        if session is None:
+            return None
+        self.tenant_id, self.session_id = tenant.pk, session.pk
+        self.group = session_group(tenant.pk, session.pk)
+        return session
+
+    def replay(self, after: int) -> list[dict]:
+        return stored_events(tenant_id=self.tenant_id, session_id=self.session_id, after=after)
+
+
+class ConsoleCallStream(ConsoleStream):
+    def authorize(self):
+        from tools.models import ToolCall
+
+        tenant = self.member_tenant()
+        if tenant is None:
+            return None
+        try:
+            call = ToolCall.objects.for_tenant(tenant).filter(pk=self.scope["url_route"]["kwargs"]["call_id"]).first()
+        except Exception:
+            call = None
+        if call is None:
+            return None
+        self.tenant_id, self.call_filter = tenant.pk, str(call.pk)
+        self.group = session_group(tenant.pk, call.session_id)
+        return call
+
+    def replay(self, after: int) -> list[dict]:
+        return stored_events(tenant_id=self.tenant_id, call_id=self.call_filter, after=after)
+
+
+class ConsoleInboxStream(ConsoleStream):
+    """New and settled approval requests, for the inbox list and the pending count."""
+
+    def authorize(self):
+        tenant = self.member_tenant()
+        if tenant is None:
+            return None
+        self.tenant_id = tenant.pk
+        self.group = inbox_group(tenant.pk)
+        return tenant
