@@ -29,6 +29,10 @@ DATABASES = {
     "default": database_from_url(TEST_DATABASE_URL or f"sqlite:///{DATA_DIR / 'test.sqlite3'}"),
 }
 USING_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
+if USING_POSTGRES:
+    # One test database per run (xdist adds its worker suffix), so concurrent runs never collide.
+    _run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
+    DATABASES["default"]["TEST"] = {"NAME": f"test_toolkeeper_{_run}"[:58]}
 
 TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL")
 if not TEST_REDIS_URL and _reachable("127.0.0.1", 6379):
