@@ -158,3 +158,15 @@ def session_calls(session: AgentSession):
 
 def call_events(call: ToolCall, after: int = 0):
     return CallEvent.objects.for_tenant(call.tenant_id).filter(call=call, seq__gt=after).order_by("seq")
+
+
+def call_history_day(*, tenant, start, end) -> list[dict]:
+    """Calls created in [start, end) grouped by tool and status, with their summed run time."""
+    from django.db.models import Count, DurationField, ExpressionWrapper, F, Sum
+
+    duration = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
+    rows = (ToolCall.objects.for_tenant(tenant).filter(created_at__gte=start, created_at__lt=end)
+            .values("tool_name", "status")
+            .annotate(n=Count("id"), total=Sum(duration), timed=Count("finished_at")))
+    return [{"tool_name": r["tool_name"], "status": r["status"], "n": r["n"], "timed": r["timed"],
+             "total_ms": r["total"].total_seconds() * 1000 if r["total"] is not None else None} for r in rows]
