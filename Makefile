@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install lint migrate run-distributed worker beat bench clean
+.PHONY: run test install lint migrate serve worker beat bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,17 @@ migrate: install
 run: migrate
 	$(BIN)/python manage.py bootstrap --url http://$(HOST):$(PORT)
 	$(BIN)/daphne -b $(HOST) -p $(PORT) toolkeeper.asgi:application
+
+# Distributed mode: set DATABASE_URL, REDIS_URL and TOOLKEEPER_EXECUTOR=celery, then run each of
+# these (in its own terminal or service unit; several `serve` and `worker` processes may run).
+serve: migrate
+	$(BIN)/daphne -b $(HOST) -p $(PORT) toolkeeper.asgi:application
+
+worker: install
+	$(BIN)/celery -A toolkeeper worker --loglevel=info
+
+beat: install
+	$(BIN)/celery -A toolkeeper beat --loglevel=info --schedule $${TOOLKEEPER_DATA_DIR:-var}/celerybeat-schedule
 
 test: install
 	$(BIN)/python -m pytest -n auto
