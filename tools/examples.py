@@ -59,3 +59,24 @@ def countdown(seconds: int = 5, ctx: ToolContext = None) -> str:
         ctx.sleep(1)
     ctx.emit("done", progress=1.0)
     return f"counted down {seconds} seconds"
+
+
+@tool(idempotent=False, concurrency_safe=False, timeout=120, groups=("ops",))
+def slow_write(text: str, seconds: int = 5, ctx: ToolContext = None) -> dict:
+    """Append a note to the session's notes after a slow write, reporting progress. Not idempotent: running it
+    twice appends twice, so the platform never retries it on its own.
+
+    Args:
+        text: The note to append.
+        seconds: How long the write takes, 1 to 60.
+    """
+    from .services import session_note_append
+
+    if not 1 <= seconds <= 60:
+        raise ToolError("seconds must be between 1 and 60", error_type="InvalidInput")
+    for done in range(seconds):
+        ctx.emit(f"writing… {done}/{seconds} s", progress=done / seconds)
+        ctx.sleep(1)
+    notes = session_note_append(session=ctx.session, text=text)
+    ctx.emit("written", progress=1.0)
+    return {"notes": len(notes), "appended": text}

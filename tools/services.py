@@ -239,6 +239,16 @@ def session_todos_replace(*, session: AgentSession, todos: list[dict]) -> list[d
     return todos
 
 
+def session_note_append(*, session: AgentSession, text: str) -> list[str]:
+    with transaction.atomic():
+        current = AgentSession.objects.for_tenant(session.tenant_id).select_for_update().get(pk=session.pk)
+        notes = [*current.state.get("notes", []), text]
+        current.state = {**current.state, "notes": notes}
+        current.save(update_fields=["state"])
+    session.state = current.state
+    return notes
+
+
 # --- calls -------------------------------------------------------------------------------------
 
 def _same_request(call: ToolCall, spec: dict) -> bool:
