@@ -40,8 +40,9 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 
+# BENCH_ARGS=--quick for a run well under a minute.
 bench: install
-	$(BIN)/python bench/call_overhead.py
+	$(BIN)/python bench/call_overhead.py --json bench/results/call_overhead.json $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var

@@ -7,11 +7,13 @@ class ApprovalsConfig(AppConfig):
     def ready(self):
         from tenancy.signals import tenant_created
         from tools.registry import register_call_annotator, register_periodic
+        from tools.signals import call_cancelled
 
         from .selectors import approvals_for_calls
-        from .services import default_queue, requests_expire_due
+        from .services import default_queue, request_cancel_for_call, requests_expire_due
 
         register_call_annotator(approvals_for_calls)
         register_periodic("approvals.expire", lambda: requests_expire_due(), every_s=5)
+        call_cancelled.connect(request_cancel_for_call, dispatch_uid="approvals.cancel_request")
         tenant_created.connect(lambda sender, tenant, **kw: default_queue(tenant), weak=False,
                                dispatch_uid="approvals.default_queue")

@@ -3,6 +3,7 @@ from django.db.models import Count, Prefetch
 
 from tenancy.models import Tenant
 from tools.models import CallStatus, Tool, ToolCall, ToolSource
+from tools.selectors import bindings_for
 
 from .engine import Decision, decide, index_cache
 from .models import ApprovalRequest, PermissionRule, PolicyVersion, RequestStatus, Vote
@@ -31,6 +32,18 @@ def evaluate(*, tenant: Tenant, tool_name: str, effective_input: dict, agent: st
     )
 
 
+def simulate(*, tenant: Tenant, tool_name: str, tool_input: dict | None = None, agent: str = "",
+             user: str = "") -> Decision:
+    """Decide a hypothetical call as a real one would be decided: the agent's bound arguments are applied
+    to the input first (so a rule on a bound argument matches exactly as it does for real calls).
+    Behind `POST /api/v1/rules/evaluate` and the console's rule simulator."""
+    tool = Tool.objects.for_tenant(tenant).filter(name=tool_name).first()
+    effective = dict(tool_input or {})
+    if tool is not None:
+        effective |= bindings_for(tenant, agent, [tool.pk]).get(tool.pk, {})
+    return evaluate(tenant=tenant, tool_name=tool_name, effective_input=effective, agent=agent, user=user, tool=tool)
+
+
 def inbox_requests(*, tenant, status: str = RequestStatus.PENDING, queue: str = "", agent: str = "", tool: str = ""):
     """Pending requests oldest first (decided ones newest first), with everything a list row shows."""
     queryset = ApprovalRequest.objects.for_tenant(tenant).filter(status=status, kind="approval")
@@ -56,7 +69,7 @@ def external_tasks(*, tenant):
 
 def approvals_for_calls(calls) -> dict:
     """The `approval` of each call, for the API (one query, votes included)."""
-    calls = [c for c in calls if c.status != CallStatus.RECEIVED]
+    calls = [c for c in calls if (c.decision or {}).get("behavior") == "ask"]  # only these ever asked
     if not calls:
         return {}
     tenant_id = calls[0].tenant_id

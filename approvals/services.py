@@ -226,11 +226,15 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
             request_expire(request=request)
         raise Conflict("the request has expired")
     with transaction.atomic():
-        request = (ApprovalRequest.objects.for_tenant(request.tenant_id).select_for_update()
+        request = (ApprovalRequest.objects.for_tenant(request.tenant_id).select_for_update(of=("self",))
                    .select_related("queue", "call", "call__session", "call__session__tenant").get(pk=request.pk))
         call = request.call
         if request.status != RequestStatus.PENDING:
             raise Conflict(f"the request is already {request.status}")
+        if call.status != CallStatus.AWAITING_APPROVAL:
+            # The call moved on without a decision (cancelled): the request is moot.
+            _finish(request, RequestStatus.CANCELLED)
+            raise Conflict(f"the call is already {call.status}")
         if not reviewer_may_decide(request=request, user=reviewer):
             raise PermissionDenied("you are not a reviewer of this request's queue")
         if request.queue and request.queue.four_eyes and _same_person(reviewer, call.session.user):
@@ -304,6 +308,13 @@ def external_result_post(*, call: ToolCall, actor, state: str, content: list, st
         return call_respond(call=call, actor=actor, state=state, content=content, structured=structured)
 
 
+def request_cancel_for_call(sender, call, **kwargs) -> None:
+    """A call cancelled while it waited for a reviewer takes its request out of the inbox."""
+    request = ApprovalRequest.objects.for_tenant(call.tenant_id).filter(call=call, status=RequestStatus.PENDING).first()
+    if request is not None:
+        _finish(request, RequestStatus.CANCELLED)
+
+
 def request_expire(*, request: ApprovalRequest) -> bool:
     if not _finish(request, RequestStatus.EXPIRED):
         return False
@@ -351,7 +362,10 @@ def rule_from_approval(*, request: ApprovalRequest, actor, narrow_to_input: bool
     call = request.call
     arg_match = {}
     if narrow_to_input:
-        arg_match = {key: value for key, value in call.input.items() if isinstance(value, str) and "*" not in value}
+        edit = (Vote.objects.for_tenant(request.tenant_id).filter(request=request, decision=VoteDecision.EDIT)
+                .order_by("-at").first())
+        approved_input = edit.input if edit is not None else call.input
+        arg_match = {key: value for key, value in approved_input.items() if isinstance(value, str) and "*" not in value}
     return rule_create(tenant=call.session.tenant, actor=actor, behavior="allow", tool_pattern=call.tool_name,
                        agents=[call.session.agent], arg_match=arg_match, priority=0,
                        note=f"added while approving call {call.call_id}")

@@ -1,3 +1,26 @@
+"""Console routes of the inbox, the rules page and the queues page, mounted under /t/<slug:tenant>/.
+
+Parameter names are fixed (the cross-tenant URL-conf walk substitutes ids by name):
+`tenant` (slug), `request_id` (ApprovalRequest), `rule_id`, `queue_id`, `call_id` (ToolCall uuid).
+"""
+from django.urls import path
+
+from . import views
+
 app_name = "inbox"
 
-urlpatterns: list = []
+urlpatterns = [
+    path("inbox/", views.inbox, name="inbox"),
+    path("inbox/history/", views.inbox_history, name="inbox_history"),
+    path("inbox/external/", views.inbox_external, name="inbox_external"),
+    path("inbox/external/<str:call_id>/", views.inbox_external_respond, name="inbox_external_respond"),
+    path("inbox/<int:request_id>/", views.inbox_request, name="inbox_request"),
+    path("rules/", views.rule_list, name="rule_list"),
+    path("rules/new/", views.rule_create, name="rule_create"),
+    path("rules/<int:rule_id>/", views.rule_edit, name="rule_edit"),
+    path("rules/<int:rule_id>/delete/", views.rule_delete, name="rule_delete"),
+    path("queues/", views.queue_list, name="queue_list"),
+    path("queues/new/", views.queue_create, name="queue_create"),
+    path("queues/<int:queue_id>/", views.queue_edit, name="queue_edit"),
+    path("queues/<int:queue_id>/delete/", views.queue_delete, name="queue_delete"),
+]

@@ -1,3 +1,18 @@
+"""Console pages, mounted at /t/<tenant>/knowledge/. Parameters: `tenant` (slug), `dataset_id`, `document_id`."""
+from django.urls import path
+
+from . import views
+
 app_name = "knowledge"
 
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.dataset_list, name="dataset_list"),
+    path("datasets/new/", views.dataset_create, name="dataset_create"),
+    path("datasets/<int:dataset_id>/", views.dataset_detail, name="dataset_detail"),
+    path("datasets/<int:dataset_id>/upload/", views.dataset_upload, name="dataset_upload"),
+    path("datasets/<int:dataset_id>/delete/", views.dataset_delete, name="dataset_delete"),
+    path("documents/<int:document_id>/", views.document_detail, name="document_detail"),
+    path("documents/<int:document_id>/delete/", views.document_delete, name="document_delete"),
+    path("search/", views.search, name="search"),
+    path("bindings/", views.bindings, name="bindings"),
+]

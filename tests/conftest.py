@@ -90,3 +90,37 @@ def world(db) -> World:
 @pytest.fixture
 def api():
     return APIClient()
+
+
+@pytest.fixture
+def drain_calls(db):
+    """For transactional tests whose calls really run: at teardown, wait (bounded) until the local
+    executor is idle, so no worker thread writes while the tables are flushed."""
+    yield
+    import time
+
+    from tools import executors
+
+    executor = executors._executor
+    if executor is None or not hasattr(executor, "_running"):
+        return  # only the local executor runs calls inside the test process
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with executor._lock:
+            if not executor._running and not executor._waiting:
+                return
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_stray_connections(django_db_setup, django_db_blocker):
+    """Worker threads (executor, wait pool) keep their own connections open; end them before the
+    test database is dropped, or the drop fails with "being accessed by other users"."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                               "WHERE datname = current_database() AND pid <> pg_backend_pid()")

@@ -60,7 +60,7 @@ def _record(call: ToolCall, seq: int, kind: str, data: dict) -> CallEvent:
 
 
 def call_event_append(*, call: ToolCall, kind: str, data: dict) -> CallEvent:
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         seq = _update_call(call)
         return _record(call, seq, kind, data)
 
@@ -70,7 +70,7 @@ def call_transition(*, call: ToolCall, from_statuses, to_status: str, event_data
     """Move the call to `to_status` if it is still in one of `from_statuses`. Returns whether it moved."""
     if to_status in TERMINAL_STATUSES and "finished_at" not in fields:
         fields["finished_at"] = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         seq = _update_call(call, from_statuses=from_statuses, fields={"status": to_status, **fields})
         if seq is None:
             return False

@@ -18,11 +18,8 @@ def _fail_fields(call: ToolCall, error_type: str, message: str) -> dict:
     return {"error": error, "result": error_result(error)}
 
 
-def call_claim(*, call_id) -> ToolCall | None:
-    """Take a queued call for running. Only one claimant ever wins."""
-    call = ToolCall.all_tenants.select_related("session", "session__tenant", "tool").filter(pk=call_id).first()
-    if call is None or call.status != CallStatus.QUEUED:
-        return None
+def call_claim(*, call: ToolCall) -> ToolCall | None:
+    """Take a queued call for running. Only one claimant ever wins (the UPDATE checks the status)."""
     moved = call_transition(call=call, from_statuses=[CallStatus.QUEUED], to_status=CallStatus.RUNNING,
                             started_at=timezone.now(), attempts=1)
     return call if moved else None

@@ -5,6 +5,7 @@ The local executor keeps each tenant under its `max_parallel_calls`, runs a sess
 `concurrency_safe=False` calls one at a time in the order they arrived, enforces each tool's
 timeout, and wakes cooperative tools when their call is cancelled.
 """
+import copy
 import logging
 import threading
 from collections import Counter, deque
@@ -22,6 +23,7 @@ logger = logging.getLogger("toolkeeper.calls")
 
 @dataclass
 class Job:
+    call: ToolCall
     call_id: str
     tenant_id: int
     session_id: str
@@ -43,7 +45,7 @@ class LocalExecutor:
     def submit(self, call: ToolCall) -> bool:
         tool = call.tool
         job = Job(
-            call_id=str(call.pk), tenant_id=call.tenant_id, session_id=str(call.session_id),
+            call=copy.copy(call), call_id=str(call.pk), tenant_id=call.tenant_id, session_id=str(call.session_id),
             concurrency_safe=tool.concurrency_safe if tool else True,
             max_parallel=max(1, call.tenant.max_parallel_calls), timeout_s=tool.timeout_s if tool else 30.0,
         )
@@ -89,7 +91,7 @@ class LocalExecutor:
     def _run(self, job: Job) -> None:
         timer = None
         try:
-            call = call_claim(call_id=job.call_id)
+            call = call_claim(call=job.call)
             if call is not None and not job.cancelled.is_set():
                 timer = threading.Timer(job.timeout_s, self._time_out, args=(job, call))
                 timer.daemon = True
@@ -97,6 +99,7 @@ class LocalExecutor:
                 call_execute(call=call, cancelled=job.cancelled)
         except Exception:
             logger.exception("executor failed on call %s", job.call_id)
+            close_old_connections()  # a broken connection is not reused by the next call
         finally:
             if timer is not None:
                 timer.cancel()
@@ -106,9 +109,6 @@ class LocalExecutor:
                 if not job.concurrency_safe:
                     self._busy_sessions.discard(job.session_id)
                 self._start_eligible()
-                idle = not self._waiting
-            if idle:
-                close_old_connections()
 
     def _time_out(self, job: Job, call: ToolCall) -> None:
         try:

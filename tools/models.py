@@ -64,6 +64,15 @@ class ToolGroup(TenantOwned):
         return self.name == RESERVED_GROUP
 
 
+class CatalogVersion(TenantOwned):
+    """Bumped with every change to a tenant's tools, groups or bindings (see tools.catalog)."""
+
+    version = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant"], name="one_catalog_version_per_tenant")]
+
+
 class BoundArgument(TenantOwned):
     """A value the server fixes for a tool's argument, for every agent or for one."""
 

@@ -163,7 +163,7 @@ def pipeline_run(ctx: CallContext, *, resume_after: str | None = None, rerun: tu
             if ctx.exposed is None:
                 ctx.fail("ToolNotAvailable", f"{ctx.call.tool_name!r} is no longer available in this session")
                 return
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         for step in steps:
             if not step.process(ctx):
                 break

@@ -2,9 +2,8 @@
 import copy
 from dataclasses import dataclass, field
 
-from django.db.models import Prefetch
-
-from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolGroup
+from .catalog import GroupView, catalog_snapshot
+from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, Tool, ToolCall
 
 META_RESET_TOOLS = "reset_tools"
 FORMATS = ("openai", "anthropic", "mcp")
@@ -24,12 +23,12 @@ class ExposedTool:
         return self.tool is None
 
 
-def groups_of(tenant) -> list[ToolGroup]:
-    enabled_tools = Prefetch("tools", queryset=Tool.objects.for_tenant(tenant).filter(enabled=True))
-    return list(ToolGroup.objects.for_tenant(tenant).prefetch_related(enabled_tools))
+def groups_of(tenant) -> list[GroupView]:
+    """The tenant's groups with the names of their enabled tools, from the catalog snapshot."""
+    return catalog_snapshot(getattr(tenant, "pk", tenant)).groups
 
 
-def active_group_names(session: AgentSession, groups: list[ToolGroup]) -> list[str]:
+def active_group_names(session: AgentSession, groups: list[GroupView]) -> list[str]:
     """basic, the operator-managed groups that are on, and the session's own switchable choices."""
     chosen = set(session.active_groups)
     return [
@@ -40,7 +39,7 @@ def active_group_names(session: AgentSession, groups: list[ToolGroup]) -> list[s
     ]
 
 
-def switchable_groups(groups: list[ToolGroup]) -> list[ToolGroup]:
+def switchable_groups(groups: list[GroupView]) -> list[GroupView]:
     return [g for g in groups if g.switchable and g.name != RESERVED_GROUP]
 
 
@@ -75,7 +74,7 @@ def tool_annotations(tool: Tool) -> dict:
     }
 
 
-def reset_tools_schema(groups: list[ToolGroup]) -> dict:
+def reset_tools_schema(groups: list[GroupView]) -> dict:
     return {
         "type": "object",
         "properties": {
@@ -86,24 +85,18 @@ def reset_tools_schema(groups: list[ToolGroup]) -> dict:
     }
 
 
+def _expose(tool: Tool, bound: dict) -> ExposedTool:
+    return ExposedTool(name=tool.name, description=tool.description, tool=tool, bound=bound,
+                       schema=exposed_schema(tool.input_schema, bound.keys()), annotations=tool_annotations(tool))
+
+
 def visible_tools(session: AgentSession) -> list[ExposedTool]:
-    groups = groups_of(session.tenant)
-    active = set(active_group_names(session, groups))
-    tools: dict[str, Tool] = {}
-    for group in groups:
-        if group.name in active:
-            for tool in group.tools.all():
-                tools[tool.name] = tool
-    bound = bindings_for(session.tenant, session.agent, [t.pk for t in tools.values()])
-    exposed = [
-        ExposedTool(
-            name=tool.name, description=tool.description, tool=tool, bound=bound.get(tool.pk, {}),
-            schema=exposed_schema(tool.input_schema, bound.get(tool.pk, {}).keys()),
-            annotations=tool_annotations(tool),
-        )
-        for tool in sorted(tools.values(), key=lambda t: t.name)
-    ]
-    switchable = switchable_groups(groups)
+    catalog = catalog_snapshot(session.tenant_id)
+    active = set(active_group_names(session, catalog.groups))
+    names = sorted({name for group in catalog.groups if group.name in active for name in group.tool_names})
+    exposed = [_expose(catalog.tools[name], catalog.bound_values(catalog.tools[name], session.agent))
+               for name in names]
+    switchable = switchable_groups(catalog.groups)
     if switchable:
         exposed.append(ExposedTool(
             name=META_RESET_TOOLS,
@@ -118,10 +111,14 @@ def visible_tools(session: AgentSession) -> list[ExposedTool]:
 
 
 def visible_tool(session: AgentSession, name: str) -> ExposedTool | None:
-    for exposed in visible_tools(session):
-        if exposed.name == name:
-            return exposed
-    return None
+    """One tool as this session's model sees it, or None when it is not visible now."""
+    if name == META_RESET_TOOLS:
+        return next((exposed for exposed in visible_tools(session) if exposed.name == name), None)
+    catalog = catalog_snapshot(session.tenant_id)
+    tool = catalog.tools.get(name)
+    if tool is None or not active_group_names(session, catalog.groups_of_tool.get(name, [])):
+        return None
+    return _expose(tool, catalog.bound_values(tool, session.agent))
 
 
 def format_tool(exposed: ExposedTool, fmt: str) -> dict:

@@ -2,8 +2,7 @@
 import re
 
 import jsonschema
-from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db import IntegrityError, connection, transaction
 from rest_framework.exceptions import ValidationError
 
 from audit.services import audit_record
@@ -24,6 +23,7 @@ from .models import (
 from .registry import sources
 from .results import interrupted_result
 from .selectors import groups_of, switchable_groups
+from .signals import call_cancelled
 
 SYNCED_FIELDS = ("description", "input_schema", "output_schema", "source", "source_ref", "read_only", "trusted",
                  "destructive", "idempotent", "concurrency_safe", "timeout_s")
@@ -81,6 +81,8 @@ def tool_update(*, tool: Tool, actor=None, **changes) -> Tool:
     unknown = set(changes) - allowed
     if unknown:
         raise ValidationError({name: ["cannot be changed for this tool"] for name in sorted(unknown)})
+    if "timeout_s" in changes and not 0.1 <= float(changes["timeout_s"]) <= 86400:
+        raise ValidationError({"timeout_s": ["between 0.1 and 86400 seconds"]})
     for key, value in changes.items():
         setattr(tool, key, value)
     tool.save()
@@ -255,6 +257,32 @@ def _same_request(call: ToolCall, spec: dict) -> bool:
     return call.tool_name == spec["name"] and call.input == spec.get("input", {})
 
 
+def _count_calls(session: AgentSession, added: int) -> int:
+    """Add to the session's call counter in one statement; returns the new count."""
+    meta = AgentSession._meta
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(meta.db_table)} SET call_count = call_count + %s "  # noqa: S608 (identifiers from metadata)
+            f"WHERE {quote(meta.pk.column)} = %s AND tenant_id = %s RETURNING call_count",
+            [added, meta.pk.get_db_prep_value(session.pk, connection), session.tenant_id],
+        )
+        return cursor.fetchone()[0]
+
+
+def _free_call_ids(session: AgentSession, *, first: int, count: int, reserved: set) -> list[str]:
+    """`call_<n>` ids from n = first on, skipping any the app already chose for itself."""
+    ids: list[str] = []
+    n = first
+    while len(ids) < count:
+        candidates = [f"call_{n + i}" for i in range(count - len(ids))]
+        n += len(candidates)
+        taken = set(ToolCall.objects.for_tenant(session.tenant_id).filter(
+            session=session, call_id__in=candidates).values_list("call_id", flat=True)) | reserved
+        ids += [candidate for candidate in candidates if candidate not in taken]
+    return ids
+
+
 def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> list[ToolCall]:
     """Record and govern a batch of calls, in request order.
 
@@ -276,25 +304,22 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> l
             if prior is not None and not _same_request(prior, spec):
                 raise Conflict(f"call id {spec['id']!r} was already used for a different call in this session")
         fresh = [spec for spec in calls if spec.get("id") not in existing]
-        AgentSession.objects.for_tenant(session.tenant_id).filter(pk=session.pk).update(
-            call_count=F("call_count") + len(fresh))
-        base = AgentSession.objects.for_tenant(session.tenant_id).values_list("call_count", flat=True).get(
-            pk=session.pk) - len(fresh)
+        base = _count_calls(session, len(fresh)) - len(fresh)
+        generated = _free_call_ids(session, first=base + 1, count=sum(1 for spec in fresh if not spec.get("id")),
+                                   reserved=set(explicit))
         results: list[ToolCall] = []
         created: list[ToolCall] = []
         for spec in calls:
             if spec.get("id") in existing:
                 results.append(existing[spec["id"]])
                 continue
-            base += 1
             call = ToolCall(
-                tenant=session.tenant, session=session, call_id=spec.get("id") or f"call_{base}",
+                tenant=session.tenant, session=session, call_id=spec.get("id") or generated.pop(0),
                 tool_name=spec["name"], input=spec.get("input", {}),
             )
             try:
-                with transaction.atomic():
-                    call.save(force_insert=True)
-            except IntegrityError as exc:
+                call.save(force_insert=True)
+            except IntegrityError as exc:  # the whole batch rolls back with this error
                 raise Conflict(f"call id {call.call_id!r} is already used in this session") from exc
             results.append(call)
             created.append(call)
@@ -305,6 +330,7 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> l
     return results
 
 
+@transaction.atomic
 def call_cancel(*, call: ToolCall, actor=None) -> ToolCall:
     """Stop a call: not yet started → cancelled; running → interrupted (the tool is told to stop)."""
     from .executors import get_executor
@@ -321,6 +347,7 @@ def call_cancel(*, call: ToolCall, actor=None) -> ToolCall:
     if not moved:
         call.refresh_from_db()
         raise Conflict(f"the call is already {call.status}")
+    call_cancelled.send(sender=ToolCall, call=call)
     transaction.on_commit(lambda: get_executor().cancel(call.pk))
     audit_record(tenant=call.tenant, actor=actor, verb="call.cancelled", target=f"call:{call.pk}",
                  data={"status": call.status})

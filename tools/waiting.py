@@ -5,6 +5,8 @@ wait, the server holds at most that many connections for them. The wait itself i
 listening on the channel layer for the calls' status events.
 """
 import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +20,8 @@ from django.db import DatabaseError, connections
 from realtime.groups import session_group
 
 from .models import ToolCall
+
+logger = logging.getLogger("toolkeeper.calls")
 
 _db_pool = ThreadPoolExecutor(max_workers=getattr(settings, "TOOLKEEPER_WAIT_DB_THREADS", 8),
                               thread_name_prefix="toolkeeper-db")
@@ -48,10 +52,15 @@ async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Ite
     """Return when every call's status is in `until`, or after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     layer = get_channel_layer()
-    channel = await layer.new_channel(prefix="wait")
     groups = {session_group(tenant_id, sid) for sid in session_ids}
-    for group in groups:
-        await layer.group_add(group, channel)
+    try:
+        channel = await layer.new_channel(prefix="wait")
+        for group in groups:
+            await layer.group_add(group, channel)
+    except Exception:
+        # Without the channel layer the wait ends early: the caller answers with the calls as they are.
+        logger.warning("cannot wait on the channel layer", exc_info=True)
+        return
     try:
         # Subscribe first, then read: an event between the two is not missed.
         statuses = await run_db(call_statuses, tenant_id, call_ids)
@@ -64,8 +73,12 @@ async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Ite
                 message = await asyncio.wait_for(layer.receive(channel), timeout=remaining)
             except TimeoutError:
                 return
+            except Exception:
+                logger.warning("waiting on the channel layer failed", exc_info=True)
+                return
             if message.get("kind") == "status" and message.get("data", {}).get("status") in until:
                 pending.discard(message.get("call"))
     finally:
         for group in groups:
-            await layer.group_discard(group, channel)
+            with contextlib.suppress(Exception):
+                await layer.group_discard(group, channel)

@@ -27,10 +27,12 @@ class MemberField(serializers.SlugRelatedField):
 
 
 class SecondsField(serializers.IntegerField):
-    """A duration as whole seconds."""
+    """A duration as whole seconds, 1 s to 90 days."""
+
+    MAX_S = 90 * 86400
 
     def __init__(self, **kwargs):
-        super().__init__(min_value=1, max_value=90 * 86400, allow_null=True, required=False, **kwargs)
+        super().__init__(allow_null=True, required=False, **kwargs)
 
     def to_representation(self, value):
         return int(value.total_seconds()) if value is not None else None
@@ -38,7 +40,10 @@ class SecondsField(serializers.IntegerField):
     def to_internal_value(self, data):
         if data is None:
             return None
-        return timedelta(seconds=super().to_internal_value(data))
+        seconds = super().to_internal_value(data)
+        if not 1 <= seconds <= self.MAX_S:
+            raise serializers.ValidationError(f"between 1 and {self.MAX_S} seconds")
+        return timedelta(seconds=seconds)
 
 
 class RuleSerializer(serializers.ModelSerializer):

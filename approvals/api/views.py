@@ -11,7 +11,6 @@ from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.models import ApiKey, Scope
 from tools.api.serializers import call_data
 from tools.api.views import access_call
-from tools.selectors import bindings_for
 
 from . import serializers as s
 
@@ -44,12 +43,8 @@ class RuleViewSet(TenantModelViewSet):
         query = s.EvaluateSerializer(data=request.data)
         query.is_valid(raise_exception=True)
         data = query.validated_data
-        tool = selectors.Tool.objects.for_tenant(self.tenant).filter(name=data["tool"]).first()
-        effective = dict(data["input"])
-        if tool is not None:
-            effective |= bindings_for(self.tenant, data["agent"], [tool.pk]).get(tool.pk, {})
-        decision = selectors.evaluate(tenant=self.tenant, tool_name=data["tool"], effective_input=effective,
-                                      agent=data["agent"], user=data["user"], tool=tool)
+        decision = selectors.simulate(tenant=self.tenant, tool_name=data["tool"], tool_input=data["input"],
+                                      agent=data["agent"], user=data["user"])
         return Response(decision.as_dict())
 
 
@@ -73,6 +68,7 @@ class QueueViewSet(TenantModelViewSet):
 
 class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
     serializer_class = s.ApprovalSerializer
+    reviewer_actions = ("decide",)
 
     @extend_schema(parameters=[OpenApiParameter(name, str) for name in ("status", "queue", "agent", "tool")])
     def list(self, request, *args, **kwargs):

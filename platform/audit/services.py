@@ -26,7 +26,7 @@ def audit_record(*, tenant, verb: str, target: str = "", actor=None, data: dict 
     """Append an event to the tenant's chain. Runs inside the caller's transaction if there is one."""
     label = _actor_label(actor)
     user = actor if getattr(actor, "_meta", None) is not None else None
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         if connection.vendor == "postgresql":
             # One writer per tenant chain at a time; SQLite's write lock already serialises.
             with connection.cursor() as cursor:

@@ -25,6 +25,7 @@ URL_OBJECTS = {
 }
 
 MEMBER, OPERATE, ADMIN = "member", "operate", "admin"
+ISSUED_KEY = "console.issued_key"  # session entry holding a new API key until the one page that shows it
 READ_METHODS = ("GET", "HEAD")
 
 
@@ -36,6 +37,12 @@ def allowed(membership, level: str) -> bool:
     if level == ADMIN:
         return membership.role == Role.ADMIN
     raise ValueError(f"unknown access level {level!r}")
+
+
+def shows_issued_key(view):
+    """Mark the one view that may read a new API key from the session (every other page drops it)."""
+    view.shows_issued_key = True
+    return view
 
 
 def tenant_view(*, methods=("GET",), read=MEMBER, write=OPERATE):
@@ -56,6 +63,8 @@ def tenant_view(*, methods=("GET",), read=MEMBER, write=OPERATE):
                 return HttpResponseNotAllowed(methods)
             if not allowed(request.membership, read if request.method in READ_METHODS else write):
                 raise PermissionDenied("Your role in this tenant cannot do this.")
+            if ISSUED_KEY in request.session and not getattr(view, "shows_issued_key", False):
+                del request.session[ISSUED_KEY]  # not followed to its page: the secret is gone for good
             return view(request, **objects)
 
         return login_required(wrapper)

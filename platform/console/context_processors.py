@@ -16,7 +16,8 @@ def _switch_url(request, slug: str) -> str:
 
 
 def navigation(request):
-    """The tenant switcher (every tenant the user belongs to) and, on tenant pages, the current one."""
+    """The tenant switcher (every tenant the user belongs to) and, on tenant pages, the current one
+    with the pending approvals count of its nav badge."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
@@ -32,5 +33,13 @@ def navigation(request):
             membership=membership,
             can_operate=membership.can_operate,
             is_tenant_admin=membership.role == Role.ADMIN,
+            inbox_count=_inbox_count(request.tenant),
         )
     return context
+
+
+def _inbox_count(tenant) -> int:
+    """Pending approval requests: the nav badge, which the inbox socket keeps current."""
+    from approvals.selectors import inbox_count
+
+    return inbox_count(tenant=tenant)

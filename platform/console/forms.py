@@ -16,8 +16,6 @@ def add_service_errors(form: forms.Form, exc: ServiceValidationError) -> None:
         if not isinstance(messages, list | tuple):
             messages = [messages]
         for message in messages:
-            if target is not None and target not in form.cleaned_data and form.has_error(target):
-                continue
             form.add_error(target, str(message))
 
 

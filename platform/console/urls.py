@@ -1,10 +1,33 @@
-from django.urls import path
+"""Console routes. Parameter names are fixed (the cross-tenant URL-conf walk substitutes ids by name):
+`tenant` (slug), `tool_id`, `group_id`, `binding_id`, `key_id`, `session_id`, `call_id`."""
+from django.urls import include, path
 
 from . import views
 
 app_name = "console"
 
+tenant_pages = [
+    path("", views.dashboard, name="dashboard"),
+    path("tools/", views.tool_list, name="tool_list"),
+    path("tools/<int:tool_id>/", views.tool_detail, name="tool_detail"),
+    path("groups/", views.group_list, name="group_list"),
+    path("groups/new/", views.group_create, name="group_create"),
+    path("groups/<int:group_id>/", views.group_edit, name="group_edit"),
+    path("groups/<int:group_id>/delete/", views.group_delete, name="group_delete"),
+    path("bindings/", views.binding_list, name="binding_list"),
+    path("bindings/new/", views.binding_create, name="binding_create"),
+    path("bindings/<int:binding_id>/delete/", views.binding_delete, name="binding_delete"),
+    path("keys/", views.apikey_list, name="apikey_list"),
+    path("keys/new/", views.apikey_create, name="apikey_create"),
+    path("keys/<int:key_id>/created/", views.apikey_created, name="apikey_created"),
+    path("keys/<int:key_id>/revoke/", views.apikey_revoke, name="apikey_revoke"),
+    path("sessions/", views.session_list, name="session_list"),
+    path("sessions/<str:session_id>/", views.session_detail, name="session_detail"),
+    path("calls/", views.call_list, name="call_list"),
+    path("calls/<str:call_id>/", views.call_detail, name="call_detail"),
+]
+
 urlpatterns = [
     path("", views.home, name="home"),
-    path("t/<slug:tenant>/", views.home, name="dashboard"),
+    path("t/<slug:tenant>/", include(tenant_pages)),
 ]

@@ -1,12 +1,344 @@
-from django.contrib.auth.decorators import login_required
-from django.shortcuts import redirect, render
+"""The operator console: thin views over the selectors (reads) and services (writes).
 
+Every tenant page goes through `tenant_view`, which resolves the tenant and every object the
+URL names (404 when missing or another tenant's) and checks the member's role.
+"""
+import uuid
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Count, Prefetch
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from rest_framework.exceptions import ValidationError as ServiceValidationError
+
+from audit.selectors import audit_events
+from tenancy import services as tenancy_services
+from tenancy.models import ApiKey
 from tenancy.selectors import memberships_of
+from tools import services as tool_services
+from tools.models import AgentSession, BoundArgument, CallStatus, Tool, ToolCall, ToolGroup
+from tools.selectors import active_group_names, bindings_for, call_events, exposed_schema, groups_of, session_calls
+
+from .access import ADMIN, ISSUED_KEY, shows_issued_key, tenant_view
+from .forms import ApiKeyForm, BindingForm, CallFilterForm, GroupForm, ToolStateForm, add_service_errors
+
+PAGE_SIZE = 50
+LIVE_ROWS_MAX = 50  # call rows one live-list fragment request may ask for
+OUTPUT_LINES_MAX = 500  # streamed output lines a call page shows (the newest)
+
+
+def _page(request, queryset, size=PAGE_SIZE):
+    return Paginator(queryset, size).get_page(request.GET.get("page"))
+
+
+def _back(view_name, request, **kwargs):
+    return redirect(f"console:{view_name}", tenant=request.tenant.slug, **kwargs)
 
 
 @login_required
-def home(request, tenant=None):
+def home(request):
     memberships = memberships_of(request.user)
     if len(memberships) == 1:
         return redirect("console:dashboard", tenant=memberships[0].tenant.slug)
     return render(request, "console/home.html", {"memberships": memberships})
+
+
+# --- dashboard ---------------------------------------------------------------------------------
+
+@tenant_view()
+def dashboard(request):
+    tenant = request.tenant
+    since = timezone.now() - timedelta(hours=24)
+    calls = ToolCall.objects.for_tenant(tenant)
+    by_status = dict(
+        calls.filter(created_at__gte=since).order_by().values_list("status").annotate(n=Count("pk"))
+    )
+    return render(request, "console/dashboard.html", {
+        "counts": {
+            "tools": Tool.objects.for_tenant(tenant).count(),
+            "enabled_tools": Tool.objects.for_tenant(tenant).filter(enabled=True).count(),
+            "groups": ToolGroup.objects.for_tenant(tenant).count(),
+            "sessions": AgentSession.objects.for_tenant(tenant).count(),
+            "calls_24h": sum(by_status.values()),
+        },
+        "by_status": [(status, label, by_status[status]) for status, label in CallStatus.choices
+                      if status in by_status],
+        "recent_calls": calls.select_related("session")[:10],
+    })
+
+
+# --- tools -------------------------------------------------------------------------------------
+
+@tenant_view()
+def tool_list(request):
+    groups = Prefetch("groups", queryset=ToolGroup.objects.for_tenant(request.tenant).order_by("name"))
+    tools = Tool.objects.for_tenant(request.tenant).prefetch_related(groups)
+    return render(request, "console/tool_list.html", {"tools": tools})
+
+
+def _schema_views(tool: Tool) -> tuple[dict, list[tuple[str, dict]], list[BoundArgument]]:
+    """The schema the model sees (tenant-wide bindings removed) and one variant per agent with its own bindings."""
+    bindings = list(BoundArgument.objects.for_tenant(tool.tenant_id).filter(tool=tool).order_by("agent", "name"))
+    tenant_wide = [b.name for b in bindings if not b.agent]
+    variants = []
+    for agent in sorted({b.agent for b in bindings if b.agent}):
+        bound = bindings_for(tool.tenant_id, agent, [tool.pk]).get(tool.pk, {})
+        variants.append((agent, exposed_schema(tool.input_schema, bound.keys())))
+    return exposed_schema(tool.input_schema, tenant_wide), variants, bindings
+
+
+@tenant_view(methods=("GET", "POST"))
+def tool_detail(request, tool):
+    if request.method == "POST":
+        form = ToolStateForm(request.POST)
+        if form.is_valid():
+            try:
+                tool_services.tool_update(tool=tool, actor=request.user, enabled=form.cleaned_data["enabled"])
+            except ServiceValidationError as exc:
+                add_service_errors(form, exc)
+            else:
+                messages.success(request, f"{tool.name} is now {'enabled' if tool.enabled else 'disabled'}.")
+                return _back("tool_detail", request, tool_id=tool.pk)
+    schema, variants, bindings = _schema_views(tool)
+    return render(request, "console/tool_detail.html", {
+        "tool": tool,
+        "schema": schema,
+        "variants": variants,
+        "bindings": bindings,
+        "groups": ToolGroup.objects.for_tenant(request.tenant).filter(tools=tool).order_by("name"),
+        "recent_calls": ToolCall.objects.for_tenant(request.tenant).filter(tool=tool).select_related("session")[:10],
+    })
+
+
+# --- groups ------------------------------------------------------------------------------------
+
+@tenant_view()
+def group_list(request):
+    tools = Prefetch("tools", queryset=Tool.objects.for_tenant(request.tenant).order_by("name"))
+    groups = ToolGroup.objects.for_tenant(request.tenant).prefetch_related(tools)
+    return render(request, "console/group_list.html", {"groups": groups})
+
+
+@tenant_view(methods=("GET", "POST"), read="operate")
+def group_create(request):
+    form = GroupForm(request.POST or None, tenant=request.tenant)
+    if request.method == "POST" and form.is_valid():
+        try:
+            group = tool_services.group_create(tenant=request.tenant, actor=request.user, **form.cleaned_data)
+        except ServiceValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Group {group.name} created.")
+            return _back("group_list", request)
+    return render(request, "console/group_form.html", {"form": form, "group": None})
+
+
+@tenant_view(methods=("GET", "POST"), read="operate")
+def group_edit(request, group):
+    initial = {
+        "name": group.name, "description": group.description, "notes": group.notes,
+        "default_active": group.default_active, "switchable": group.switchable, "tools": list(group.tools.all()),
+    }
+    form = GroupForm(request.POST or None, initial=initial, tenant=request.tenant)
+    if request.method == "POST" and form.is_valid():
+        changes = dict(form.cleaned_data)
+        tools = changes.pop("tools")
+        try:
+            tool_services.group_update(group=group, actor=request.user, tools=tools, **changes)
+        except ServiceValidationError as exc:
+            add_service_errors(form, exc)
+            group.refresh_from_db()
+        else:
+            messages.success(request, f"Group {group.name} saved.")
+            return _back("group_list", request)
+    return render(request, "console/group_form.html", {"form": form, "group": group})
+
+
+@tenant_view(methods=("GET", "POST"), read="operate")
+def group_delete(request, group):
+    errors = []
+    if request.method == "POST":
+        try:
+            tool_services.group_delete(group=group, actor=request.user)
+        except ServiceValidationError as exc:
+            errors = _messages_of(exc)
+        else:
+            messages.success(request, f"Group {group.name} deleted.")
+            return _back("group_list", request)
+    return render(request, "console/group_delete.html", {"group": group, "errors": errors})
+
+
+def _messages_of(exc: ServiceValidationError) -> list[str]:
+    detail = exc.detail
+    values = detail.values() if isinstance(detail, dict) else [detail]
+    flat = []
+    for value in values:
+        flat.extend(str(item) for item in (value if isinstance(value, list | tuple) else [value]))
+    return flat
+
+
+# --- bindings ----------------------------------------------------------------------------------
+
+@tenant_view()
+def binding_list(request):
+    bindings = BoundArgument.objects.for_tenant(request.tenant).select_related("tool")
+    return render(request, "console/binding_list.html", {"bindings": bindings})
+
+
+@tenant_view(methods=("GET", "POST"), read="operate")
+def binding_create(request):
+    initial = {}
+    if request.GET.get("tool", "").isdigit():
+        initial["tool"] = Tool.objects.for_tenant(request.tenant).filter(pk=request.GET["tool"]).first()
+    form = BindingForm(request.POST or None, initial=initial, tenant=request.tenant)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            binding = tool_services.binding_set(
+                tenant=request.tenant, tool=data["tool"], agent=data["agent"], name=data["name"],
+                value=data["value"], actor=request.user,
+            )
+        except ServiceValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, f"{binding.tool.name}.{binding.name} is now bound"
+                                      f"{' for ' + binding.agent if binding.agent else ''}.")
+            return _back("binding_list", request)
+    return render(request, "console/binding_form.html", {"form": form})
+
+
+@tenant_view(methods=("POST",))
+def binding_delete(request, binding):
+    tool_services.binding_delete(binding=binding, actor=request.user)
+    messages.success(request, f"Binding {binding} removed.")
+    return _back("binding_list", request)
+
+
+# --- API keys ----------------------------------------------------------------------------------
+
+@tenant_view()
+def apikey_list(request):
+    keys = ApiKey.objects.for_tenant(request.tenant).select_related("created_by")
+    return render(request, "console/apikey_list.html", {"keys": keys})
+
+
+@tenant_view(methods=("GET", "POST"), read=ADMIN, write=ADMIN)
+def apikey_create(request):
+    form = ApiKeyForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            issued = tenancy_services.apikey_create(tenant=request.tenant, created_by=request.user, **form.cleaned_data)
+        except ServiceValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            # Kept only until the next page renders it once (apikey_created pops it).
+            request.session[ISSUED_KEY] = {"tenant": request.tenant.pk, "id": issued.api_key.pk, "key": issued.key}
+            return _back("apikey_created", request, key_id=issued.api_key.pk)
+    return render(request, "console/apikey_form.html", {"form": form})
+
+
+@never_cache
+@tenant_view(read=ADMIN)
+@shows_issued_key
+def apikey_created(request, api_key):
+    issued = request.session.pop(ISSUED_KEY, None)
+    secret = None
+    if issued and issued.get("tenant") == request.tenant.pk and issued.get("id") == api_key.pk:
+        secret = issued["key"]
+    return render(request, "console/apikey_created.html", {"api_key": api_key, "secret": secret})
+
+
+@tenant_view(methods=("POST",), write=ADMIN)
+def apikey_revoke(request, api_key):
+    was_active = api_key.is_active
+    tenancy_services.apikey_revoke(api_key=api_key, actor=request.user)
+    if was_active:
+        messages.success(request, f"API key {api_key.name} revoked: it no longer authenticates.")
+    return _back("apikey_list", request)
+
+
+# --- sessions and calls ------------------------------------------------------------------------
+
+@tenant_view()
+def session_list(request):
+    sessions = AgentSession.objects.for_tenant(request.tenant).select_related("api_key")
+    return render(request, "console/session_list.html", {"page": _page(request, sessions)})
+
+
+@tenant_view()
+def session_detail(request, session):
+    groups = groups_of(request.tenant)
+    return render(request, "console/session_detail.html", {
+        "session": session,
+        "active_groups": active_group_names(session, groups),
+        "page": _page(request, session_calls(session)),
+    })
+
+
+@tenant_view()
+def call_list(request):
+    calls = ToolCall.objects.for_tenant(request.tenant).select_related("session").order_by("-created_at", "-pk")
+    form = CallFilterForm(request.GET or None, tenant=request.tenant)
+    filters = {}
+    if form.is_bound and form.is_valid():
+        if form.cleaned_data["status"]:
+            calls = calls.filter(status=form.cleaned_data["status"])
+            filters["status"] = form.cleaned_data["status"]
+        if form.cleaned_data["tool"]:
+            calls = calls.filter(tool_name=form.cleaned_data["tool"])
+            filters["tool"] = form.cleaned_data["tool"]
+    if request.GET.get("fragment") == "rows":
+        return render(request, "console/_call_rows.html", {
+            "calls": calls.filter(pk__in=_named_calls(request)),
+            "hide_session": request.GET.get("hide_session") == "1",
+        })
+    return render(request, "console/call_list.html", {
+        "form": form, "page": _page(request, calls), "filters": filters,
+    })
+
+
+def _named_calls(request) -> list[str]:
+    """The calls a live list asks rows for (`?call=<id>&call=…`): each must be this tenant's, else 404."""
+    try:
+        ids = list(dict.fromkeys(str(uuid.UUID(value)) for value in request.GET.getlist("call")[:LIVE_ROWS_MAX + 1]))
+    except ValueError as exc:
+        raise Http404("no such call") from exc
+    if not ids or len(ids) > LIVE_ROWS_MAX:
+        raise Http404(f"ask for 1 to {LIVE_ROWS_MAX} calls")
+    if ToolCall.objects.for_tenant(request.tenant).filter(pk__in=ids).count() != len(ids):
+        raise Http404("no such call")
+    return ids
+
+
+def _live_view(events) -> dict:
+    """What the live parts of a call page start from: the last progress, the output lines, the last seq."""
+    progress, lines = None, []
+    for event in events:
+        data = event.data if isinstance(event.data, dict) else {}
+        if event.kind == "progress" and isinstance(data.get("progress"), int | float):
+            progress = data["progress"]
+        if event.kind in ("progress", "output") and data.get("text"):
+            lines.append(str(data["text"]))
+    return {
+        "progress": progress,
+        "progress_percent": round(progress * 100) if progress is not None else 0,
+        "output_lines": lines[-OUTPUT_LINES_MAX:],
+        "output_hidden": max(0, len(lines) - OUTPUT_LINES_MAX),
+        "last_seq": events[-1].seq if events else 0,
+    }
+
+
+@tenant_view()
+def call_detail(request, call):
+    events = list(call_events(call))
+    return render(request, "console/call_detail.html", {
+        "call": call,
+        "events": events,
+        "live": _live_view(events),
+        "audit": audit_events(tenant=request.tenant, target=f"call:{call.pk}").order_by("id"),
+    })

@@ -78,17 +78,17 @@ class InProcessChannelLayer(BaseChannelLayer):
 
     async def send(self, channel, message):
         assert isinstance(message, dict), "message is not a dict"
-        assert self.valid_channel_name(channel), "channel name not valid"
+        self.require_valid_channel_name(channel)
         self._deliver(channel, dict(message))
 
     async def receive(self, channel):
-        assert self.valid_channel_name(channel)
+        self.require_valid_channel_name(channel)
         inbox = self._inbox(channel, asyncio.get_running_loop())
         return await inbox.queue.get()
 
     async def group_add(self, group, channel):
-        assert self.valid_group_name(group), "group name not valid"
-        assert self.valid_channel_name(channel), "channel name not valid"
+        self.require_valid_group_name(group)
+        self.require_valid_channel_name(channel)
         with self._lock:
             self._groups[group][channel] = time.monotonic()
 
@@ -109,7 +109,7 @@ class InProcessChannelLayer(BaseChannelLayer):
     def group_send_sync(self, group, message):
         """group_send for sync code on any thread, without an event loop of its own."""
         assert isinstance(message, dict), "message is not a dict"
-        assert self.valid_group_name(group), "group name not valid"
+        self.require_valid_group_name(group)
         with self._lock:
             now = time.monotonic()
             members = self._groups.get(group, {})

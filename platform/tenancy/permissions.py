@@ -1,4 +1,8 @@
-"""Scope checks: a view declares `required_scope`; keys need that scope, console users a role."""
+"""Scope checks: a view declares `required_scope`; keys need that scope, console users a role.
+
+Console users: any member may read admin endpoints; changes need an operator or admin; actions a
+view lists in `reviewer_actions` (deciding an approval) are open to reviewers too.
+"""
 from rest_framework import permissions
 
 from .models import ApiKey, Scope
@@ -16,8 +20,9 @@ class HasTenant(permissions.BasePermission):
         membership = getattr(request, "membership", None)
         if membership is None:
             return False
-        if scope == Scope.ADMIN:
-            if request.method in permissions.SAFE_METHODS:
-                return True
-            return membership.can_operate
+        self.message = "Your role in this tenant does not allow this."
+        if getattr(view, "action", None) in getattr(view, "reviewer_actions", ()):
+            return membership.can_review
+        if scope == Scope.ADMIN and request.method in permissions.SAFE_METHODS:
+            return True
         return membership.can_operate

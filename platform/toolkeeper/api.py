@@ -2,6 +2,7 @@
 
 Every error leaves as `{"error": {"code", "message", "fields"}}` (API.md), never a stack trace.
 """
+import io
 import logging
 
 from django.conf import settings
@@ -39,9 +40,29 @@ class LimitedJSONParser(JSONParser):
         raw = stream.read(limit + 1) if stream is not None else b""
         if len(raw) > limit:
             raise RequestTooLarge()
-        import io
+        try:
+            data = super().parse(io.BytesIO(raw), media_type, parser_context)
+        except RecursionError as exc:
+            raise exceptions.ParseError("JSON parse error - nested too deeply") from exc
+        if _has_nul(data):
+            # PostgreSQL's jsonb cannot store U+0000; refuse it for every backend alike.
+            raise exceptions.ParseError("JSON strings may not contain the NUL character (\\u0000)")
+        return data
 
-        return super().parse(io.BytesIO(raw), media_type, parser_context)
+
+def _has_nul(value) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 class Pagination(LimitOffsetPagination):

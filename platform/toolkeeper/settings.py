@@ -89,6 +89,7 @@ TEMPLATES = [
 def database_from_url(url: str) -> dict:
     config = dj_database_url.parse(url, conn_max_age=0)
     if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["ENGINE"] = "toolkeeper.sqlite3"
         config["OPTIONS"] = {
             # IMMEDIATE: writers queue on the lock up front instead of failing to upgrade it.
             "transaction_mode": "IMMEDIATE",
@@ -107,7 +108,9 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # No socket timeout: a receive blocks for up to 5 s by design, and redis-py's own
+            # default timeout of 5 s would turn every quiet wait into an error.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None}]},
         }
     }
 else:
@@ -168,7 +171,7 @@ TOOLKEEPER_EXECUTOR = os.environ.get("TOOLKEEPER_EXECUTOR", "local")
 TOOLKEEPER_EXECUTORS = ("local", "celery")
 if TOOLKEEPER_EXECUTOR not in TOOLKEEPER_EXECUTORS:
     raise ImproperlyConfigured(f"TOOLKEEPER_EXECUTOR must be one of: {', '.join(TOOLKEEPER_EXECUTORS)}")
-TOOLKEEPER_LOCAL_WORKERS = int(os.environ.get("TOOLKEEPER_LOCAL_WORKERS", 16))
+TOOLKEEPER_LOCAL_WORKERS = int(os.environ.get("TOOLKEEPER_LOCAL_WORKERS", 8))
 TOOLKEEPER_MAX_WAIT_S = 60
 TOOLKEEPER_MAX_BATCH = 64
 

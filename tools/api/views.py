@@ -98,7 +98,8 @@ class CallSubmitView(AgentView):
         batch.is_valid(raise_exception=True)
         api_key = request.auth if isinstance(request.auth, ApiKey) else None
         calls = services.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
-        response = Response({"calls": s.calls_data(calls)})
+        waiting = batch.validated_data["wait"] > 0  # the front serializes after the wait instead
+        response = Response({} if waiting else {"calls": s.calls_data(calls)})
         response.wait_plan = WaitPlan(
             tenant_id=session.tenant_id, session_ids={session.pk}, call_ids=[str(c.pk) for c in calls],
             timeout=batch.validated_data["wait"], until=SETTLED_STATUSES, single=False,
@@ -112,7 +113,7 @@ class CallDetailView(AgentView):
         call = access_call(request, call_id)
         query = s.WaitQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        response = Response(s.call_data(call))
+        response = Response({} if query.validated_data["wait"] > 0 else s.call_data(call))
         response.wait_plan = WaitPlan(
             tenant_id=call.tenant_id, session_ids={call.session_id}, call_ids=[str(call.pk)],
             timeout=query.validated_data["wait"], until=TERMINAL_STATUSES, single=True,

@@ -1,0 +1,239 @@
+"""Console forms of the inbox, the rules page and the queues page.
+
+Querysets are always the tenant's: a queue or a reviewer from another tenant is not a valid choice.
+The services validate again (they are the rule); these forms only turn text into values.
+"""
+import json
+from datetime import timedelta
+
+from django import forms
+from django.contrib.auth import get_user_model
+
+from tenancy.models import Behavior, Membership
+
+from .models import Queue, VoteDecision
+
+JSON_ROWS = 10
+
+
+def parse_json(text: str, *, what: str = "JSON", want_object: bool = True):
+    """The value of a JSON text, or a forms.ValidationError that says where it is broken."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+    if want_object and not isinstance(value, dict):
+        raise forms.ValidationError(f"{what} must be a JSON object, like {{\"name\": \"value\"}}")
+    return value
+
+
+def _names(text: str) -> list[str]:
+    """Names separated by commas or new lines; duplicates dropped, order kept."""
+    seen = []
+    for part in text.replace("\n", ",").split(","):
+        name = part.strip()
+        if name and name not in seen:
+            seen.append(name)
+    return seen
+
+
+class InboxFilterForm(forms.Form):
+    queue = forms.ChoiceField(required=False)
+    agent = forms.ChoiceField(required=False)
+    tool = forms.ChoiceField(required=False)
+
+    def __init__(self, *args, queues=(), agents=(), tools=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["queue"].choices = [("", "any queue"), *((name, name) for name in queues)]
+        self.fields["agent"].choices = [("", "any agent"), *((name, name) for name in agents)]
+        self.fields["tool"].choices = [("", "any tool"), *((name, name) for name in tools)]
+
+
+class DecisionForm(forms.Form):
+    """One reviewer's decision. The submit button that was pressed names the decision."""
+
+    decision = forms.ChoiceField(choices=VoteDecision.choices)
+    input = forms.CharField(required=False, label="Input (JSON)", strip=False,
+                            widget=forms.Textarea(attrs={"rows": JSON_ROWS, "spellcheck": "false"}),
+                            help_text="Change it and press Approve (or Edit): the call runs with your input, "
+                                      "validated against the tool's schema.")
+    message = forms.CharField(required=False, max_length=10000, label="Message",
+                              widget=forms.Textarea(attrs={"rows": 3}),
+                              help_text="Reject: why (the model reads it). Respond: your answer, "
+                                        "which becomes the call's result.")
+    add_rule = forms.BooleanField(required=False)
+    narrow_to_input = forms.BooleanField(required=False)
+
+    def __init__(self, *args, original_input=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.original_input = original_input
+
+    def clean(self):
+        data = super().clean()
+        decision = data.get("decision")
+        text = data.get("input", "")
+        data["new_input"] = None
+        if decision in (VoteDecision.APPROVE, VoteDecision.EDIT) and text.strip():
+            try:
+                new_input = parse_json(text, what="the input")
+            except forms.ValidationError as exc:
+                self.add_error("input", exc)
+                return data
+            if decision == VoteDecision.EDIT or new_input != self.original_input:
+                # Approving an input the reviewer changed is an edit: what runs is what they saw.
+                data["decision"] = VoteDecision.EDIT
+                data["new_input"] = new_input
+        elif decision == VoteDecision.EDIT:
+            self.add_error("input", "an edit needs the new input")
+        if decision == VoteDecision.RESPOND and not data.get("message", "").strip():
+            self.add_error("message", "write the answer the model should get")
+        return data
+
+
+class ExternalResultForm(forms.Form):
+    text = forms.CharField(required=False, max_length=100000, label="Result text",
+                           widget=forms.Textarea(attrs={"rows": 3}))
+    structured = forms.CharField(required=False, label="Structured result (optional JSON)", strip=False,
+                                 widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}))
+    state = forms.ChoiceField(choices=[("success", "success"), ("error", "error")], initial="success",
+                              widget=forms.RadioSelect)
+
+    def clean_structured(self):
+        text = self.cleaned_data["structured"]
+        if not text.strip():
+            return None
+        return parse_json(text, want_object=False)
+
+    def clean(self):
+        data = super().clean()
+        if not data.get("text", "").strip() and data.get("structured") is None and not self.errors:
+            raise forms.ValidationError("give a result text, a structured result, or both")
+        return data
+
+
+class RuleForm(forms.Form):
+    behavior = forms.ChoiceField(choices=Behavior.choices)
+    tool_pattern = forms.CharField(max_length=200, label="Tool pattern",
+                                   help_text="An exact tool name, or a glob with *, e.g. mcp__github__*")
+    arg_match = forms.CharField(required=False, label="Argument match (JSON)", strip=False,
+                                widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+                                help_text='Argument → glob or list of globs, matched on the effective input, '
+                                          'e.g. {"command": "git *"}. Whole words; no * means exact.')
+    agents = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                             help_text="Agent names, comma or line separated. Empty: every agent.")
+    users = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                            help_text="Session users, comma or line separated. Empty: every user.")
+    queue = forms.ModelChoiceField(queryset=Queue.objects.none(), required=False, empty_label="the default queue",
+                                   help_text="Where an ask rule's requests go.")
+    priority = forms.IntegerField(initial=0, min_value=-1000000, max_value=1000000,
+                                  help_text="Higher wins among rules of the same behaviour.")
+    enabled = forms.BooleanField(required=False, initial=True)
+    note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                           help_text="Shown in the explanation of every decision this rule makes.")
+
+    def __init__(self, *args, tenant, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["queue"].queryset = Queue.objects.for_tenant(tenant).order_by("name")
+
+    def clean_tool_pattern(self):
+        return self.cleaned_data["tool_pattern"].strip()
+
+    def clean_arg_match(self):
+        text = self.cleaned_data["arg_match"]
+        return parse_json(text, what="the argument match") if text.strip() else {}
+
+    def clean_agents(self):
+        return _names(self.cleaned_data["agents"])
+
+    def clean_users(self):
+        return _names(self.cleaned_data["users"])
+
+    @staticmethod
+    def initial_for(rule) -> dict:
+        return {
+            "behavior": rule.behavior, "tool_pattern": rule.tool_pattern,
+            "arg_match": json.dumps(rule.arg_match, indent=2) if rule.arg_match else "",
+            "agents": ", ".join(rule.agents or []), "users": ", ".join(rule.users or []),
+            "queue": rule.queue_id, "priority": rule.priority, "enabled": rule.enabled, "note": rule.note,
+        }
+
+
+class SimulatorForm(forms.Form):
+    tool = forms.CharField(max_length=128)
+    input = forms.CharField(required=False, label="Input (JSON)", strip=False,
+                            widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+                            help_text="As the model would send it; the agent's bound arguments are applied.")
+    agent = forms.CharField(max_length=100, required=False)
+    user = forms.CharField(max_length=200, required=False, label="Session user")
+
+    def clean_tool(self):
+        return self.cleaned_data["tool"].strip()
+
+    def clean_input(self):
+        text = self.cleaned_data["input"]
+        return parse_json(text, what="the input") if text.strip() else {}
+
+    def clean_agent(self):
+        return self.cleaned_data["agent"].strip()
+
+    def clean_user(self):
+        return self.cleaned_data["user"].strip()
+
+
+class _MemberChoices(forms.ModelMultipleChoiceField):
+    def label_from_instance(self, user):
+        return user.get_username()
+
+
+class QueueForm(forms.Form):
+    name = forms.SlugField(max_length=64, help_text="Letters, digits, - and _. Rules name their queue.")
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    reviewers = _MemberChoices(queryset=get_user_model().objects.none(), required=False,
+                               widget=forms.CheckboxSelectMultiple,
+                               help_text="None chosen: every reviewer, operator and admin of the tenant.")
+    required_approvals = forms.IntegerField(min_value=1, max_value=20, initial=1,
+                                            help_text="Distinct reviewers who must approve.")
+    four_eyes = forms.BooleanField(required=False,
+                                   help_text="Nobody may decide a call made in a session of their own.")
+    expires_after_minutes = forms.IntegerField(required=False, min_value=1, max_value=90 * 24 * 60,
+                                               label="Expires after (minutes)",
+                                               help_text="Empty: never. Expired requests are rejected for the model.")
+    escalate_after_minutes = forms.IntegerField(required=False, min_value=1, max_value=90 * 24 * 60,
+                                                label="Escalate after (minutes)",
+                                                help_text="Empty: never. Then the escalation reviewers may decide too.")
+    escalation_reviewers = _MemberChoices(queryset=get_user_model().objects.none(), required=False,
+                                          widget=forms.CheckboxSelectMultiple)
+    is_default = forms.BooleanField(required=False, label="Default queue",
+                                    help_text="Requests whose rule names no queue go here.")
+
+    def __init__(self, *args, tenant, queue=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.queue = queue
+        members = Membership.objects.filter(tenant=tenant).values("user_id")
+        users = get_user_model().objects.filter(pk__in=members).order_by("username")
+        self.fields["reviewers"].queryset = users
+        self.fields["escalation_reviewers"].queryset = users
+
+    def service_values(self) -> dict:
+        """The cleaned data in the shape approvals.services.queue_save takes."""
+        data = dict(self.cleaned_data)
+        for name in ("expires_after", "escalate_after"):
+            minutes = data.pop(f"{name}_minutes")
+            if self.queue is not None and f"{name}_minutes" not in self.changed_data:
+                data[name] = getattr(self.queue, name)  # untouched: keep it exactly (it may hold seconds)
+            else:
+                data[name] = timedelta(minutes=minutes) if minutes else None
+        return data
+
+    @staticmethod
+    def initial_for(queue) -> dict:
+        def minutes(value):
+            return max(1, round(value.total_seconds() / 60)) if value else None
+
+        return {
+            "name": queue.name, "description": queue.description, "reviewers": list(queue.reviewers.all()),
+            "required_approvals": queue.required_approvals, "four_eyes": queue.four_eyes,
+            "expires_after_minutes": minutes(queue.expires_after),
+            "escalate_after_minutes": minutes(queue.escalate_after),
+            "escalation_reviewers": list(queue.escalation_reviewers.all()), "is_default": queue.is_default,
+        }

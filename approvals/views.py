@@ -1,0 +1,403 @@
+"""The reviewer's inbox, external tasks, the rules page (with the simulator) and the queues page.
+
+Thin views over approvals.selectors (reads) and approvals.services (writes). Every page goes through
+the console's `tenant_view`: the tenant (membership required) and every object the URL names are
+resolved first (404 when missing or another tenant's), then the role. Deciding needs a reviewing
+role (reviewer, operator, admin); rules and queues are changed by operators and admins.
+"""
+import json
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Case, F, IntegerField, Prefetch, Q, Value, When
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from rest_framework.exceptions import PermissionDenied as ServicePermissionDenied
+from rest_framework.exceptions import ValidationError as ServiceValidationError
+
+from console.access import MEMBER, OPERATE, URL_OBJECTS, tenant_view
+from console.forms import add_service_errors
+from toolkeeper.api import Conflict
+from tools.models import Tool
+from tools.selectors import visible_tool
+
+from . import selectors, services
+from .forms import DecisionForm, ExternalResultForm, InboxFilterForm, QueueForm, RuleForm, SimulatorForm
+from .models import ApprovalRequest, PermissionRule, Queue, RequestKind, RequestStatus, Vote, VoteDecision
+
+# The URL parameters of these pages, resolved by `tenant_view` through access_object (404 when foreign).
+# `call_id` (ToolCall → `call`) is the console's own.
+for _name, _entry in {
+    "request_id": (ApprovalRequest, "approval"),
+    "rule_id": (PermissionRule, "rule"),
+    "queue_id": (Queue, "queue"),
+}.items():
+    URL_OBJECTS.setdefault(_name, _entry)
+
+PAGE_SIZE = 50
+DECIDED_STATUSES = [s for s in RequestStatus.values if s != RequestStatus.PENDING]
+BEHAVIOR_ORDER = Case(When(behavior="deny", then=Value(0)), When(behavior="ask", then=Value(1)),
+                      default=Value(2), output_field=IntegerField())
+
+
+def _page(request, queryset):
+    return Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
+
+
+def _back(view_name, request, **kwargs):
+    return redirect(f"inbox:{view_name}", tenant=request.tenant.slug, **kwargs)
+
+
+def _require_reviewer(request) -> None:
+    if not request.membership.can_review:
+        raise PermissionDenied("Only reviewers, operators and admins decide.")
+
+
+def _votes(tenant):
+    return Prefetch("votes", queryset=Vote.objects.for_tenant(tenant).order_by("at", "id"))
+
+
+def _service_messages(exc) -> list[str]:
+    detail = exc.detail
+    values = detail.values() if isinstance(detail, dict) else [detail]
+    flat = []
+    for value in values:
+        flat.extend(str(item) for item in (value if isinstance(value, list | tuple) else [value]))
+    return flat
+
+
+def _tabs(request) -> dict:
+    return {
+        "pending_count": selectors.inbox_count(tenant=request.tenant),
+        "external_count": selectors.external_tasks(tenant=request.tenant).count(),
+    }
+
+
+def _filtered(request, queryset_for, *, statuses):
+    """Apply the queue/agent/tool filters of the query string; the choices are what exists."""
+    tenant = request.tenant
+    existing = ApprovalRequest.objects.for_tenant(tenant).filter(kind=RequestKind.APPROVAL, status__in=statuses)
+    agents = set(existing.order_by().values_list("agent", flat=True).distinct())
+    tools = set(existing.order_by().values_list("tool_name", flat=True).distinct())
+    queues = set(Queue.objects.for_tenant(tenant).values_list("name", flat=True))
+    params = request.GET
+    # A filter that matches nothing right now (the last request of an agent was just decided) stays valid.
+    agents.add(params.get("agent", ""))
+    tools.add(params.get("tool", ""))
+    form = InboxFilterForm(params or None, queues=sorted(queues), agents=sorted(agents - {""}),
+                           tools=sorted(tools - {""}))
+    filters = {}
+    if form.is_bound and form.is_valid():
+        filters = {k: v for k, v in form.cleaned_data.items() if v}
+    return form, filters, queryset_for(**filters)
+
+
+# --- the inbox ---------------------------------------------------------------------------------
+
+@tenant_view()
+def inbox(request):
+    tenant = request.tenant
+
+    def pending(**filters):
+        return (selectors.inbox_requests(tenant=tenant, **filters)
+                .select_related("call__session").prefetch_related(_votes(tenant)))
+
+    form, filters, requests = _filtered(request, pending, statuses=[RequestStatus.PENDING])
+    page = _page(request, requests)
+    return render(request, "inbox/inbox.html", {
+        "form": form, "filters": filters, "page": page, "tab": "pending",
+        "may_decide": request.membership.can_review, "return_to": request.get_full_path(), **_tabs(request),
+    })
+
+
+@tenant_view()
+def inbox_history(request):
+    tenant = request.tenant
+    status = request.GET.get("status", "")
+    statuses = [status] if status in DECIDED_STATUSES else DECIDED_STATUSES
+
+    def decided(queue="", agent="", tool=""):
+        queryset = ApprovalRequest.objects.for_tenant(tenant).filter(kind=RequestKind.APPROVAL, status__in=statuses)
+        if queue:
+            queryset = queryset.filter(queue__name=queue)
+        if agent:
+            queryset = queryset.filter(agent=agent)
+        if tool:
+            queryset = queryset.filter(tool_name=tool)
+        return (queryset.select_related("queue", "call__session").prefetch_related(_votes(tenant))
+                .order_by(F("decided_at").desc(nulls_last=True), "-id"))
+
+    form, filters, requests = _filtered(request, decided, statuses=DECIDED_STATUSES)
+    if status in DECIDED_STATUSES:
+        filters["status"] = status
+    return render(request, "inbox/history.html", {
+        "form": form, "filters": filters, "page": _page(request, requests), "tab": "history",
+        "statuses": DECIDED_STATUSES, "status": status, **_tabs(request),
+    })
+
+
+def _next_after(request, approval):
+    """Where a reviewer goes after deciding: the next pending request they have not voted on, else the list."""
+    return_to = request.POST.get("return_to", "")
+    if return_to and url_has_allowed_host_and_scheme(return_to, allowed_hosts={request.get_host()}) \
+            and return_to.startswith(reverse("inbox:inbox", kwargs={"tenant": request.tenant.slug})):
+        return redirect(return_to)
+    following = (selectors.inbox_requests(tenant=request.tenant).exclude(pk=approval.pk)
+                 .exclude(votes__reviewer=request.user).select_related(None).only("pk").first())
+    if following is not None:
+        return _back("inbox_request", request, request_id=following.pk)
+    return _back("inbox", request)
+
+
+def _decided_message(approval, decision: str) -> str:
+    verbs = {VoteDecision.APPROVE: "approved", VoteDecision.EDIT: "approved with your edit",
+             VoteDecision.REJECT: "rejected", VoteDecision.RESPOND: "answered"}
+    text = f"{approval.tool_name} ({approval.call.call_id}): {verbs[decision]}."
+    if approval.status == RequestStatus.PENDING:
+        text = f"{approval.tool_name} ({approval.call.call_id}): your vote is recorded; more approvals are needed."
+    return text
+
+
+@tenant_view(methods=("GET", "POST"), write=MEMBER)
+def inbox_request(request, approval):
+    tenant = request.tenant
+    approval = (ApprovalRequest.objects.for_tenant(tenant)
+                .select_related("queue", "rule", "call__session", "call__tool")
+                .prefetch_related(_votes(tenant)).get(pk=approval.pk))
+    call = approval.call
+    status = 200
+    if request.method == "POST":
+        _require_reviewer(request)
+        form = DecisionForm(request.POST, original_input=call.input)
+        status = 400
+        if form.is_valid():
+            data = form.cleaned_data
+            decision = data["decision"]
+            try:
+                settled = services.request_decide(request=approval, reviewer=request.user, decision=decision,
+                                                  new_input=data["new_input"], message=data["message"].strip())
+            except ServiceValidationError as exc:
+                add_service_errors(form, exc)
+            except ServicePermissionDenied as exc:
+                form.add_error(None, str(exc.detail))
+                status = 403
+            except Conflict as exc:
+                form.add_error(None, f"Your decision was not recorded: {exc.detail}. "
+                                     "Someone else may have decided first; the page now shows where it stands.")
+                status = 409
+            else:
+                messages.success(request, _decided_message(settled, decision))
+                if data["add_rule"] and decision in (VoteDecision.APPROVE, VoteDecision.EDIT):
+                    _add_suggested_rule(request, approval, narrow=data["narrow_to_input"])
+                return _next_after(request, approval)
+        approval = (ApprovalRequest.objects.for_tenant(tenant)
+                    .select_related("queue", "rule", "call__session", "call__tool")
+                    .prefetch_related(_votes(tenant)).get(pk=approval.pk))
+        call = approval.call
+    else:
+        form = DecisionForm(initial={"input": json.dumps(call.input, indent=2, ensure_ascii=False)},
+                            original_input=call.input)
+    pending = approval.status == RequestStatus.PENDING
+    exposed = visible_tool(call.session, call.tool_name) if pending else None
+    queue = approval.queue
+    # Reviewers of another queue see the request but are told up front that it is not theirs to decide.
+    in_queue = pending and request.membership.can_review and services.reviewer_may_decide(
+        request=approval, user=request.user)
+    return render(request, "inbox/request.html", {
+        "approval": approval, "call": call, "session": call.session, "tool": call.tool, "form": form,
+        "schema": exposed.schema if exposed is not None else (call.tool.input_schema if call.tool else None),
+        "votes": list(approval.votes.all()),
+        "required": queue.required_approvals if queue else 1,
+        "may_decide": in_queue, "not_in_queue": pending and request.membership.can_review and not in_queue,
+        "may_add_rule": request.membership.can_operate,
+        "position": _position(tenant, approval), "tab": "pending", **_tabs(request),
+    }, status=status)
+
+
+def _position(tenant, approval) -> dict | None:
+    """Where this request stands in the pending list (oldest first), and the one after it."""
+    if approval.status != RequestStatus.PENDING:
+        return None
+    pending = selectors.inbox_requests(tenant=tenant).select_related(None).only("pk")
+    earlier = Q(opened_at__lt=approval.opened_at) | Q(opened_at=approval.opened_at, id__lt=approval.pk)
+    later = Q(opened_at__gt=approval.opened_at) | Q(opened_at=approval.opened_at, id__gt=approval.pk)
+    return {"number": pending.filter(earlier).count() + 1, "next": pending.filter(later).first()}
+
+
+def _add_suggested_rule(request, approval, *, narrow: bool) -> None:
+    if not request.membership.can_operate:
+        messages.warning(request, "Only operators and admins add rules: the suggested rule was not added.")
+        return
+    try:
+        rule = services.rule_from_approval(request=approval, actor=request.user, narrow_to_input=narrow)
+    except ServiceValidationError as exc:
+        messages.error(request, "The suggested rule was not added: " + "; ".join(_service_messages(exc)))
+    else:
+        messages.success(request, f"Rule #{rule.pk} added: always allow {rule.tool_pattern} for "
+                                  f"{', '.join(rule.agents)}{' with this input' if rule.arg_match else ''}.")
+
+
+# --- external tasks ----------------------------------------------------------------------------
+
+def _external_page(request, *, bound=None, status=200):
+    page = _page(request, selectors.external_tasks(tenant=request.tenant))
+    tasks = []
+    for call in page:
+        form = bound[1] if bound and bound[0] == call.pk else ExternalResultForm(auto_id=f"id_%s_{call.pk}")
+        tasks.append((call, form))
+    return render(request, "inbox/external.html", {
+        "page": page, "tasks": tasks, "tab": "external", "may_decide": request.membership.can_review,
+        "filters": {}, **_tabs(request),
+    }, status=status)
+
+
+@tenant_view()
+def inbox_external(request):
+    return _external_page(request)
+
+
+@tenant_view(methods=("POST",), write=MEMBER)
+def inbox_external_respond(request, call):
+    _require_reviewer(request)
+    form = ExternalResultForm(request.POST, auto_id=f"id_%s_{call.pk}")
+    if form.is_valid():
+        data = form.cleaned_data
+        text = data["text"].strip()
+        try:
+            services.external_result_post(call=call, actor=request.user, state=data["state"],
+                                          content=[{"type": "text", "text": text}] if text else [],
+                                          structured=data["structured"])
+        except Conflict as exc:
+            messages.error(request, f"{call.tool_name} ({call.call_id}): not recorded — {exc.detail}.")
+            return _back("inbox_external", request)
+        except ServiceValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, f"{call.tool_name} ({call.call_id}): result recorded ({data['state']}).")
+            return _back("inbox_external", request)
+    return _external_page(request, bound=(call.pk, form), status=400)
+
+
+# --- rules -------------------------------------------------------------------------------------
+
+@tenant_view()
+def rule_list(request):
+    tenant = request.tenant
+    rules = (PermissionRule.objects.for_tenant(tenant).select_related("queue")
+             .order_by(BEHAVIOR_ORDER, "-priority", "id"))
+    simulator = SimulatorForm(request.GET if "tool" in request.GET else None)
+    decision = None
+    decision_rule = None
+    if simulator.is_bound and simulator.is_valid():
+        data = simulator.cleaned_data
+        decision = selectors.simulate(tenant=tenant, tool_name=data["tool"], tool_input=data["input"],
+                                      agent=data["agent"], user=data["user"])
+        if decision.rule is not None:
+            decision_rule = PermissionRule.objects.for_tenant(tenant).filter(pk=decision.rule).first()
+    return render(request, "inbox/rule_list.html", {
+        "rules": rules, "simulator": simulator, "decision": decision, "decision_rule": decision_rule,
+        "tool_names": Tool.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True),
+    })
+
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def rule_create(request):
+    form = RuleForm(request.POST or None, tenant=request.tenant)
+    if request.method == "POST" and form.is_valid():
+        try:
+            rule = services.rule_create(tenant=request.tenant, actor=request.user, **form.cleaned_data)
+        except ServiceValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Rule #{rule.pk} ({rule.behavior} {rule.tool_pattern}) created.")
+            return _back("rule_list", request)
+    return render(request, "inbox/rule_form.html", {"form": form, "rule": None},
+                  status=400 if form.errors else 200)
+
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def rule_edit(request, rule):
+    form = RuleForm(request.POST or None, initial=RuleForm.initial_for(rule), tenant=request.tenant)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.rule_update(rule=rule, actor=request.user, **form.cleaned_data)
+        except ServiceValidationError as exc:
+            add_service_errors(form, exc)
+            rule.refresh_from_db()
+        else:
+            messages.success(request, f"Rule #{rule.pk} saved.")
+            return _back("rule_list", request)
+    return render(request, "inbox/rule_form.html", {"form": form, "rule": rule},
+                  status=400 if form.errors else 200)
+
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def rule_delete(request, rule):
+    if request.method == "POST":
+        services.rule_delete(rule=rule, actor=request.user)
+        messages.success(request, f"Rule #{rule.pk} ({rule.behavior} {rule.tool_pattern}) deleted.")
+        return _back("rule_list", request)
+    return render(request, "inbox/rule_delete.html", {"rule": rule})
+
+
+# --- queues ------------------------------------------------------------------------------------
+
+@tenant_view()
+def queue_list(request):
+    tenant = request.tenant
+    queues = list(Queue.objects.for_tenant(tenant).prefetch_related("reviewers", "escalation_reviewers"))
+    counts = selectors.pending_counts_by_queue(tenant=tenant)
+    return render(request, "inbox/queue_list.html", {
+        "queues": [(queue, counts.get(queue.name, 0)) for queue in queues],
+        "unrouted": counts.get("", 0),
+    })
+
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def queue_create(request):
+    form = QueueForm(request.POST or None, tenant=request.tenant)
+    if request.method == "POST" and form.is_valid():
+        values = form.service_values()
+        try:
+            queue = services.queue_save(tenant=request.tenant, actor=request.user, **values)
+        except ServiceValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Queue {queue.name} created.")
+            return _back("queue_list", request)
+    return render(request, "inbox/queue_form.html", {"form": form, "queue": None},
+                  status=400 if form.errors else 200)
+
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def queue_edit(request, queue):
+    form = QueueForm(request.POST or None, initial=QueueForm.initial_for(queue), tenant=request.tenant, queue=queue)
+    if request.method == "POST" and form.is_valid():
+        values = form.service_values()
+        try:
+            services.queue_save(tenant=request.tenant, queue=queue, actor=request.user, **values)
+        except ServiceValidationError as exc:
+            add_service_errors(form, exc)
+            queue.refresh_from_db()
+        else:
+            messages.success(request, f"Queue {queue.name} saved.")
+            return _back("queue_list", request)
+    return render(request, "inbox/queue_form.html", {"form": form, "queue": queue},
+                  status=400 if form.errors else 200)
+
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def queue_delete(request, queue):
+    errors = []
+    if request.method == "POST":
+        try:
+            services.queue_delete(queue=queue, actor=request.user)
+        except ServiceValidationError as exc:
+            errors = _service_messages(exc)
+        else:
+            messages.success(request, f"Queue {queue.name} deleted.")
+            return _back("queue_list", request)
+    return render(request, "inbox/queue_delete.html", {"queue": queue, "errors": errors},
+                  status=400 if errors else 200)

@@ -1,0 +1,203 @@
+#!/usr/bin/env python
+"""Sustained governed calls per second, and their latency, for each executor on this machine.
+
+- local:  the embedded default as one daphne process (SQLite, in-process channel layer, the local
+          thread-pool executor), like `make run`.
+- celery: the distributed mode as real processes (tests/distributed/stack.py): daphne
+          (TOOLKEEPER_EXECUTOR=celery) + a Celery worker (prefork, 2 processes) + beat, on a fresh
+          PostgreSQL database and a private redis-server (broker and channel layer).
+
+N concurrent clients (default 16; one keep-alive connection and one session each) post governed calls
+of a trivial allowed tool, `{"name": "current_time", "input": {}, "wait": 10}`, back to back for a
+fixed time after a warm-up; each request counts when its call has `succeeded`. Reports calls/s over
+the measuring window and per-request p50/p90/p99; the celery/local ratio is the in-run comparison.
+Prints a table and writes JSON (--json PATH).
+
+    .venv/bin/python bench/throughput.py [--quick] [--json PATH] [--clients 16] [--seconds 20]
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.distributed.stack import DistributedStack  # noqa: E402
+from tests.live.server import LiveServer  # noqa: E402
+
+BODY = {"name": "current_time", "input": {}, "wait": 10}
+TARGETS = {"local_calls_per_s": 300.0, "celery_calls_per_s": 150.0}
+BENCH_ENV = {"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING"}
+
+
+class Client:
+    """One keep-alive HTTP connection with the API key."""
+
+    def __init__(self, port: int, key: str):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
+    def post(self, path: str, body: dict) -> tuple[int, bytes]:
+        self.conn.request("POST", path, body=json.dumps(body), headers=self.headers)
+        response = self.conn.getresponse()
+        return response.status, response.read()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def new_session(client: Client, n: int) -> str:
+    status, payload = client.post("/api/v1/sessions", {"agent": f"bench-{n}", "user": "bench@example.com"})
+    if status != 201:
+        raise RuntimeError(f"could not create a session: {status} {payload[:300]!r}")
+    return json.loads(payload)["id"]
+
+
+def run_load(port: int, key: str, clients: int, warmup_s: float, measure_s: float) -> dict:
+    """All clients post back to back; requests that finish inside the measuring window are counted."""
+    pool = [Client(port, key) for _ in range(clients)]
+    paths = [f"/api/v1/sessions/{new_session(c, n)}/calls" for n, c in enumerate(pool)]
+    start_barrier = threading.Barrier(clients + 1)
+    stop_at = [0.0]
+    window = [0.0, 0.0]
+    samples: list[list[float]] = [[] for _ in pool]
+    failures: list[str] = []
+
+    def worker(n: int) -> None:
+        client, path = pool[n], paths[n]
+        start_barrier.wait()
+        while True:
+            began = time.perf_counter()
+            if began >= stop_at[0]:
+                return
+            try:
+                status, payload = client.post(path, BODY)
+            except Exception as exc:  # reported below
+                failures.append(repr(exc))
+                return
+            ended = time.perf_counter()
+            if status != 200:
+                failures.append(f"{status}: {payload[:200]!r}")
+                continue
+            call = json.loads(payload)["calls"][0]
+            if call["status"] != "succeeded":
+                failures.append(f"call ended {call['status']}: {payload[:200]!r}")
+                continue
+            if window[0] <= began and ended <= window[1]:
+                samples[n].append(ended - began)
+
+    threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    now = time.perf_counter()
+    window[0], window[1] = now + warmup_s, now + warmup_s + measure_s
+    stop_at[0] = window[1]
+    start_barrier.wait()
+    for thread in threads:
+        thread.join()
+    for client in pool:
+        client.close()
+    flat = [s for per in samples for s in per]
+    if not flat:
+        raise RuntimeError(f"no call completed in the window; failures: {failures[:5]}")
+    return {
+        "clients": clients, "n": len(flat), "failures": len(failures), "failure_examples": failures[:3],
+        "calls_per_s": len(flat) / measure_s,
+        "p50_ms": percentile(flat, 50) * 1000, "p90_ms": percentile(flat, 90) * 1000,
+        "p99_ms": percentile(flat, 99) * 1000, "mean_ms": statistics.fmean(flat) * 1000,
+        "max_ms": max(flat) * 1000,
+    }
+
+
+def measure_local(clients: int, warmup_s: float, measure_s: float) -> dict:
+    server = LiveServer(extra_env=BENCH_ENV, daphne_args=["-v", "0"])
+    print("local: starting daphne (embedded: SQLite, local executor)…", flush=True)
+    with server:
+        print(f"local: {server.url} ready; {clients} clients for {warmup_s:g}+{measure_s:g} s…", flush=True)
+        return run_load(server.port, server.api_key, clients, warmup_s, measure_s)
+
+
+def measure_celery(clients: int, warmup_s: float, measure_s: float, concurrency: int = 2) -> dict:
+    stack = DistributedStack(extra_env=BENCH_ENV, daphne_args=["-v", "0"], worker_concurrency=concurrency)
+    print("celery: starting redis, PostgreSQL database, daphne, Celery worker + beat…", flush=True)
+    with stack:
+        server = stack.server
+        print(f"celery: {server.url} ready; {clients} clients for {warmup_s:g}+{measure_s:g} s…", flush=True)
+        result = run_load(server.port, server.api_key, clients, warmup_s, measure_s)
+        result["worker_concurrency"] = concurrency
+        return result
+
+
+def print_table(modes: dict) -> None:
+    header = (f"{'executor':<9} {'clients':>7} {'n':>7} {'fail':>5} {'calls/s':>9} {'p50 ms':>8} {'p90 ms':>8} "
+              f"{'p99 ms':>8} {'max ms':>8}")
+    print(header)
+    print("-" * len(header))
+    for name, s in modes.items():
+        print(f"{name:<9} {s['clients']:>7} {s['n']:>7} {s['failures']:>5} {s['calls_per_s']:>9.1f} "
+              f"{s['p50_ms']:>8.1f} {s['p90_ms']:>8.1f} {s['p99_ms']:>8.1f} {s['max_ms']:>8.1f}")
+    print()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short windows (about a minute in all)")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
+    parser.add_argument("--seconds", type=float, default=None, help="measuring window per executor")
+    parser.add_argument("--only", choices=("local", "celery"), help="measure one executor only")
+    parser.add_argument("--worker-concurrency", type=int, default=2,
+                        help="Celery worker processes (prefork) in the celery mode (default 2)")
+    args = parser.parse_args(argv)
+    warmup_s = 2.0 if args.quick else 5.0
+    measure_s = args.seconds or (6.0 if args.quick else 20.0)
+
+    modes = {}
+    if args.only in (None, "local"):
+        modes["local"] = measure_local(args.clients, warmup_s, measure_s)
+    if args.only in (None, "celery"):
+        modes["celery"] = measure_celery(args.clients, warmup_s, measure_s, args.worker_concurrency)
+    print()
+    print_table(modes)
+    result: dict = {}
+    for name, s in modes.items():
+        result[f"{name}_calls_per_s"] = s["calls_per_s"]
+        result[f"{name}_p99_ms"] = s["p99_ms"]
+        target = TARGETS[f"{name}_calls_per_s"]
+        verdict = "ok" if s["calls_per_s"] >= target else "MISSES TARGET"
+        print(f"{name}: {s['calls_per_s']:.1f} calls/s (target >= {target:g}: {verdict}), p99 {s['p99_ms']:.1f} ms")
+    if "local" in modes and "celery" in modes:
+        result["ratio_celery_to_local"] = modes["celery"]["calls_per_s"] / modes["local"]["calls_per_s"]
+    result.update({
+        "targets": TARGETS, "modes": modes,
+        "config": {"quick": args.quick, "clients": args.clients, "warmup_s": warmup_s, "measure_s": measure_s,
+                   "request": BODY, "worker_concurrency": args.worker_concurrency, "cpus": os.cpu_count(),
+                   "python": platform.python_version(),
+                   "machine": platform.machine()},
+    })
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

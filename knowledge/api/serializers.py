@@ -1,0 +1,49 @@
+from rest_framework import serializers
+
+from knowledge.models import Dataset, Document
+from knowledge.services import MAX_TITLE_CHARS
+
+
+class DatasetSerializer(serializers.ModelSerializer):
+    document_count = serializers.IntegerField(read_only=True, default=0)
+
+    class Meta:
+        model = Dataset
+        fields = ["id", "name", "description", "document_count", "created_at", "updated_at"]
+        read_only_fields = ["created_at", "updated_at"]
+        extra_kwargs = {"name": {"validators": []}}  # uniqueness per tenant: checked by the service
+
+
+class DocumentSerializer(serializers.ModelSerializer):
+    dataset = serializers.CharField(source="dataset.name", read_only=True)
+
+    class Meta:
+        model = Document
+        fields = ["id", "dataset", "external_id", "title", "metadata", "content_hash", "chunk_count", "created_at",
+                  "updated_at"]
+        read_only_fields = fields
+
+
+class DocumentDetailSerializer(DocumentSerializer):
+    class Meta(DocumentSerializer.Meta):
+        fields = [*DocumentSerializer.Meta.fields, "text"]
+        read_only_fields = fields
+
+
+class DocumentInputSerializer(serializers.Serializer):
+    """One document of a bulk ingest. Limits are checked by the ingest service, all documents first."""
+
+    dataset = serializers.CharField(max_length=100)
+    title = serializers.CharField(max_length=MAX_TITLE_CHARS, trim_whitespace=True)
+    text = serializers.CharField(trim_whitespace=False)
+    external_id = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+    metadata = serializers.DictField(required=False, default=dict)
+
+
+class IngestedSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="document.pk")
+    dataset = serializers.CharField(source="document.dataset.name")
+    external_id = serializers.CharField(source="document.external_id")
+    title = serializers.CharField(source="document.title")
+    chunk_count = serializers.IntegerField(source="document.chunk_count")
+    status = serializers.CharField()

@@ -1,0 +1,244 @@
+"""Console pages for knowledge bases (templates/knowledge/), mounted at /t/<tenant>/knowledge/.
+
+`knowledge_view` is the console's `tenant_view` (login, tenant membership, method, role: reading for
+any member, changing for operators), then every object the URL names (`dataset_id`, `document_id`)
+through `access_object`: missing or another tenant's → 404.
+"""
+from functools import wraps
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.shortcuts import redirect, render
+from pydantic import ValidationError as InputError
+from rest_framework.exceptions import ValidationError as ServiceValidationError
+
+from console.access import MEMBER, OPERATE, tenant_view
+from console.forms import add_service_errors
+from tenancy.selectors import access_object
+from tools.decorators import python_tool
+from tools.models import BoundArgument, Tool
+from tools.selectors import bindings_for
+from tools.services import binding_delete, binding_set
+
+from . import selectors, services
+from .forms import DatasetForm, ScopeForm, SearchForm, UploadForm
+from .models import Dataset, Document
+from .tools import results_payload
+
+URL_OBJECTS = {"dataset_id": (Dataset, "dataset"), "document_id": (Document, "document")}
+PAGE_SIZE = 50
+
+
+def knowledge_view(*, methods=("GET",), read=MEMBER, write=OPERATE):
+    """The console's `tenant_view` (login, membership, method, role), then this app's URL objects."""
+
+    def decorate(view):
+        @wraps(view)
+        def wrapper(request, tenant, **url_kwargs):
+            def resolved(request):
+                objects = {}
+                for name, value in url_kwargs.items():
+                    model, argument = URL_OBJECTS[name]
+                    objects[argument] = access_object(model, request.tenant, value)
+                return view(request, **objects)
+
+            return tenant_view(methods=methods, read=read, write=write)(resolved)(request, tenant=tenant)
+
+        return wrapper
+
+    return decorate
+
+
+def _back(view_name, request, **kwargs):
+    return redirect(f"knowledge:{view_name}", tenant=request.tenant.slug, **kwargs)
+
+
+def _search_tool(tenant) -> Tool | None:
+    return Tool.objects.for_tenant(tenant).filter(name=services.TOOL_NAME).first()
+
+
+# --- datasets ----------------------------------------------------------------------------------
+
+@knowledge_view()
+def dataset_list(request):
+    return render(request, "knowledge/dataset_list.html", {
+        "datasets": selectors.datasets_of(request.tenant),
+        "search_form": SearchForm(),
+    })
+
+
+@knowledge_view(methods=("GET", "POST"), read=OPERATE)
+def dataset_create(request):
+    form = DatasetForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            dataset = services.dataset_create(tenant=request.tenant, actor=request.user, **form.cleaned_data)
+        except ServiceValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Dataset {dataset.name} created. Upload documents to fill it.")
+            return _back("dataset_detail", request, dataset_id=dataset.pk)
+    return render(request, "knowledge/dataset_form.html", {"form": form})
+
+
+def _dataset_page(request, dataset, upload_form, status=200):
+    documents = selectors.documents_of(request.tenant, dataset)
+    return render(request, "knowledge/dataset_detail.html", {
+        "dataset": dataset,
+        "page": Paginator(documents, PAGE_SIZE).get_page(request.GET.get("page")),
+        "document_count": documents.count(),
+        "upload_form": upload_form,
+        "search_form": SearchForm(),
+    }, status=status)
+
+
+@knowledge_view()
+def dataset_detail(request, dataset):
+    return _dataset_page(request, dataset, UploadForm())
+
+
+@knowledge_view(methods=("POST",))
+def dataset_upload(request, dataset):
+    """Several .txt/.md files at once. One bad file (binary, empty, too large) → nothing is stored."""
+    form = UploadForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return _dataset_page(request, dataset, form, status=400)
+    documents, problems = [], []
+    for upload in form.cleaned_data["files"]:
+        try:
+            if upload.size > services.MAX_UPLOAD_BYTES:
+                raise services.FileRefused(f"{upload.name}: {upload.size:,} bytes is too large; the limit is "
+                                           f"{services.MAX_UPLOAD_BYTES:,} bytes")
+            document = services.document_from_file(upload.name, upload.read(services.MAX_UPLOAD_BYTES + 1))
+        except services.FileRefused as exc:
+            problems.append(str(exc))
+            continue
+        documents.append({**document, "metadata": form.cleaned_data["metadata"]})
+    if not problems:
+        try:
+            result = services.documents_ingest_bulk(tenant=request.tenant, dataset=dataset, documents=documents,
+                                                    actor=request.user)
+        except ServiceValidationError as exc:
+            problems.extend(f"{key}: {' '.join(map(str, value))}" for key, value in exc.detail.items())
+        else:
+            summary = result.summary
+            messages.success(request, f"{len(documents)} file(s) ingested: {summary['created']} new, "
+                                      f"{summary['updated']} updated, {summary['unchanged']} unchanged.")
+            return _back("dataset_detail", request, dataset_id=dataset.pk)
+    form.add_error("files", "Nothing was stored. Fix or remove these files and upload again:")
+    for problem in problems:
+        form.add_error("files", problem)
+    return _dataset_page(request, dataset, form, status=400)
+
+
+@knowledge_view(methods=("GET", "POST"), read=OPERATE)
+def dataset_delete(request, dataset):
+    if request.method == "POST":
+        services.dataset_delete(dataset=dataset, actor=request.user)
+        messages.success(request, f"Dataset {dataset.name} and its documents deleted.")
+        return _back("dataset_list", request)
+    return render(request, "knowledge/dataset_delete.html", {
+        "dataset": dataset, "document_count": selectors.documents_of(request.tenant, dataset).count()})
+
+
+# --- documents ---------------------------------------------------------------------------------
+
+@knowledge_view()
+def document_detail(request, document):
+    return render(request, "knowledge/document_detail.html", {
+        "document": document,
+        "chunks": document.chunks.order_by("ordinal").only("ordinal", "text"),
+    })
+
+
+@knowledge_view(methods=("POST",))
+def document_delete(request, document):
+    dataset_id = document.dataset_id
+    services.document_delete(document=document, actor=request.user)
+    messages.success(request, f"Document {document.title} deleted.")
+    return _back("dataset_detail", request, dataset_id=dataset_id)
+
+
+# --- trying the tool ---------------------------------------------------------------------------
+
+@knowledge_view()
+def search(request):
+    """Run knowledge_search as an agent's call would: the query from the form, the agent's bound
+    arguments merged last (the same `bindings_for` the pipeline uses), validated like a call."""
+    form = SearchForm(request.GET if "query" in request.GET else None)
+    tool = _search_tool(request.tenant)
+    context = {"form": form, "tool": tool, "result": None, "error": None, "bound": None,
+               "agents": _bound_agents(request.tenant, tool)}
+    if form.is_bound and form.is_valid() and tool is not None:
+        data = form.cleaned_data
+        bound = bindings_for(request.tenant, data["agent"], [tool.pk]).get(tool.pk, {})
+        arguments = {"query": data["query"], "top_k": data["top_k"] or 5, **bound}
+        context["bound"] = bound
+        try:
+            spec = python_tool(services.TOOL_NAME)
+            valid = spec.input_model.model_validate(arguments)
+            hits = selectors.chunks_search(tenant=request.tenant, query=valid.query, datasets=valid.datasets,
+                                           filters=valid.filter, top_k=valid.top_k)
+            context["hits"], context["result"] = hits, results_payload(valid.query, hits)
+        except (InputError, selectors.InvalidQuery) as exc:
+            context["error"] = str(exc)
+    return render(request, "knowledge/search.html", context)
+
+
+def _bound_agents(tenant, tool) -> list[str]:
+    if tool is None:
+        return []
+    return sorted(set(BoundArgument.objects.for_tenant(tenant).filter(tool=tool).exclude(agent="")
+                      .values_list("agent", flat=True)))
+
+
+# --- the tool's scope --------------------------------------------------------------------------
+
+def _scopes(tenant, tool) -> list[dict]:
+    """One row per agent with bindings (tenant-wide first): the datasets and filter it searches with."""
+    rows: dict[str, dict] = {}
+    for binding in BoundArgument.objects.for_tenant(tenant).filter(tool=tool, name__in=services.DEFAULT_BINDINGS):
+        rows.setdefault(binding.agent, {"agent": binding.agent})[binding.name] = binding.value
+    for agent, row in rows.items():
+        effective = bindings_for(tenant, agent, [tool.pk]).get(tool.pk, {})
+        row["effective"] = {name: effective.get(name, services.DEFAULT_BINDINGS[name])
+                            for name in services.DEFAULT_BINDINGS}
+    return [rows[agent] for agent in sorted(rows)]
+
+
+@knowledge_view(methods=("GET", "POST"))
+def bindings(request):
+    tool = _search_tool(request.tenant)
+    names = list(Dataset.objects.for_tenant(request.tenant).order_by("name").values_list("name", flat=True))
+    form = ScopeForm(dataset_names=names)
+    if request.method == "POST" and tool is not None:
+        if "remove_agent" in request.POST:
+            agent = request.POST["remove_agent"].strip()
+            if agent:  # the tenant-wide scope is edited, never removed: it keeps the arguments hidden
+                for binding in BoundArgument.objects.for_tenant(request.tenant).filter(
+                        tool=tool, agent=agent, name__in=services.DEFAULT_BINDINGS):
+                    binding_delete(binding=binding, actor=request.user)
+                messages.success(request, f"{agent} now searches with the tenant-wide scope.")
+            return _back("bindings", request)
+        form = ScopeForm(request.POST, dataset_names=names)
+        if form.is_valid():
+            agent = form.cleaned_data["agent"]
+            try:
+                for name, value in form.scope().items():
+                    binding_set(tenant=request.tenant, tool=tool, name=name, value=value, agent=agent,
+                                actor=request.user)
+            except ServiceValidationError as exc:
+                add_service_errors(form, exc)
+            else:
+                messages.success(request, f"Scope saved for {agent or 'every agent'}.")
+                return _back("bindings", request)
+    elif request.GET.get("agent") is not None and tool is not None:
+        agent = request.GET["agent"].strip()
+        current = bindings_for(request.tenant, agent, [tool.pk]).get(tool.pk, {})
+        datasets = current.get("datasets", "*")
+        form = ScopeForm(dataset_names=names, initial={
+            "agent": agent, "all_datasets": datasets == "*",
+            "datasets": [] if datasets == "*" else datasets, "filter": current.get("filter", {})})
+    return render(request, "knowledge/bindings.html", {
+        "tool": tool, "form": form, "scopes": _scopes(request.tenant, tool) if tool else [],
+    })

@@ -1,0 +1,115 @@
+"""The queues page of the console: pending counts, create/edit/delete by operators and admins."""
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+
+from approvals.models import Queue
+from tenancy.models import Role
+
+
+def url(name, tenant, **kwargs):
+    return reverse(f"inbox:{name}", kwargs={"tenant": tenant.slug, **kwargs})
+
+
+def text(response) -> str:
+    return response.content.decode()
+
+
+def queue_body(**values) -> dict:
+    body = {"name": "security", "description": "", "required_approvals": "1", "expires_after_minutes": "",
+            "escalate_after_minutes": ""}
+    body.update(values)
+    return body
+
+
+def test_queues_are_listed_with_their_pending_counts(world, inbox_pending, gov_queue):
+    ops = gov_queue(name="ops", required_approvals=2, four_eyes=True, expires_after=timedelta(hours=1),
+                    reviewers=[world.a.users["reviewer"]])
+    inbox_pending(2)
+    inbox_pending(3, agent="deploy-bot", queue=ops)
+    body = text(world.a.console("viewer").get(url("queue_list", world.a.tenant)))
+    ops_row = body[body.index(f'id="queue-{ops.pk}"'):]
+    ops_row = ops_row[:ops_row.index("</tr>")]
+    assert "?queue=ops\">3</a>" in ops_row and "acme-reviewer" in ops_row and "1:00:00" in ops_row
+    default = Queue.objects.for_tenant(world.a.tenant).get(is_default=True)
+    default_row = body[body.index(f'id="queue-{default.pk}"'):]
+    assert "?queue=default\">2</a>" in default_row[:default_row.index("</tr>")]
+    assert "New queue" not in body
+
+
+def test_an_admin_creates_edits_and_deletes_a_queue(world):
+    client = world.a.console("admin")
+    tenant = world.a.tenant
+    reviewer, operator = world.a.users["reviewer"], world.a.users[Role.OPERATOR]
+    page = text(client.get(url("queue_create", tenant)))
+    assert "acme-reviewer" in page and "globex" not in page  # reviewers are chosen among the tenant's members
+    response = client.post(url("queue_create", tenant), queue_body(
+        reviewers=[reviewer.pk], escalation_reviewers=[operator.pk], required_approvals="2", four_eyes="on",
+        expires_after_minutes="90", escalate_after_minutes="15", description="Risky changes"))
+    assert response.status_code == 302, text(response)
+    queue = Queue.objects.for_tenant(tenant).get(name="security")
+    assert list(queue.reviewers.all()) == [reviewer]
+    assert list(queue.escalation_reviewers.all()) == [operator]
+    assert (queue.required_approvals, queue.four_eyes) == (2, True)
+    assert (queue.expires_after, queue.escalate_after) == (timedelta(minutes=90), timedelta(minutes=15))
+
+    response = client.post(url("queue_edit", tenant, queue_id=queue.pk), queue_body(
+        reviewers=[], required_approvals="1", expires_after_minutes="", escalate_after_minutes="15",
+        is_default="on"))
+    assert response.status_code == 302, text(response)
+    queue.refresh_from_db()
+    assert (queue.required_approvals, queue.expires_after, queue.is_default) == (1, None, True)
+    assert not queue.reviewers.exists()
+    # The default queue cannot be deleted: a clear message, and it stays.
+    response = client.post(url("queue_delete", tenant, queue_id=queue.pk))
+    assert response.status_code == 400
+    assert "make another queue the default first" in text(response)
+    other = Queue.objects.create(tenant=tenant, name="other")
+    assert client.post(url("queue_delete", tenant, queue_id=other.pk)).status_code == 302
+    assert not Queue.objects.for_tenant(tenant).filter(name="other").exists()
+
+
+def test_editing_keeps_a_duration_that_is_not_whole_minutes(world, gov_queue):
+    queue = gov_queue(name="fast", expires_after=timedelta(seconds=30))
+    client = world.a.console("operator")
+    response = client.post(url("queue_edit", world.a.tenant, queue_id=queue.pk), queue_body(
+        name="fast", description="renamed only", expires_after_minutes="1"))
+    assert response.status_code == 302
+    queue.refresh_from_db()
+    assert queue.expires_after == timedelta(seconds=30) and queue.description == "renamed only"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"name": "not a slug!"}, "Enter a valid"),
+    ({"required_approvals": "0"}, "greater than or equal to 1"),
+    ({"expires_after_minutes": "-5"}, "greater than or equal to 1"),
+])
+def test_invalid_queues_show_errors(world, values, message):
+    response = world.a.console("admin").post(url("queue_create", world.a.tenant), queue_body(**values))
+    assert response.status_code == 400
+    assert message in text(response)
+    assert not Queue.objects.for_tenant(world.a.tenant).filter(name="security").exists()
+
+
+def test_a_queue_name_is_unique_and_reviewers_are_members(world, gov_queue):
+    gov_queue(name="security")
+    client = world.a.console("admin")
+    response = client.post(url("queue_create", world.a.tenant), queue_body())
+    assert response.status_code == 400 and "a queue named" in text(response)
+    outsider = world.b.users["reviewer"]
+    response = client.post(url("queue_create", world.a.tenant), queue_body(name="x", reviewers=[outsider.pk]))
+    assert response.status_code == 400 and "Select a valid choice" in text(response)
+
+
+@pytest.mark.parametrize("role", ["reviewer", "viewer"])
+def test_reviewers_and_viewers_cannot_change_queues(world, gov_queue, role):
+    queue = gov_queue(name="security")
+    client = world.a.console(role)
+    assert client.get(url("queue_create", world.a.tenant)).status_code == 403
+    assert client.post(url("queue_create", world.a.tenant), queue_body(name="new")).status_code == 403
+    assert client.post(url("queue_edit", world.a.tenant, queue_id=queue.pk),
+                       queue_body(required_approvals="5")).status_code == 403
+    assert client.post(url("queue_delete", world.a.tenant, queue_id=queue.pk)).status_code == 403
+    queue.refresh_from_db()
+    assert queue.required_approvals == 1

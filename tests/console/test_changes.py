@@ -1,0 +1,193 @@
+"""Operators change things through the console; viewers and reviewers cannot; bad input is a form error."""
+import json
+import re
+from html import unescape
+
+import pytest
+
+from audit.models import Event
+from tenancy.models import ApiKey
+from tools.models import BoundArgument, Tool, ToolGroup
+from tools.services import binding_set
+
+pytestmark = pytest.mark.django_db
+
+
+def schema_on_page(html: str, label: str) -> dict:
+    match = re.search(rf'<pre data-schema="{re.escape(label)}">(.*?)</pre>', html, re.S)
+    assert match, f"no schema {label!r} on the page"
+    return json.loads(unescape(match.group(1)))
+
+
+# --- tools -------------------------------------------------------------------------------------
+
+def test_tool_page_shows_the_schema_without_bound_arguments(world):
+    tool = world.a.tools["current_time"]
+    assert "timezone" in tool.input_schema["properties"]
+    client = world.a.console("viewer")
+    page = client.get(f"/t/acme/tools/{tool.pk}/").content.decode()
+    # the world binds timezone for the agent support-bot only: tenant-wide it is still the model's to fill
+    assert "timezone" in schema_on_page(page, "tenant")["properties"]
+    agent_view = schema_on_page(page, "agent:support-bot")
+    assert "timezone" not in agent_view.get("properties", {})
+    assert "timezone" not in agent_view.get("required", [])
+    assert "Asia/Tokyo" not in page  # viewers do not see bound values
+
+    binding_set(tenant=world.a.tenant, tool=tool, name="timezone", value="Europe/Berlin")
+    page = client.get(f"/t/acme/tools/{tool.pk}/").content.decode()
+    tenant_view = schema_on_page(page, "tenant")
+    assert "timezone" not in tenant_view["properties"]
+    assert "timezone" not in tenant_view.get("required", [])
+    operator_page = world.a.console("operator").get(f"/t/acme/tools/{tool.pk}/").content.decode()
+    assert "Europe/Berlin" in operator_page
+
+
+def test_tool_schema_matches_what_the_api_gives_the_model(world):
+    tool = world.a.tools["current_time"]
+    binding_set(tenant=world.a.tenant, tool=tool, name="timezone", value="UTC")
+    session = world.a.client("agent").post("/api/v1/sessions", {"agent": "other-bot"}, format="json").json()
+    tools = world.a.client("agent").get(f"/api/v1/sessions/{session['id']}/tools?format=openai").json()["tools"]
+    api_schema = next(t["function"]["parameters"] for t in tools if t["function"]["name"] == "current_time")
+    page = world.a.console("viewer").get(f"/t/acme/tools/{tool.pk}/").content.decode()
+    assert schema_on_page(page, "tenant") == api_schema
+
+
+def test_operator_disables_and_enables_a_tool(world):
+    tool = world.a.tools["calculate"]
+    client = world.a.console("operator")
+    response = client.post(f"/t/acme/tools/{tool.pk}/", {"enabled": "false"}, follow=True)
+    assert response.status_code == 200 and "is now disabled" in response.content.decode()
+    assert not Tool.objects.for_tenant(world.a.tenant).get(pk=tool.pk).enabled
+    assert Event.objects.for_tenant(world.a.tenant).filter(verb="tool.updated", actor_label="acme-operator").exists()
+    client.post(f"/t/acme/tools/{tool.pk}/", {"enabled": "true"})
+    assert Tool.objects.for_tenant(world.a.tenant).get(pk=tool.pk).enabled
+
+
+@pytest.mark.parametrize("role", ["viewer", "reviewer"])
+def test_readers_cannot_change_anything(world, role):
+    client = world.a.console(role)
+    a = world.a
+    tool = a.tools["calculate"]
+    attempts = [
+        (f"/t/acme/tools/{tool.pk}/", {"enabled": "false"}),
+        ("/t/acme/groups/new/", {"name": "new-group"}),
+        (f"/t/acme/groups/{a.groups['math'].pk}/", {"name": "renamed"}),
+        (f"/t/acme/groups/{a.groups['math'].pk}/delete/", {}),
+        ("/t/acme/bindings/new/", {"tool": tool.pk, "name": "expression", "value": '"1+1"'}),
+        (f"/t/acme/bindings/{a.binding.pk}/delete/", {}),
+        ("/t/acme/keys/new/", {"name": "mine", "scopes": ["admin"]}),
+        (f"/t/acme/keys/{a.key_objects['agent'].pk}/revoke/", {}),
+    ]
+    for url, data in attempts:
+        assert client.post(url, data).status_code == 403, url
+    assert Tool.objects.for_tenant(a.tenant).get(pk=tool.pk).enabled
+    assert set(ToolGroup.objects.for_tenant(a.tenant).values_list("name", flat=True)) == set(a.groups)
+    assert BoundArgument.objects.for_tenant(a.tenant).count() == 1
+    assert ApiKey.objects.for_tenant(a.tenant).count() == 4
+    assert ApiKey.objects.for_tenant(a.tenant).filter(revoked_at__isnull=False).count() == 0
+    page = client.get(f"/t/acme/tools/{tool.pk}/").content.decode()
+    assert "Disable this tool" not in page  # no buttons that would only answer 403
+
+
+def test_operators_cannot_manage_api_keys(world):
+    client = world.a.console("operator")
+    assert client.post("/t/acme/keys/new/", {"name": "mine", "scopes": ["admin"]}).status_code == 403
+    assert client.post(f"/t/acme/keys/{world.a.key_objects['agent'].pk}/revoke/").status_code == 403
+    assert ApiKey.objects.for_tenant(world.a.tenant).count() == 4
+    assert "New API key" not in client.get("/t/acme/keys/").content.decode()
+
+
+# --- groups ------------------------------------------------------------------------------------
+
+def test_group_create_edit_delete(world):
+    client = world.a.console("operator")
+    tools = world.a.tools
+    response = client.post("/t/acme/groups/new/", {
+        "name": "research", "description": "Look things up.", "notes": "Cite sources.", "switchable": "on",
+        "tools": [tools["calculate"].pk, tools["current_time"].pk],
+    })
+    assert response.status_code == 302
+    group = ToolGroup.objects.for_tenant(world.a.tenant).get(name="research")
+    assert group.switchable and not group.default_active and group.notes == "Cite sources."
+    assert {t.name for t in group.tools.all()} == {"calculate", "current_time"}
+
+    edit = client.get(f"/t/acme/groups/{group.pk}/").content.decode()
+    assert "Cite sources." in edit and "checked" in edit
+    client.post(f"/t/acme/groups/{group.pk}/", {"name": "research2", "description": "", "notes": "",
+                                                "default_active": "on", "tools": [tools["calculate"].pk]})
+    group.refresh_from_db()
+    assert group.name == "research2" and group.default_active and not group.switchable
+    assert [t.name for t in group.tools.all()] == ["calculate"]
+
+    assert client.get(f"/t/acme/groups/{group.pk}/delete/").status_code == 200
+    assert client.post(f"/t/acme/groups/{group.pk}/delete/").status_code == 302
+    assert not ToolGroup.objects.for_tenant(world.a.tenant).filter(pk=group.pk).exists()
+    verbs = set(Event.objects.for_tenant(world.a.tenant).filter(actor_label="acme-operator")
+                .values_list("verb", flat=True))
+    assert {"group.created", "group.updated", "group.deleted"} <= verbs
+
+
+def test_the_basic_group_cannot_be_renamed_or_deleted(world):
+    client = world.a.console("admin")
+    basic = world.a.groups["basic"]
+    response = client.post(f"/t/acme/groups/{basic.pk}/", {
+        "name": "renamed", "default_active": "on", "tools": [t.pk for t in basic.tools.all()],
+    })
+    assert response.status_code == 200
+    assert "always active" in response.content.decode()
+    response = client.post(f"/t/acme/groups/{basic.pk}/delete/")
+    assert response.status_code == 200
+    assert "cannot be deleted" in response.content.decode()
+    basic.refresh_from_db()
+    assert basic.name == "basic"
+    # its notes and tools can still change
+    response = client.post(f"/t/acme/groups/{basic.pk}/", {"name": "basic", "default_active": "on",
+                                                           "notes": "Always here.", "tools": []})
+    assert response.status_code == 302
+    basic.refresh_from_db()
+    assert basic.notes == "Always here." and not basic.tools.exists()
+
+
+def test_group_form_errors(world):
+    client = world.a.console("operator")
+    before = ToolGroup.objects.for_tenant(world.a.tenant).count()
+    clash = client.post("/t/acme/groups/new/", {"name": "math"})
+    assert clash.status_code == 200 and "a group named &#x27;math&#x27; exists" in clash.content.decode()
+    bad_name = client.post("/t/acme/groups/new/", {"name": "not a slug!"})
+    assert bad_name.status_code == 200 and "errorlist" in bad_name.content.decode()
+    empty = client.post("/t/acme/groups/new/", {"name": ""})
+    assert empty.status_code == 200 and "This field is required." in empty.content.decode()
+    rename_clash = client.post(f"/t/acme/groups/{world.a.groups['ops'].pk}/", {"name": "math", "switchable": "on"})
+    assert rename_clash.status_code == 200 and "exists" in rename_clash.content.decode()
+    assert ToolGroup.objects.for_tenant(world.a.tenant).count() == before
+    assert ToolGroup.objects.for_tenant(world.a.tenant).filter(name="ops").exists()
+
+
+# --- bindings ----------------------------------------------------------------------------------
+
+def test_binding_create_and_delete(world):
+    client = world.a.console("operator")
+    tool = world.a.tools["current_time"]
+    response = client.post("/t/acme/bindings/new/", {"tool": tool.pk, "agent": "", "name": "timezone",
+                                                     "value": '"America/New_York"'})
+    assert response.status_code == 302
+    binding = BoundArgument.objects.for_tenant(world.a.tenant).get(tool=tool, agent="")
+    assert binding.value == "America/New_York"
+    listing = client.get("/t/acme/bindings/").content.decode()
+    assert "America/New_York" in listing and "Asia/Tokyo" in listing
+    assert client.post(f"/t/acme/bindings/{binding.pk}/delete/").status_code == 302
+    assert not BoundArgument.objects.for_tenant(world.a.tenant).filter(pk=binding.pk).exists()
+    assert "America/New_York" not in world.a.console("viewer").get("/t/acme/bindings/").content.decode()
+
+
+def test_binding_form_errors(world):
+    client = world.a.console("operator")
+    tool = world.a.tools["current_time"]
+    bad_json = client.post("/t/acme/bindings/new/", {"tool": tool.pk, "name": "timezone", "value": "Europe/Paris"})
+    assert bad_json.status_code == 200 and "Enter a valid JSON." in bad_json.content.decode()
+    unknown_arg = client.post("/t/acme/bindings/new/", {"tool": tool.pk, "name": "colour", "value": '"red"'})
+    assert unknown_arg.status_code == 200
+    assert "current_time has no argument &#x27;colour&#x27;" in unknown_arg.content.decode()
+    no_tool = client.post("/t/acme/bindings/new/", {"name": "timezone", "value": '"UTC"'})
+    assert no_tool.status_code == 200 and "This field is required." in no_tool.content.decode()
+    assert BoundArgument.objects.for_tenant(world.a.tenant).count() == 1

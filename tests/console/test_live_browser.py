@@ -1,0 +1,249 @@
+"""In Chromium: an operator watches a long call arrive, its progress bar advance and its output stream in,
+and the call finish, all without reloading; a dropped socket shows "reconnecting…", comes back by itself
+and misses nothing.
+
+The server is a real daphne process (the live tests' `toolkeeper_server`: embedded mode, SQLite, the
+in-process channel layer, the local executor, the demo tenant). The app speaks the public API with
+httpx and the demo API key; the operator is Playwright driving Debian's Chromium (/usr/bin/chromium).
+Every wait is bounded; nothing is timed.
+"""
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ..live.conftest import toolkeeper_server  # noqa: F401 (the live server fixture, reused)
+
+# django_db although the test reads nothing from the test database: run alone, without it no test database
+# is set up and tests/conftest.py's session teardown (_close_stray_connections) fails to connect.
+pytestmark = [pytest.mark.browser, pytest.mark.live, pytest.mark.django_db]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]
+REQUIRE_SERVICES = os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1"
+STEP_MS = 20_000  # bound on each browser step
+SECONDS = 6  # the countdown's length: progress every second
+
+PROGRESS = "document.querySelector('progress[data-live-progress]').value"
+LINES = "document.querySelectorAll('[data-live-output] .line').length"
+
+
+def _chromium_or_skip():
+    problem = None
+    if not CHROMIUM.exists():
+        problem = f"{CHROMIUM} is not installed (apt-get install chromium)"
+    else:
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError:
+            problem = "the playwright package is not installed"
+    if problem:
+        if REQUIRE_SERVICES:
+            pytest.fail(f"{problem}, and TOOLKEEPER_REQUIRE_SERVICES=1")
+        pytest.skip(problem)
+
+
+def _shoot(page, name: str) -> None:
+    page.screenshot(path=f"/tmp/live_{name}.png", full_page=True)
+
+
+def _mark_no_reload(page) -> None:
+    page.evaluate("window.__sameDocument = true")
+
+
+def _assert_no_reload(page) -> None:
+    assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
+
+
+def _log_in(page, server, path: str) -> None:
+    operator = server.credentials["operator"]
+    page.goto(f"{server.url}{path}")
+    page.wait_for_url("**/login/**")
+    page.fill("#id_username", operator["username"])
+    page.fill("#id_password", operator["password"])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"**{path}")
+
+
+def _drop_and_recover(page, expect) -> None:
+    """Close every socket of the page as a network drop would; the page says so, then reconnects by itself."""
+    indicator = page.locator("#live-indicator")
+    expect(indicator).to_have_attribute("data-state", "live")
+    page.evaluate("window.toolkeeperLive.drop()")
+    page.wait_for_function("window.toolkeeperLive.state() === 'reconnecting'", polling=20)
+    expect(indicator).to_have_text("reconnecting…")
+    page.screenshot(path="/tmp/live_reconnecting.png", clip={"x": 0, "y": 0, "width": 1280, "height": 120})
+    expect(indicator).to_have_attribute("data-state", "live")
+    expect(indicator).to_have_text("live")
+
+
+def test_an_operator_watches_a_long_call_live(toolkeeper_server):  # noqa: F811 (the imported fixture)
+    _chromium_or_skip()
+    server = toolkeeper_server
+    with httpx.Client(base_url=server.url, headers=server.headers(), timeout=30) as app:
+        session = app.post("/api/v1/sessions", json={"agent": "ops-bot", "user": "alice@example.com"})
+        assert session.status_code == 201, session.text
+        session_id = session.json()["id"]
+        switched = app.post(f"/api/v1/sessions/{session_id}/calls",
+                            json={"id": "call_ops", "name": "reset_tools", "input": {"ops": True}, "wait": 10})
+        assert switched.status_code == 200, switched.text
+        assert switched.json()["calls"][0]["status"] == "succeeded", switched.text
+        _watch_a_long_call(server, app, session_id)
+
+
+def _watch_a_long_call(server, app, session_id) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            context.set_default_timeout(STEP_MS)
+            expect.set_options(timeout=STEP_MS)
+            page = context.new_page()
+
+            # The operator logs in through the login page and lands on the calls list.
+            _log_in(page, server, "/t/demo/calls/")
+            indicator = page.locator("#live-indicator")
+            expect(indicator).to_have_text("live")
+            expect(page.locator("tr[data-call]", has_text="call_ops")).to_have_count(1)
+
+            # A dropped socket: "reconnecting…", then live again by itself.
+            _mark_no_reload(page)
+            _drop_and_recover(page, expect)
+
+            # The session page, in a second tab, follows the session's calls.
+            session_page = context.new_page()
+            session_page.goto(f"{server.url}/t/demo/sessions/{session_id}/")
+            expect(session_page.locator("#live-indicator")).to_have_text("live")
+            _mark_no_reload(session_page)
+
+            # The app starts the countdown without waiting.
+            submitted = app.post(f"/api/v1/sessions/{session_id}/calls", json={
+                "id": "call_countdown", "name": "countdown", "input": {"seconds": SECONDS}})
+            assert submitted.status_code in (200, 201, 202), submitted.text
+            call = submitted.json()["calls"][0]
+            assert call["status"] in ("queued", "running"), call
+
+            # The new row appears on top of the calls list, without a reload.
+            row = page.locator(f'tr[data-call="{call["id"]}"]')
+            expect(row).to_be_visible()
+            expect(page.locator("table.calls tbody tr").first).to_have_attribute("data-call", call["id"])
+            expect(row).to_contain_text("countdown")
+            expect(row.locator("[data-call-status]")).to_have_text("running")
+            _assert_no_reload(page)
+            _shoot(page, "calls")
+            expect(session_page.locator(f'tr[data-call="{call["id"]}"]')).to_be_visible()
+
+            # The call page: the progress bar advances, the output streams in, without a reload.
+            row.locator("a").first.click()
+            page.wait_for_url(f"**/t/demo/calls/{call['id']}/")
+            expect(indicator).to_have_text("live")
+            _mark_no_reload(page)
+            first, lines = page.evaluate(PROGRESS), page.evaluate(LINES)
+            page.wait_for_function(f"{PROGRESS} > {first}")
+            second = page.evaluate(PROGRESS)
+            assert first < second, (first, second)
+            page.wait_for_function(f"{LINES} > {lines}")
+            expect(page.locator("[data-live-progress-section]")).to_be_visible()
+            expect(page.locator("[data-live-output]")).to_be_visible()
+            _assert_no_reload(page)
+            if second < 1:
+                _shoot(page, "call_running")
+
+            # A drop while the call runs: the page resumes after the last event it showed.
+            page.evaluate("window.toolkeeperLive.drop()")
+            status = page.locator("h1 [data-call-status]")
+            expect(status).to_have_text("succeeded", timeout=STEP_MS + SECONDS * 1000)
+            expect(indicator).to_have_text("live")
+            expect(page.locator("[data-live-region=call-outcome]")).to_contain_text(
+                f"counted down {SECONDS} seconds")
+            expect(page.locator("[data-live-region=call-facts] dt:text-is('Finished') + dd")).not_to_have_text("—")
+            assert page.evaluate(PROGRESS) == 1
+            expect(page.locator("[data-live-progress-label]")).to_have_text("100%")
+            _assert_no_reload(page)
+            _shoot(page, "call_done")
+
+            # Nothing missed, nothing twice: the timeline and the output are exactly the stored events.
+            events = app.get(f"/api/v1/calls/{call['id']}/events")
+            assert events.status_code == 200, events.text
+            stored = events.json()["events"]
+            shown = [int(seq) for seq in page.locator("[data-live-timeline] tr").evaluate_all(
+                "rows => rows.map(row => row.dataset.seq)")]
+            assert shown == [event["seq"] for event in stored]
+            texts = [e["data"]["text"] for e in stored if e["kind"] in ("progress", "output") and e["data"]["text"]]
+            assert page.locator("[data-live-output] .line").all_inner_texts() == texts
+            assert texts[-1] == "done" and f"{SECONDS} s left" in texts
+
+            # The session page followed the call to its end, without a reload.
+            expect(session_page.locator(f'tr[data-call="{call["id"]}"] [data-call-status]')).to_have_text(
+                "succeeded")
+            _assert_no_reload(session_page)
+            _shoot(session_page, "session")
+        finally:
+            browser.close()
+
+
+def test_the_inbox_badge_and_the_dashboard_follow_an_approval_without_a_reload(toolkeeper_server):  # noqa: F811
+    _chromium_or_skip()
+    from playwright.sync_api import expect, sync_playwright
+
+    server = toolkeeper_server
+    admin = httpx.Client(base_url=server.url, headers=server.headers(server.admin_api_key), timeout=30)
+    app = httpx.Client(base_url=server.url, headers=server.headers(), timeout=30)
+    try:
+        rule = admin.post("/api/v1/rules", json={"behavior": "ask", "tool_pattern": "countdown",
+                                                 "agents": ["badge-bot"], "note": "a human starts countdowns"})
+        assert rule.status_code == 201, rule.text
+        session = app.post("/api/v1/sessions", json={"agent": "badge-bot"})
+        assert session.status_code == 201, session.text
+        session_id = session.json()["id"]
+        switched = app.post(f"/api/v1/sessions/{session_id}/calls",
+                            json={"name": "reset_tools", "input": {"ops": True}, "wait": 10})
+        assert switched.json()["calls"][0]["status"] == "succeeded", switched.text
+
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page.set_default_timeout(STEP_MS)
+                expect.set_options(timeout=STEP_MS)
+                _log_in(page, server, "/t/demo/")
+                expect(page.locator("#live-indicator")).to_have_text("live")
+                badge = page.locator('[data-live="inbox-count"]')
+                expect(badge).to_have_text("0")
+                expect(badge).to_have_class("count zero")
+                calls_before = page.locator(".cards .card").nth(3).locator(".n").inner_text()
+                _mark_no_reload(page)
+
+                # An approval request opens: the badge counts it, the dashboard shows the waiting call.
+                submitted = app.post(f"/api/v1/sessions/{session_id}/calls", json={
+                    "name": "countdown", "input": {"seconds": 1}})
+                call = submitted.json()["calls"][0]
+                assert call["status"] == "awaiting_approval", call
+                expect(badge).to_have_text("1")
+                expect(badge).to_have_class("count")
+                row = page.locator(f'tr[data-call="{call["id"]}"]')
+                expect(row.locator("[data-call-status]")).to_have_text("awaiting_approval")
+                expect(page.locator(".cards .card").nth(3).locator(".n")).not_to_have_text(calls_before)
+                _assert_no_reload(page)
+                _shoot(page, "dashboard")
+
+                # It is settled (rejected through the API): the badge counts down, the row follows.
+                pending = admin.get("/api/v1/approvals", params={"status": "pending"})
+                assert pending.status_code == 200, pending.text
+                (approval,) = [a for a in pending.json()["results"] if a["call"]["id"] == call["id"]]
+                decided = admin.post(f"/api/v1/approvals/{approval['id']}/decide",
+                                     json={"decision": "reject", "message": "not now"})
+                assert decided.status_code == 200, decided.text
+                expect(badge).to_have_text("0")
+                expect(row.locator("[data-call-status]")).to_have_text("rejected")
+                expect(page.locator('.by-status td[data-status="rejected"]')).to_be_visible()
+                _assert_no_reload(page)
+            finally:
+                browser.close()
+    finally:
+        admin.close()
+        app.close()

@@ -1,0 +1,238 @@
+"""Run Toolkeeper as a real daphne process: fresh data dir, migrate, bootstrap, serve, stop.
+
+Plain Python (no pytest) so that bench/ can start servers the same way the live tests do.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / ".venv" / "bin"
+DEFAULT_PG_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+
+
+def venv_executable(name: str) -> str:
+    """A console script of the project's venv, or of the running interpreter's environment."""
+    for candidate in (BIN / name, Path(sys.executable).parent / name):
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name} is not installed (run `make install`)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+@dataclass
+class LiveServer:
+    """A daphne process serving Toolkeeper. Use as a context manager, or call start()/stop()."""
+
+    database_url: str = ""  # empty: embedded SQLite inside the data dir
+    database_name: str = ""  # informational, for tests that inspect the database
+    redis_url: str = ""  # empty: the in-process channel layer
+    settings_module: str = "toolkeeper.settings"
+    extra_pythonpath: list[str] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    daphne_args: list[str] = field(default_factory=list)
+    startup_timeout: float = 60.0
+
+    url: str = ""
+    port: int = 0
+    data_dir: Path | None = None
+    credentials: dict = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+    _log_file: object = None
+
+    # -- environment ------------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("DJANGO_", "TOOLKEEPER_", "PYTEST_")) and k not in {
+                   "DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS"}}
+        paths = [*self.extra_pythonpath, str(ROOT), str(ROOT / "platform")]
+        env.update({
+            "PYTHONPATH": os.pathsep.join(paths),
+            "PYTHONUNBUFFERED": "1",
+            "DJANGO_SETTINGS_MODULE": self.settings_module,
+            "TOOLKEEPER_DATA_DIR": str(self.data_dir),
+            "DATABASE_URL": self.database_url or f"sqlite:///{self.data_dir / 'toolkeeper.sqlite3'}",
+            "REDIS_URL": self.redis_url,
+            "TOOLKEEPER_EXECUTOR": "local",
+            "LOG_LEVEL": "WARNING",
+        })
+        env.update(self.extra_env)
+        return env
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "server.log"
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def manage(self, *args: str, timeout: float = 300) -> str:
+        result = subprocess.run(
+            [venv_executable("python"), str(ROOT / "manage.py"), *args],
+            cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        )
+        if result.returncode != 0:
+            raise ServerError(f"manage.py {' '.join(args)} failed ({result.returncode}):\n"
+                              f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+        return result.stdout
+
+    # -- life cycle -------------------------------------------------------------------------
+    def start(self) -> LiveServer:
+        self.data_dir = Path(tempfile.mkdtemp(prefix="tk-live-"))
+        try:
+            self.manage("migrate", "--noinput")
+            for attempt in range(3):
+                self.port = free_port()
+                self.url = f"http://127.0.0.1:{self.port}"
+                self.manage("bootstrap", "--url", self.url)
+                if self._serve():
+                    break
+                if attempt == 2:
+                    raise ServerError(f"daphne did not start:\n{self.log_tail()}")
+            self.credentials = json.loads((self.data_dir / "demo-credentials.json").read_text())
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _serve(self) -> bool:
+        self._log_file = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop())
+        self.process = subprocess.Popen(
+            [venv_executable("daphne"), "-b", "127.0.0.1", "-p", str(self.port), *self.daphne_args,
+             "toolkeeper.asgi:application"],
+            cwd=ROOT, env=self.env(), stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self._kill()
+                return False
+            if self._answers():
+                return True
+            time.sleep(0.1)
+        self._kill()
+        return False
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/login/", timeout=2) as response:
+                return response.status == 200
+        except urllib.error.HTTPError:
+            return True  # it answered
+        except OSError:
+            return False
+
+    def _kill(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def stop(self) -> None:
+        self._kill()
+        if self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> LiveServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- convenience ------------------------------------------------------------------------
+    @property
+    def api_key(self) -> str:
+        return self.credentials["api_key"]
+
+    @property
+    def admin_api_key(self) -> str:
+        return self.credentials["admin_api_key"]
+
+    def headers(self, key: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key or self.api_key}"}
+
+
+# -- PostgreSQL: a throw-away database per server -------------------------------------------------
+
+def pg_admin_url() -> str:
+    return os.environ.get("TEST_PG_ADMIN_URL", DEFAULT_PG_ADMIN_URL)
+
+
+def pg_available() -> bool:
+    try:
+        import psycopg
+
+        with psycopg.connect(pg_admin_url(), connect_timeout=3):
+            return True
+    except Exception:
+        return False
+
+
+def database_url_for(admin_url: str, name: str) -> str:
+    base, _, _ = admin_url.rpartition("/")
+    return f"{base}/{name}"
+
+
+@contextlib.contextmanager
+def temporary_pg_database(prefix: str = "tk_live"):
+    """Create a fresh database, yield (name, url), drop it (terminating leftover connections)."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    admin_url = pg_admin_url()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield name, database_url_for(admin_url, name)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name])
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))

@@ -1,0 +1,64 @@
+"""Helpers for tests whose calls really run: test-only tools, bounded polling."""
+import contextlib
+import time
+import uuid
+
+from tools import decorators
+from tools.models import TERMINAL_STATUSES, Tool, ToolCall, ToolGroup
+from tools.services import catalog_sync
+
+POLL_LIMIT_S = 10.0
+
+
+def poll(fetch, *, timeout: float = POLL_LIMIT_S, interval: float = 0.02, message: str = "condition"):
+    """Call `fetch` until it returns something truthy; fail after `timeout` seconds (never a timed assertion:
+    the bound only keeps a broken run from hanging)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fetch()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {message} after {timeout} s (last value {value!r})")
+        time.sleep(interval)
+
+
+def wait_terminal(call_pk, *, tenant, timeout: float = POLL_LIMIT_S) -> ToolCall:
+    def fetch():
+        call = ToolCall.objects.for_tenant(tenant).get(pk=call_pk)
+        return call if call.status in TERMINAL_STATUSES else None
+
+    return poll(fetch, timeout=timeout, message=f"call {call_pk} to finish")
+
+
+def wait_status(call_pk, status: str, *, tenant, timeout: float = POLL_LIMIT_S) -> ToolCall:
+    def fetch():
+        call = ToolCall.objects.for_tenant(tenant).get(pk=call_pk)
+        return call if call.status == status else None
+
+    return poll(fetch, timeout=timeout, message=f"call {call_pk} to be {status}")
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+@contextlib.contextmanager
+def registered_tool(fn, *, name: str, **options):
+    """Register `fn` as a Python tool under a unique name for the duration of the block.
+
+    The registry is global (one per process): the name is unique and the entry is removed afterwards.
+    """
+    decorators.tool(name=name, **options)(fn)
+    try:
+        yield decorators._registry[name]
+    finally:
+        decorators._registry.pop(name, None)
+
+
+def install_tool(tenant, name: str, group: str = "basic") -> Tool:
+    """Sync the tenant's catalog (picking up registered test tools) and put the tool in a group."""
+    catalog_sync(tenant=tenant)
+    tool = Tool.objects.for_tenant(tenant).get(name=name)
+    ToolGroup.objects.for_tenant(tenant).get(name=group).tools.add(tool)
+    return tool

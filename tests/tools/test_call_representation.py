@@ -1,0 +1,31 @@
+"""The hand-written call representation matches what DRF's generic fields would render."""
+import json
+
+from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
+
+from tools.api.serializers import CallSerializer
+from tools.models import ToolCall
+
+
+class GenericCallSerializer(serializers.ModelSerializer):
+    tool = serializers.CharField(source="tool_name")
+    approval = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ToolCall
+        fields = CallSerializer.Meta.fields
+
+    def get_approval(self, call):
+        return None
+
+
+def test_hand_written_representation_equals_the_generic_one(world):
+    calls = list(ToolCall.objects.for_tenant(world.a.tenant)) + list(ToolCall.objects.for_tenant(world.b.tenant))
+    assert len(calls) == 4
+    def rendered(data):
+        return json.loads(JSONRenderer().render(data))
+
+    assert rendered(CallSerializer(calls, many=True).data) == rendered(GenericCallSerializer(calls, many=True).data)
+    finished = [c for c in calls if c.finished_at is not None]
+    assert finished and all(CallSerializer(c).data["finished_at"].endswith("Z") for c in finished)

@@ -1,0 +1,98 @@
+"""A per-process snapshot of each tenant's catalog: tools, groups and bound arguments.
+
+Every call asks which tools its session may see. Rebuilding that from the database costs several
+queries; the snapshot costs one (the tenant's catalog version) and is rebuilt only when a tool,
+group or binding of the tenant changes — signals bump the version for every write, including the
+Django admin's.
+"""
+import threading
+from dataclasses import dataclass, field
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from .models import BoundArgument, CatalogVersion, Tool, ToolGroup
+
+
+@dataclass(frozen=True)
+class GroupView:
+    id: int
+    name: str
+    description: str
+    notes: str
+    default_active: bool
+    switchable: bool
+    tool_names: tuple[str, ...]
+
+
+@dataclass
+class CatalogSnapshot:
+    version: int
+    groups: list[GroupView] = field(default_factory=list)
+    tools: dict[str, Tool] = field(default_factory=dict)  # enabled tools by name
+    groups_of_tool: dict[str, list[GroupView]] = field(default_factory=dict)
+    bindings: dict[int, list[tuple[str, str, object]]] = field(default_factory=dict)  # tool id → (agent, name, value)
+
+    def bound_values(self, tool: Tool, agent: str) -> dict:
+        """The tool's bound arguments for this agent: an agent-specific value beats the tenant-wide one."""
+        values: dict = {}
+        for binding_agent, name, value in sorted(self.bindings.get(tool.pk, ()), key=lambda b: b[0] != ""):
+            if binding_agent in ("", agent):
+                values[name] = value
+        return values
+
+
+def _load(tenant_id: int, version: int) -> CatalogSnapshot:
+    snapshot = CatalogSnapshot(version=version)
+    tools = {tool.pk: tool for tool in Tool.objects.for_tenant(tenant_id).filter(enabled=True)}
+    snapshot.tools = {tool.name: tool for tool in tools.values()}
+    members = ToolGroup.tools.through.objects.filter(toolgroup__tenant_id=tenant_id).values_list(
+        "toolgroup_id", "tool_id")
+    tool_ids_of_group: dict[int, list[int]] = {}
+    for group_id, tool_id in members:
+        tool_ids_of_group.setdefault(group_id, []).append(tool_id)
+    for group in ToolGroup.objects.for_tenant(tenant_id).order_by("name"):
+        names = tuple(sorted(tools[t].name for t in tool_ids_of_group.get(group.pk, ()) if t in tools))
+        view = GroupView(id=group.pk, name=group.name, description=group.description, notes=group.notes,
+                         default_active=group.default_active, switchable=group.switchable, tool_names=names)
+        snapshot.groups.append(view)
+        for name in names:
+            snapshot.groups_of_tool.setdefault(name, []).append(view)
+    for binding in BoundArgument.objects.for_tenant(tenant_id).filter(tool_id__in=list(tools)):
+        snapshot.bindings.setdefault(binding.tool_id, []).append((binding.agent, binding.name, binding.value))
+    return snapshot
+
+
+_cache: dict[int, CatalogSnapshot] = {}
+_lock = threading.Lock()
+
+
+def catalog_version(tenant_id: int) -> int:
+    return CatalogVersion.objects.for_tenant(tenant_id).values_list("version", flat=True).first() or 0
+
+
+def catalog_snapshot(tenant_id: int) -> CatalogSnapshot:
+    version = catalog_version(tenant_id)
+    snapshot = _cache.get(tenant_id)
+    if snapshot is not None and snapshot.version == version:
+        return snapshot
+    snapshot = _load(tenant_id, version)
+    with _lock:
+        _cache[tenant_id] = snapshot
+    return snapshot
+
+
+def catalog_bump(tenant_id: int) -> None:
+    """Mark the tenant's catalog changed (inside the caller's transaction)."""
+    if CatalogVersion.objects.for_tenant(tenant_id).update(version=F("version") + 1):
+        return
+    try:
+        with transaction.atomic():
+            CatalogVersion.objects.create(tenant_id=tenant_id, version=1)
+    except IntegrityError:
+        CatalogVersion.objects.for_tenant(tenant_id).update(version=F("version") + 1)
+
+
+def bump_on_change(sender, instance, **kwargs) -> None:
+    if kwargs.get("action", "post_")[:5] == "post_":  # m2m_changed fires before and after
+        catalog_bump(instance.tenant_id)
