@@ -10,7 +10,8 @@ from django.utils import timezone
 from realtime.broadcast import publish_on_commit
 from realtime.groups import calls_group, session_group
 
-from .models import TERMINAL_STATUSES, CallEvent, ToolCall
+from .models import SETTLED_STATUSES, TERMINAL_STATUSES, CallEvent, ToolCall
+from .waiting import settle_notify
 
 INCREMENTS = frozenset({"attempts"})  # fields a transition may bump by one: pass `attempts=1`
 
@@ -81,4 +82,7 @@ def call_transition(*, call: ToolCall, from_statuses, to_status: str, event_data
             setattr(call, name, value)
         call.event_seq = seq
         _record(call, seq, "status", {"status": to_status, **(event_data or {})})
+        if to_status in SETTLED_STATUSES:
+            session_id, call_id = call.session_id, call.pk
+            transaction.on_commit(lambda: settle_notify(session_id, call_id))
     return True

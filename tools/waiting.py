@@ -7,6 +7,7 @@ listening on the channel layer for the calls' status events.
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,8 @@ from django.db import DatabaseError, connections
 from realtime.groups import session_group
 
 from .models import ToolCall
+
+QUICK_SETTLE_S = 0.05
 
 logger = logging.getLogger("toolkeeper.calls")
 
@@ -82,3 +85,56 @@ async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Ite
         for group in groups:
             with contextlib.suppress(Exception):
                 await layer.group_discard(group, channel)
+
+
+class _SettleWatch:
+    def __init__(self):
+        self.settled: set[str] = set()
+        self.condition = threading.Condition()
+
+    def wait_for(self, call_ids: set[str], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.condition:
+            while not call_ids <= self.settled:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.condition.wait(remaining)
+        return True
+
+
+_watches: dict[str, set[_SettleWatch]] = {}
+_watches_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def settle_watch(session_id):
+    """Within this block, learn of this process's calls of the session reaching a settled status.
+
+    The local executor settles trivial calls within milliseconds; a request that submitted them and
+    means to wait briefly blocks here (bounded by QUICK_SETTLE_S) instead of taking the full trip
+    through the channel layer. Longer waits still go the async way.
+    """
+    watch = _SettleWatch()
+    key = str(session_id)
+    with _watches_lock:
+        _watches.setdefault(key, set()).add(watch)
+    try:
+        yield watch
+    finally:
+        with _watches_lock:
+            watchers = _watches.get(key)
+            if watchers is not None:
+                watchers.discard(watch)
+                if not watchers:
+                    del _watches[key]
+
+
+def settle_notify(session_id, call_id) -> None:
+    watchers = _watches.get(str(session_id))
+    if not watchers:
+        return
+    for watch in list(watchers):
+        with watch.condition:
+            watch.settled.add(str(call_id))
+            watch.condition.notify_all()

@@ -1,10 +1,12 @@
 """The app-facing API of ../shared/API.md, and the admin endpoints for tools, groups and bindings."""
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins
+from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -14,7 +16,7 @@ from tenancy.models import ApiKey, Scope
 from tenancy.selectors import access_object
 from tools import selectors, services
 from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, ToolCall
-from tools.waiting import run_db, wait_for_calls
+from tools.waiting import QUICK_SETTLE_S, run_db, settle_watch, wait_for_calls
 
 from . import serializers as s
 
@@ -91,18 +93,24 @@ class CallSubmitView(AgentView):
     def post(self, request, session_id):
         session = access_session(request, session_id)
         if not isinstance(request.data, dict):
-            from rest_framework.exceptions import ValidationError
-
             raise ValidationError("send a JSON object: one call, or {\"calls\": [...]}")
         batch = s.CallBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
         api_key = request.auth if isinstance(request.auth, ApiKey) else None
-        calls = services.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
-        waiting = batch.validated_data["wait"] > 0  # the front serializes after the wait instead
-        response = Response({} if waiting else {"calls": s.calls_data(calls)})
+        wait = batch.validated_data["wait"]
+        with settle_watch(session.pk) as watch:
+            calls = services.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
+            settled_quickly = wait > 0 and settings.TOOLKEEPER_EXECUTOR == "local" and watch.wait_for(
+                {str(c.pk) for c in calls if c.status not in SETTLED_STATUSES}, timeout=min(wait, QUICK_SETTLE_S))
+        if settled_quickly:
+            response, wait = Response(serialize_calls(session.tenant_id, [str(c.pk) for c in calls])), 0
+        elif wait > 0:
+            response = Response({})  # the async front waits, then serializes
+        else:
+            response = Response({"calls": s.calls_data(calls)})
         response.wait_plan = WaitPlan(
             tenant_id=session.tenant_id, session_ids={session.pk}, call_ids=[str(c.pk) for c in calls],
-            timeout=batch.validated_data["wait"], until=SETTLED_STATUSES, single=False,
+            timeout=wait, until=SETTLED_STATUSES, single=False,
         )
         return response
 
