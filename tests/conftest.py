@@ -117,10 +117,14 @@ def _close_stray_connections(django_db_setup, django_db_blocker):
     """Worker threads (executor, wait pool) keep their own connections open; end them before the
     test database is dropped, or the drop fails with "being accessed by other users"."""
     yield
-    from django.db import connection
+    from django.db import OperationalError, connection
 
+    if connection.vendor != "postgresql" or not connection.settings_dict["NAME"].startswith("test_"):
+        return  # no test database was set up in this process
     with django_db_blocker.unblock():
-        if connection.vendor == "postgresql":
+        try:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        except OperationalError:
+            pass  # nothing to end

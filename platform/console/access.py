@@ -63,7 +63,8 @@ def tenant_view(*, methods=("GET",), read=MEMBER, write=OPERATE):
                 return HttpResponseNotAllowed(methods)
             if not allowed(request.membership, read if request.method in READ_METHODS else write):
                 raise PermissionDenied("Your role in this tenant cannot do this.")
-            if ISSUED_KEY in request.session and not getattr(view, "shows_issued_key", False):
+            background = request.headers.get("X-Toolkeeper-Live") == "1"  # the live client's own fetches
+            if ISSUED_KEY in request.session and not background and not getattr(view, "shows_issued_key", False):
                 del request.session[ISSUED_KEY]  # not followed to its page: the secret is gone for good
             return view(request, **objects)
 

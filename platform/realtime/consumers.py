@@ -37,11 +37,15 @@ class EventStream(AsyncJsonWebsocketConsumer):
 
     group: str = ""
     call_filter: str | None = None
+    explain_refusal = False
 
     async def connect(self):
         self.sent: dict[str, int] = {}
         access = await database_sync_to_async(self.authorize)()
         if access is None:
+            if self.explain_refusal:
+                # Browsers cannot see a refused handshake's reason: accept, then close with a code.
+                await self.accept()
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
         await self.accept(subprotocol=self.accepted_subprotocol())
@@ -150,6 +154,8 @@ class AppSessionStream(EventStream):
 
 class ConsoleStream(EventStream):
     """Console streams: a logged-in member of the tenant named in the URL."""
+
+    explain_refusal = True
 
     def member_tenant(self):
         from tenancy.selectors import access_tenant
