@@ -64,6 +64,7 @@ def compile_rule(rule) -> CompiledRule:
 
 class RuleIndex:
     def __init__(self, rules=()):
+        self._candidates: dict[str, list[CompiledRule]] = {}  # the index never changes once built
         self.exact: dict[str, list[CompiledRule]] = {}
         self.by_prefix: dict[str, list[CompiledRule]] = {}
         self.prefix_lengths: list[int] = []
@@ -84,12 +85,17 @@ class RuleIndex:
         self.by_prefix[prefix].append(rule)
 
     def candidates(self, tool_name: str) -> list[CompiledRule]:
+        cached = self._candidates.get(tool_name)
+        if cached is not None:
+            return cached
         found = list(self.exact.get(tool_name, ()))
         for length in self.prefix_lengths:
             if length > len(tool_name):
                 break
             found.extend(self.by_prefix.get(tool_name[:length], ()))
         found.sort(key=lambda r: r.sort_key)
+        if len(self._candidates) < 10_000:
+            self._candidates[tool_name] = found
         return found
 
 

@@ -1,6 +1,7 @@
 """Writes for rules, queues and approval requests; the reviewer's decisions."""
+import secrets
+
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils import timezone
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
@@ -32,14 +33,18 @@ RULE_FIELDS = ("behavior", "tool_pattern", "arg_match", "agents", "users", "queu
 # --- rules -------------------------------------------------------------------------------------
 
 def policy_bump(*, tenant) -> None:
-    """Invalidate every process's compiled rules for this tenant (in the caller's transaction)."""
-    updated = PolicyVersion.objects.for_tenant(tenant).update(version=F("version") + 1)
-    if not updated:
+    """Invalidate every process's compiled rules for this tenant (in the caller's transaction).
+
+    The new version is random, not +1: after a rolled-back change, a counter would hand out the
+    same number again and a process could keep the index it compiled inside that transaction.
+    """
+    version = secrets.randbits(62)
+    if not PolicyVersion.objects.for_tenant(tenant).update(version=version):
         try:
             with transaction.atomic():
-                PolicyVersion.objects.create(tenant=tenant, version=1)
+                PolicyVersion.objects.create(tenant=tenant, version=version)
         except IntegrityError:
-            PolicyVersion.objects.for_tenant(tenant).update(version=F("version") + 1)
+            PolicyVersion.objects.for_tenant(tenant).update(version=version)
 
 
 def _check_rule(tenant, values: dict) -> None:
@@ -265,8 +270,7 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
             if not _finish(request, RequestStatus.APPROVED):
                 raise Conflict("another decision settled the request first")
             if request.kind == RequestKind.APPROVAL:
-                pipeline_resume(call=call, after=PERMISSION_STEP,
-                                new_input=new_input if decision == VoteDecision.EDIT else None)
+                pipeline_resume(call=call, after=PERMISSION_STEP, new_input=_approved_edit(request))
         elif decision == VoteDecision.REJECT:
             if not _finish(request, RequestStatus.REJECTED):
                 raise Conflict("another decision settled the request first")
@@ -279,6 +283,13 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
                 raise Conflict("another decision settled the request first")
             call_respond(call=call, actor=reviewer, message=message, structured=new_input)
     return request
+
+
+def _approved_edit(request: ApprovalRequest) -> dict | None:
+    """The input a reviewer's edit approved (the latest edit), or None when nobody edited."""
+    edit = (Vote.objects.for_tenant(request.tenant_id).filter(request=request, decision=VoteDecision.EDIT)
+            .order_by("-at", "-id").first())
+    return edit.input if edit is not None else None
 
 
 def call_respond(*, call: ToolCall, actor, message: str = "", structured=None, state: str = "success",
@@ -336,8 +347,14 @@ def requests_expire_due(*, now=None) -> int:
     for request in due:
         with transaction.atomic():
             expired += request_expire(request=request)
-    ApprovalRequest.all_tenants.filter(status=RequestStatus.PENDING, escalate_at__lte=now,
-                                       escalated_at__isnull=True).update(escalated_at=now)
+    escalate = ApprovalRequest.all_tenants.filter(status=RequestStatus.PENDING, escalate_at__lte=now,
+                                                  escalated_at__isnull=True).select_related("tenant", "queue")[:500]
+    for request in escalate:
+        with transaction.atomic():
+            if ApprovalRequest.objects.for_tenant(request.tenant_id).filter(
+                    pk=request.pk, status=RequestStatus.PENDING, escalated_at__isnull=True).update(escalated_at=now):
+                audit_record(tenant=request.tenant, verb="approval.escalated", target=f"call:{request.call_id}",
+                             data={"queue": request.queue.name if request.queue else None})
     expired += external_calls_expire(now=now)
     return expired
 
@@ -351,20 +368,34 @@ def external_calls_expire(*, now) -> int:
         for call in calls:
             error = call_error(error_type="ExternalExpired", message="no result arrived before the deadline",
                                tool=call.tool_name, call_id=call.call_id)
-            count += call_transition(call=call, from_statuses=[CallStatus.AWAITING_EXTERNAL],
-                                     to_status=CallStatus.EXPIRED, error=error, result=error_result(error),
-                                     event_data={"error": error})
+            with transaction.atomic():
+                if call_transition(call=call, from_statuses=[CallStatus.AWAITING_EXTERNAL],
+                                   to_status=CallStatus.EXPIRED, error=error, result=error_result(error),
+                                   event_data={"error": error}):
+                    audit_record(tenant=queue.tenant, verb="call.expired", target=f"call:{call.pk}",
+                                 data={"reason": "no external result before the deadline"})
+                    count += 1
     return count
+
+
+def rule_suggestion_blocked_by(request: ApprovalRequest) -> PermissionRule | None:
+    """The ask rule that would still ask after an 'always allow' rule is added (ask beats allow)."""
+    if request.rule_id is None:
+        return None
+    rule = PermissionRule.objects.for_tenant(request.tenant_id).filter(pk=request.rule_id, behavior="ask").first()
+    return rule
 
 
 def rule_from_approval(*, request: ApprovalRequest, actor, narrow_to_input: bool = False) -> PermissionRule:
     """The suggestion shown when approving: always allow this tool for this agent (optionally this input)."""
+    blocking = rule_suggestion_blocked_by(request)
+    if blocking is not None:
+        raise ValidationError({"add_rule": [f"rule #{blocking.pk} asks for every such call and ask beats allow: "
+                                            "change that rule instead"]})
     call = request.call
     arg_match = {}
     if narrow_to_input:
-        edit = (Vote.objects.for_tenant(request.tenant_id).filter(request=request, decision=VoteDecision.EDIT)
-                .order_by("-at").first())
-        approved_input = edit.input if edit is not None else call.input
+        approved_input = _approved_edit(request) or call.input
         arg_match = {key: value for key, value in approved_input.items() if isinstance(value, str) and "*" not in value}
     return rule_create(tenant=call.session.tenant, actor=actor, behavior="allow", tool_pattern=call.tool_name,
                        agents=[call.session.agent], arg_match=arg_match, priority=0,

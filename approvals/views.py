@@ -211,7 +211,7 @@ def inbox_request(request, approval):
         "votes": list(approval.votes.all()),
         "required": queue.required_approvals if queue else 1,
         "may_decide": in_queue, "not_in_queue": pending and request.membership.can_review and not in_queue,
-        "may_add_rule": request.membership.can_operate,
+        "may_add_rule": request.membership.can_operate and services.rule_suggestion_blocked_by(approval) is None,
         "position": _position(tenant, approval), "tab": "pending", **_tabs(request),
     }, status=status)
 

@@ -5,11 +5,11 @@ queries; the snapshot costs one (the tenant's catalog version) and is rebuilt on
 group or binding of the tenant changes — signals bump the version for every write, including the
 Django admin's.
 """
+import secrets
 import threading
 from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 
 from .models import BoundArgument, CatalogVersion, Tool, ToolGroup
 
@@ -83,14 +83,16 @@ def catalog_snapshot(tenant_id: int) -> CatalogSnapshot:
 
 
 def catalog_bump(tenant_id: int) -> None:
-    """Mark the tenant's catalog changed (inside the caller's transaction)."""
-    if CatalogVersion.objects.for_tenant(tenant_id).update(version=F("version") + 1):
+    """Mark the tenant's catalog changed (inside the caller's transaction). Random, never +1: a
+    rolled-back change must not leave a snapshot behind under a number that will be reused."""
+    version = secrets.randbits(62)
+    if CatalogVersion.objects.for_tenant(tenant_id).update(version=version):
         return
     try:
         with transaction.atomic():
-            CatalogVersion.objects.create(tenant_id=tenant_id, version=1)
+            CatalogVersion.objects.create(tenant_id=tenant_id, version=version)
     except IntegrityError:
-        CatalogVersion.objects.for_tenant(tenant_id).update(version=F("version") + 1)
+        CatalogVersion.objects.for_tenant(tenant_id).update(version=version)
 
 
 def bump_on_change(sender, instance, **kwargs) -> None:

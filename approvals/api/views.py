@@ -2,6 +2,7 @@ from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -90,9 +91,19 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
         body = s.DecideSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        add_rule = data["add_rule"] and data["decision"] in ("approve", "edit")
+        if add_rule:
+            # Checked before the vote, so a refused suggestion changes nothing.
+            membership = getattr(request, "membership", None)
+            if isinstance(request.auth, ApiKey) or membership is None or not membership.can_operate:
+                raise PermissionDenied("adding rules needs an operator or admin login")
+            blocking = services.rule_suggestion_blocked_by(approval)
+            if blocking is not None:
+                raise ValidationError({"add_rule": [f"rule #{blocking.pk} asks for every such call and ask beats "
+                                                    "allow: change that rule instead"]})
         services.request_decide(request=approval, reviewer=request.user, decision=data["decision"],
                                 new_input=data["input"], message=data["message"])
-        if data["add_rule"] and data["decision"] in ("approve", "edit") and not isinstance(request.auth, ApiKey):
+        if add_rule:
             services.rule_from_approval(request=approval, actor=request.user, narrow_to_input=data["narrow_to_input"])
         return Response(s.ApprovalSerializer(self.get_queryset().get(pk=approval.pk)).data)
 

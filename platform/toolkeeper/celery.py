@@ -1,13 +1,22 @@
 """The Celery app of the distributed mode: `celery -A toolkeeper worker`."""
+import gc
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolkeeper.settings")
 
 app = Celery("toolkeeper")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_process_init.connect
+def freeze_startup_objects(**kwargs):
+    """Long-lived objects of a worker process stay out of the garbage collector's full passes."""
+    gc.collect()
+    gc.freeze()
 
 
 @app.on_after_finalize.connect

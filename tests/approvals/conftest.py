@@ -154,18 +154,24 @@ def call_row(call: dict, tenant) -> ToolCall:
 
 @pytest.fixture
 def inbox_pending(world, gov_shell, gov_rule, gov_session):
-    """Open approval requests in tenant A: an ask rule on the test shell tool, then `n` calls of it.
+    """Open approval requests in tenant A: an ask rule on the test shell tool (or, with by_default=True,
+    the tenant's default behaviour `ask`), then `n` calls of it.
 
-    `make(n, agent=..., user=..., queue=..., command=...)` returns the ApprovalRequests, oldest first.
+    `make(n, agent=..., user=..., queue=..., command=..., by_default=...)` returns the ApprovalRequests,
+    oldest first.
     """
     from tools.services import calls_submit
 
     rules = {}
 
     def make(n: int = 1, *, agent: str = "ops-bot", user: str = "carol@example.com", queue=None,
-             command: str = "ls -la"):
+             command: str = "ls -la", by_default: bool = False):
         key = queue.pk if queue is not None else None
-        if key not in rules:
+        if by_default:
+            world.a.tenant.default_behavior = "ask"
+            world.a.tenant.auto_allow_read_only = False
+            world.a.tenant.save()
+        elif key not in rules:
             scoped = queue is not None  # a queue's rule: for this agent only, before the unscoped one
             rules[key] = gov_rule("ask", gov_shell.name, queue=queue, agents=[agent] if scoped else [],
                                   priority=10 if scoped else 0, note="shell needs a human")

@@ -428,7 +428,7 @@ def test_approve_with_add_rule_allows_the_next_identical_call(world, gov_shell, 
     session = gov_session(agent="ops-bot")
     call = ask_call(world, gov_shell, session=session)
     request = ApprovalRequest.objects.for_tenant(world.a.tenant).get(call=call)
-    response = decide(reviewer_client(gov_member(), world), request.pk, "approve", add_rule=True)
+    response = decide(reviewer_client(gov_member(Role.OPERATOR), world), request.pk, "approve", add_rule=True)
     assert response.status_code == 200, response.content
     added = PermissionRule.objects.for_tenant(world.a.tenant).get(behavior="allow", tool_pattern=gov_shell.name)
     assert added.agents == ["ops-bot"]
@@ -446,7 +446,7 @@ def test_add_rule_narrowed_to_the_input(world, gov_shell, default_asks, gov_memb
     session = gov_session(agent="ops-bot")
     call = ask_call(world, gov_shell, session=session, command="git status")
     request = ApprovalRequest.objects.for_tenant(world.a.tenant).get(call=call)
-    response = decide(reviewer_client(gov_member(), world), request.pk, "approve", add_rule=True,
+    response = decide(reviewer_client(gov_member(Role.OPERATOR), world), request.pk, "approve", add_rule=True,
                       narrow_to_input=True)
     assert response.status_code == 200, response.content
     [same] = calls_submit(session=session, calls=[{"name": gov_shell.name, "input": {"command": "git status"}}])
@@ -462,20 +462,32 @@ def test_add_rule_is_never_silently_ineffective(world, gov_shell, asking, gov_me
     session = gov_session(agent="ops-bot")
     call = ask_call(world, gov_shell, session=session)
     request = ApprovalRequest.objects.for_tenant(world.a.tenant).get(call=call)
+    response = decide(reviewer_client(gov_member(Role.OPERATOR), world), request.pk, "approve", add_rule=True)
+    assert response.status_code == 400, response.content
+    assert "asks for every such call" in response.json()["error"]["fields"]["add_rule"][0]
+    # Refused before the vote: nothing changed, the request still waits for a decision.
+    assert not PermissionRule.objects.for_tenant(world.a.tenant).filter(behavior="allow").exists()
+    request.refresh_from_db()
+    assert request.status == RequestStatus.PENDING and not request.votes.exists()
+
+
+def test_only_operators_add_rules_while_approving(world, gov_shell, default_asks, gov_member, gov_session):
+    call = ask_call(world, gov_shell, session=gov_session(agent="ops-bot"))
+    request = ApprovalRequest.objects.for_tenant(world.a.tenant).get(call=call)
     response = decide(reviewer_client(gov_member(), world), request.pk, "approve", add_rule=True)
-    if response.status_code in (400, 409):
-        assert not PermissionRule.objects.for_tenant(world.a.tenant).filter(behavior="allow").exists()
-        return
-    assert response.status_code == 200, response.content
-    [again] = calls_submit(session=session, calls=[{"name": gov_shell.name, "input": {"command": "git push"}}])
-    assert again.status == CallStatus.QUEUED, again.decision
+    assert response.status_code == 403, response.content
+    assert not PermissionRule.objects.for_tenant(world.a.tenant).exists()
+    request.refresh_from_db()
+    assert request.status == RequestStatus.PENDING
 
 
 def test_the_added_rule_does_not_beat_a_deny(world, gov_shell, default_asks, gov_rule, gov_member, gov_session):
     session = gov_session(agent="ops-bot")
     call = ask_call(world, gov_shell, session=session)
     request = ApprovalRequest.objects.for_tenant(world.a.tenant).get(call=call)
-    decide(reviewer_client(gov_member(), world), request.pk, "approve", add_rule=True)
+    response = decide(reviewer_client(gov_member(Role.OPERATOR), world), request.pk, "approve", add_rule=True)
+    assert response.status_code == 200, response.content
+    assert PermissionRule.objects.for_tenant(world.a.tenant).filter(behavior="allow").exists()
     gov_rule("deny", gov_shell.name, arg_match={"command": "* --force"})
     [forced] = calls_submit(session=session, calls=[{"name": gov_shell.name, "input": {"command": "git push --force"}}])
     assert forced.status == CallStatus.DENIED

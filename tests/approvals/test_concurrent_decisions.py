@@ -173,10 +173,14 @@ def test_a_decision_racing_the_expiry_sweep(world, gov_shell, pending, gov_membe
     decided, swept = run_together([approve, sweep])
     assert decided in (200, 409), decided
     assert swept in (0, 1), swept
-    assert (decided == 200) != (swept == 1), (decided, swept)
+    assert not (decided == 200 and swept == 1), (decided, swept)  # never both
     final = wait_terminal(call.pk, tenant=world.a.tenant)
+    request.refresh_from_db()
     if decided == 200:
         assert final.status == CallStatus.SUCCEEDED and gov_shell.counter.count == 1
-    else:
+        assert request.status == RequestStatus.APPROVED
+    else:  # the sweep, or the late decision itself, expired the request
         assert final.status == CallStatus.EXPIRED and gov_shell.counter.count == 0
+        assert request.status == RequestStatus.EXPIRED
+        assert final.error["errorType"] == "ApprovalExpired"
     assert ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk).attempts <= 1

@@ -242,7 +242,7 @@ def test_quick_approve_from_the_list_returns_to_the_filtered_list(world, inbox_p
 
 
 def test_approving_can_add_the_suggested_rule(world, inbox_pending):
-    first, second = inbox_pending(2, agent="ops-bot")
+    first, second = inbox_pending(2, agent="ops-bot", by_default=True)  # asked by the tenant's default
     shell = inbox_pending.shell.name
     page = text(world.a.console("operator").get(url("inbox_request", world.a.tenant, request_id=first.pk)))
     assert f"Also always allow <code>{shell}</code> for <strong>ops-bot</strong>" in page
@@ -260,6 +260,18 @@ def test_approving_can_add_the_suggested_rule(world, inbox_pending):
     assert "Only operators and admins add rules" in text(response)
     assert PermissionRule.objects.for_tenant(world.a.tenant).filter(behavior="allow").count() == 1
     assert fresh(second).status == RequestStatus.APPROVED
+
+
+def test_no_suggestion_when_an_ask_rule_asked(world, inbox_pending):
+    """An allow rule can never beat the ask rule that asked (ask beats allow): the console does not offer one."""
+    (pending,) = inbox_pending(1, agent="ops-bot")
+    page = text(world.a.console("operator").get(url("inbox_request", world.a.tenant, request_id=pending.pk)))
+    assert "Also always allow" not in page
+    response = world.a.console("operator").post(url("inbox_request", world.a.tenant, request_id=pending.pk), {
+        "decision": "approve", "add_rule": "on"}, follow=True)
+    assert "The suggested rule was not added" in text(response)
+    assert not PermissionRule.objects.for_tenant(world.a.tenant).filter(behavior="allow").exists()
+    assert fresh(pending).status == RequestStatus.APPROVED
 
 
 # --- roles and isolation -----------------------------------------------------------------------
