@@ -63,7 +63,7 @@ def run_parent(args) -> int:
         }
         env.pop("REDIS_URL", None)
         command = [sys.executable, __file__, "--child"] + (["--quick"] if args.quick else [])
-        command += ["--gc-freeze"] if args.gc_freeze else []
+        command += ["--gc-freeze"] if args.gc_freeze else ["--no-gc-freeze"]
         if args.json:
             command += ["--json", str(args.json)]
         return subprocess.run(command, env=env, cwd=ROOT, check=False).returncode
@@ -357,8 +357,9 @@ def main() -> int:
     parser.add_argument("--pg", default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
                         help="a PostgreSQL URL allowed to create and drop databases")
     parser.add_argument("--explain", action="store_true", help="print the list query's plan and SQL")
-    parser.add_argument("--gc-freeze", action="store_true",
-                        help="gc.freeze() before measuring (shows the share of full GC passes in the tail)")
+    parser.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=True,
+                        help="gc.freeze() before measuring, as the server does after start-up (default); "
+                             "--no-gc-freeze shows the share of full GC passes in the tail")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.json:
