@@ -85,6 +85,8 @@ async def _measure_call(stack: DistributedStack, api: Api, session: str, count: 
         raise RuntimeError(f"bench_emit ended {final['status']}: {final}")
     emit_s = final["result"]["structured"]["emit_s"] if final["result"].get("structured") else None
     result = summary(latencies, count)
+    # Where the tail sits in the stream (event index, ms): clustered indices point at a stall, not at the path.
+    result["worst"] = sorted(enumerate(latencies), key=lambda pair: -pair[1])[:8]
     result["in_order"] = seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     result["emit_rate_per_s"] = count / emit_s if emit_s else None
     return result

@@ -50,6 +50,18 @@ def call_statuses(tenant_id: int, call_ids: Iterable[str]) -> dict[str, str]:
     return {str(pk): status for pk, status in rows}
 
 
+POLL_S = 0.25
+
+
+async def _poll_until(tenant_id: int, call_ids, until: frozenset, deadline: float) -> None:
+    """The fallback when the channel layer is unreachable: read the statuses a few times a second."""
+    while time.monotonic() < deadline:
+        statuses = await run_db(call_statuses, tenant_id, call_ids)
+        if all(statuses.get(str(cid)) in until for cid in call_ids):
+            return
+        await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+
+
 async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Iterable[str], until: frozenset,
                          timeout: float) -> None:
     """Return when every call's status is in `until`, or after `timeout` seconds."""
@@ -61,8 +73,8 @@ async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Ite
         for group in groups:
             await layer.group_add(group, channel)
     except Exception:
-        # Without the channel layer the wait ends early: the caller answers with the calls as they are.
-        logger.warning("cannot wait on the channel layer", exc_info=True)
+        logger.warning("cannot wait on the channel layer; polling the database instead", exc_info=True)
+        await _poll_until(tenant_id, call_ids, until, deadline)
         return
     try:
         # Subscribe first, then read: an event between the two is not missed.
@@ -77,7 +89,8 @@ async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Ite
             except TimeoutError:
                 return
             except Exception:
-                logger.warning("waiting on the channel layer failed", exc_info=True)
+                logger.warning("waiting on the channel layer failed; polling the database instead", exc_info=True)
+                await _poll_until(tenant_id, pending, until, deadline)
                 return
             if message.get("kind") == "status" and message.get("data", {}).get("status") in until:
                 pending.discard(message.get("call"))

@@ -13,27 +13,51 @@ from django.db import transaction
 
 logger = logging.getLogger("toolkeeper.realtime")
 
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
-PUBLISH_TIMEOUT_S = 5
+
+class _Publisher:
+    """One event loop thread per process that sends messages in the order they were handed over,
+    without making the caller wait for the network."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.queue: asyncio.Queue | None = None
+        ready = threading.Event()
+        threading.Thread(target=self._run, args=(ready,), name="toolkeeper-publisher", daemon=True).start()
+        ready.wait()
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.queue = asyncio.Queue()
+        self.loop.call_soon(ready.set)
+        self.loop.run_until_complete(self._drain())
+
+    async def _drain(self) -> None:
+        while True:
+            layer, groups, message = await self.queue.get()
+            for group in groups:
+                try:
+                    await layer.group_send(group, message)
+                except Exception:
+                    logger.warning("broadcast to %s failed", group, exc_info=True)
+
+    def send(self, layer, groups: list[str], message: dict) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (layer, groups, message))
 
 
-def _publisher_loop() -> asyncio.AbstractEventLoop:
-    global _loop
-    with _loop_lock:
-        if _loop is None or _loop.is_closed():
-            _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="toolkeeper-publisher", daemon=True).start()
-        return _loop
+_publisher: _Publisher | None = None
+_publisher_lock = threading.Lock()
 
 
-async def _send_all(layer, groups: list[str], message: dict) -> None:
-    for group in groups:
-        await layer.group_send(group, message)
+def _get_publisher() -> _Publisher:
+    global _publisher
+    with _publisher_lock:
+        if _publisher is None:
+            _publisher = _Publisher()
+        return _publisher
 
 
 def publish(groups: list[str], message: dict) -> None:
-    """Send now, from sync code on any thread. A broadcast failure never fails the write it reports."""
+    """Send from sync code on any thread. A broadcast failure never fails the write it reports."""
     layer = get_channel_layer()
     if layer is None:
         return
@@ -42,8 +66,7 @@ def publish(groups: list[str], message: dict) -> None:
             for group in groups:
                 layer.group_send_sync(group, message)
         else:
-            future = asyncio.run_coroutine_threadsafe(_send_all(layer, groups, message), _publisher_loop())
-            future.result(timeout=PUBLISH_TIMEOUT_S)
+            _get_publisher().send(layer, groups, message)
     except Exception:
         logger.warning("broadcast to %s failed", ", ".join(groups), exc_info=True)
 

@@ -13,8 +13,15 @@ app.autodiscover_tasks()
 
 
 @worker_process_init.connect
-def freeze_startup_objects(**kwargs):
-    """Long-lived objects of a worker process stay out of the garbage collector's full passes."""
+def prepare_worker_process(**kwargs):
+    """A worker process runs one task at a time on one thread: unlike the ASGI server it can keep its
+    database connection between tasks (Celery closes it when it is older than CONN_MAX_AGE)."""
+    from django.db import connections
+
+    for connection in connections.all():
+        connection.settings_dict["CONN_MAX_AGE"] = 60
+        connection.settings_dict["CONN_HEALTH_CHECKS"] = True
+    # Long-lived objects of a worker process stay out of the garbage collector's full passes.
     gc.collect()
     gc.freeze()
 

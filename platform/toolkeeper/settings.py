@@ -105,12 +105,24 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
+    from redis.backoff import ExponentialBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+    from redis.retry import Retry
+
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # No socket timeout: a receive blocks for up to 5 s by design, and redis-py's own
-            # default timeout of 5 s would turn every quiet wait into an error.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None}]},
+            "CONFIG": {"hosts": [{
+                "address": REDIS_URL,
+                # No socket timeout: a receive blocks for up to 5 s by design, and redis-py's own
+                # default of 5 s would turn every quiet wait into an error.
+                "socket_timeout": None,
+                # After a Redis restart, pooled connections are dead: retry on a fresh one.
+                "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+                "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+                "health_check_interval": 5,
+            }]},
         }
     }
 else:
@@ -180,7 +192,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
+# A submit while the broker is down must not hang: the call stays queued and is sent later.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5, "max_retries": 0}
 if TOOLKEEPER_EXECUTOR == "celery" and CELERY_BROKER_URL == "memory://":
     raise ImproperlyConfigured("TOOLKEEPER_EXECUTOR=celery needs REDIS_URL (or CELERY_BROKER_URL)")
 

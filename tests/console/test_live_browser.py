@@ -180,6 +180,7 @@ def _watch_a_long_call(server, app, session_id) -> None:
             # The session page followed the call to its end, without a reload.
             expect(session_page.locator(f'tr[data-call="{call["id"]}"] [data-call-status]')).to_have_text(
                 "succeeded")
+            expect(session_page.locator("[data-live-region=session-facts] dt:text-is('Calls') + dd")).to_have_text("2")
             _assert_no_reload(session_page)
             _shoot(session_page, "session")
         finally:
