@@ -1,6 +1,7 @@
 """Reads: datasets, documents, and ranked full-text search over chunks (knowledge.fts)."""
 import json
 import re
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -14,6 +15,7 @@ ALL_DATASETS = "*"
 MAX_QUERY_CHARS = 500
 MAX_TOP_K = 20
 CANDIDATE_CAP = 500  # see matching_terms()
+PG_MAX_CANDIDATES = 1000  # ts_rank_cd() costs ~10 µs a row: at most this many are ranked
 CANDIDATES_PER_RESULT = 4  # chunks ranked per requested result, so several chunks of one document still leave top_k
 HL_START, HL_STOP = "\ue000", "\ue001"  # snippet highlight markers (private-use characters)
 _FILTER_KEY = re.compile(r"^[\w .\-]{1,64}$")
@@ -161,33 +163,68 @@ def _sqlite_equals(key: str, value) -> tuple[str, list]:
     return "(json_type(c.metadata, %s) = 'text' AND json_extract(c.metadata, %s) = %s)", [path, path, value]
 
 
-def _term_counts(cursor, vendor: str, terms: list[str], scope: str, params: list) -> list[int]:
-    """How many in-scope chunks hold each term, counted up to CANDIDATE_CAP + 1 (bounded work)."""
-    # Interpolated: fixed identifiers and %s placeholders only; every value is a parameter.
-    if vendor == "postgresql":
-        one = (f"(SELECT count(*) FROM (SELECT 1 FROM knowledge_chunk c WHERE {scope} AND "  # noqa: S608
-               f"c.search @@ to_tsquery('{fts.PG_CONFIG}'::regconfig, %s) LIMIT %s) s)")
-    else:
-        one = ("(SELECT count(*) FROM (SELECT 1 FROM knowledge_chunk_fts JOIN knowledge_chunk c "  # noqa: S608
-               f"ON c.id = knowledge_chunk_fts.rowid WHERE knowledge_chunk_fts MATCH %s AND {scope} LIMIT %s))")
+def _sqlite_term_counts(cursor, terms: list[str]) -> list[int]:
+    """How many chunks hold each term, table-wide, counted up to CANDIDATE_CAP + 1 by walking the term's
+    FTS doclist only (no row is read): cheap, and the measure of what the term costs to match."""
+    one = "(SELECT count(*) FROM (SELECT 1 FROM knowledge_chunk_fts WHERE knowledge_chunk_fts MATCH %s LIMIT %s))"
     args: list = []
     for term in terms:
-        if vendor == "postgresql":
-            args.extend([*params, fts.postgres_tsquery([term]), CANDIDATE_CAP + 1])
-        else:
-            args.extend([fts.sqlite_match([term]), *params, CANDIDATE_CAP + 1])
+        args.extend([fts.sqlite_match([term]), CANDIDATE_CAP + 1])
     cursor.execute("SELECT " + ", ".join([one] * len(terms)), args)
     return list(cursor.fetchone())
+
+
+_PG_STATS_TTL_S = 300.0
+_pg_stats: dict = {}  # database alias -> (fetched at, {lexeme: estimated rows})
+
+
+def _pg_lexeme_rows(cursor, alias: str) -> dict:
+    """PostgreSQL's own statistics on the tsvector column (ANALYZE, autovacuum): estimated rows for
+    each of its most frequent lexemes. Cached per process for a few minutes."""
+    cached = _pg_stats.get(alias)
+    if cached and time.monotonic() - cached[0] < _PG_STATS_TTL_S:
+        return cached[1]
+    cursor.execute(
+        "SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs, greatest(c.reltuples, 0) "
+        "FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename "
+        "WHERE s.schemaname = current_schema() AND s.tablename = 'knowledge_chunk' AND s.attname = 'search'"
+    )
+    row = cursor.fetchone()
+    rows = {}
+    if row and row[0] and row[1]:
+        elems, freqs, total = row
+        rows = {lexeme: freq * total for lexeme, freq in zip(elems, freqs, strict=False)}
+    _pg_stats[alias] = (time.monotonic(), rows)
+    return rows
+
+
+def _pg_estimated_counts(cursor, alias: str, terms: list[str]) -> list[int]:
+    """Rows holding each term, estimated from statistics (no scan): the bitmap a term costs on the GIN
+    index is table-wide, so a table-wide estimate is the right measure of its cost. A term the
+    configuration drops (a stop word) counts 0."""
+    rows = _pg_lexeme_rows(cursor, alias)
+    cursor.execute(
+        f"SELECT t, tsvector_to_array(to_tsvector('{fts.PG_CONFIG}'::regconfig, t)) "  # noqa: S608
+        "FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n", [terms])
+    lexemes = dict(cursor.fetchall())
+    counts = []
+    for term in terms:
+        found = lexemes.get(term) or []
+        # A lexeme the statistics do not list is rarer than every listed one: selective (1).
+        counts.append(int(max((rows.get(lexeme, 1) for lexeme in found), default=0)) if found else 0)
+    return counts
 
 
 def matching_terms(terms: list[str], counts: list[int]) -> tuple[list[str], bool]:
     """The terms a search matches on, and whether the candidates must be capped.
 
     Ranking every chunk that holds a very common word costs time in proportion to the corpus. Like
-    Lucene's common-terms query: when some query words are selective (at most CANDIDATE_CAP in-scope
-    chunks hold each), only they select and rank candidates — a word in thousands of chunks says
-    little about relevance (its IDF is near zero). When every word is common, all of them match but
-    only the first CANDIDATE_CAP candidates found are ranked, so the work stays bounded."""
+    Lucene's common-terms query: when some query words are selective (at most CANDIDATE_CAP chunks hold
+    each, table-wide, since that is what a term costs to match: counted on its FTS5 doclist on SQLite,
+    estimated from the planner's statistics on PostgreSQL), only they select and rank candidates; a word
+    in thousands of chunks says little about relevance (its IDF is near zero). When every word is common,
+    all of them match but only the first CANDIDATE_CAP candidates found are ranked: the work stays bounded.
+    Which chunks can be returned never depends on this: the scope is in the SQL of every query."""
     present = [(term, count) for term, count in zip(terms, counts, strict=True) if count]
     rare = [term for term, count in present if count <= CANDIDATE_CAP]
     if rare:
@@ -216,7 +253,7 @@ def _search_postgres(connection, tenant_id, terms, dataset_ids, filters, top_k) 
     headline_options = (f"StartSel={HL_START}, StopSel={HL_STOP}, MaxWords=45, MinWords=20, "
                         "MaxFragments=2, FragmentDelimiter=\" … \"")
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor, _bitmap_scans_only(cursor):
-        terms, capped = matching_terms(terms, _term_counts(cursor, "postgresql", terms, scope, params))
+        terms, capped = matching_terms(terms, _pg_estimated_counts(cursor, connection.alias, terms))
         if not terms:
             return []
         # ts_rank_cd knows no inverse document frequency: a chunk repeating one query word could outrank
@@ -250,7 +287,7 @@ def _search_postgres(connection, tenant_id, terms, dataset_ids, filters, top_k) 
             WHERE c.tenant_id = %s
             ORDER BY top.score DESC, c.id
         """  # noqa: S608
-        limit = CANDIDATE_CAP if capped else CANDIDATE_CAP * len(terms)
+        limit = CANDIDATE_CAP if capped else min(CANDIDATE_CAP * len(terms), PG_MAX_CANDIDATES)
         cursor.execute(sql, [fts.postgres_tsquery(terms), *terms, *params, limit, top_k * CANDIDATES_PER_RESULT,
                              top_k, headline_options, tenant_id])
         rows = cursor.fetchall()
@@ -264,7 +301,7 @@ def _search_postgres(connection, tenant_id, terms, dataset_ids, filters, top_k) 
 def _search_sqlite(connection, tenant_id, terms, dataset_ids, filters, top_k) -> list[SearchHit]:
     scope, params = _scope_sql("sqlite", tenant_id, dataset_ids, filters)
     with connection.cursor() as cursor:
-        terms, capped = matching_terms(terms, _term_counts(cursor, "sqlite", terms, scope, params))
+        terms, capped = matching_terms(terms, _sqlite_term_counts(cursor, terms))
         if not terms:
             return []
         match = fts.sqlite_match(terms)

@@ -29,6 +29,9 @@ DATABASES = {
     "default": database_from_url(TEST_DATABASE_URL or f"sqlite:///{DATA_DIR / 'test.sqlite3'}"),
 }
 USING_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
+if not USING_POSTGRES:
+    # A file, not Django's in-memory default: executor threads need their own connections to it.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test_{os.getpid()}.sqlite3")}
 if USING_POSTGRES:
     # One test database per run (xdist adds its worker suffix), so concurrent runs never collide.
     _run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))

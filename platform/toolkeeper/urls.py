@@ -9,6 +9,7 @@ from tenancy.api.urls import urlpatterns as tenancy_api
 api_v1 = [
     path("", include("tools.api.urls")),
     path("", include("approvals.api.urls")),
+    path("", include("knowledge.api.urls")),
     *tenancy_api,
     path("audit", AuditViewSet.as_view({"get": "list"}), name="audit-list"),
 ]

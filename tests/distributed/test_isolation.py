@@ -6,7 +6,7 @@ import pytest
 
 from .support import is_terminal, ws_collect, ws_connect, ws_next, ws_refused
 
-pytestmark = [pytest.mark.live, pytest.mark.postgres]
+pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The tenant's max_parallel_calls holds across Celery worker processes."""
 import pytest
 
-pytestmark = [pytest.mark.live, pytest.mark.postgres]
+pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 
 CALLS = 3
 

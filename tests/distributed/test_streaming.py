@@ -9,7 +9,7 @@ import pytest
 
 from .support import is_terminal, progress, statuses, ws_collect, ws_connect
 
-pytestmark = [pytest.mark.live, pytest.mark.postgres]
+pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 
 SECONDS = 9
 EXPECTED_PROGRESS = [round(n / SECONDS, 6) for n in range(SECONDS)] + [1.0]

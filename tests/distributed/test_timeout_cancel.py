@@ -6,7 +6,7 @@ import pytest
 
 from .support import progress, statuses
 
-pytestmark = [pytest.mark.live, pytest.mark.postgres]
+pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 
 QUIET_S = 2.5  # countdown emits every second: a tool still running would emit twice in this time
 

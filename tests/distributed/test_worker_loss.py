@@ -8,7 +8,7 @@ import pytest
 
 from .support import progress, statuses
 
-pytestmark = [pytest.mark.live, pytest.mark.postgres]
+pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 
 SETTLE_TIMEOUT_S = 90  # lease (15 s) + reaper period (5 s) + a re-run, with room for a loaded machine
 

@@ -61,7 +61,9 @@ def test_bad_bulk_bodies_store_nothing(world):
     ):
         response = client.post("/api/v1/documents", body, format="json")
         assert response.status_code == 400, response.content
-        assert any(field in key for key in response.json()["error"]["fields"]), response.json()
+        error = response.json()["error"]
+        # NUL characters may already be refused by the API's JSON parser, before any field is looked at.
+        assert any(field in key for key in error["fields"]) or "NUL" in error["message"], error
     assert client.post("/api/v1/documents", [], format="json").status_code == 400
     assert not Document.objects.for_tenant(world.a.tenant).exists()
 
