@@ -35,7 +35,7 @@ beat: install
 	$(BIN)/celery -A toolkeeper beat --loglevel=info --schedule $${TOOLKEEPER_DATA_DIR:-var}/celerybeat-schedule
 
 test: install
-	$(BIN)/python -m pytest -n auto
+	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 lint: install
 	$(BIN)/ruff check .

@@ -324,11 +324,9 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> l
             results.append(call)
             created.append(call)
         for call in created:
-            pipeline_run(CallContext(call=call, session=session))
-        # Last in the transaction: appending to the audit chain serialises a tenant's writers until commit.
-        for call in created:
             audit_record(tenant=session.tenant, actor=api_key and f"apikey:{api_key.name}", verb="call.received",
                          target=f"call:{call.pk}", data={"tool": call.tool_name, "call_id": call.call_id})
+            pipeline_run(CallContext(call=call, session=session))
     return results
 
 
