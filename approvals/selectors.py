@@ -1,6 +1,7 @@
 """Reads: decisions, the inbox, requests."""
 from django.db.models import Count, Prefetch
 
+from tenancy.fastread import tenant_scalar
 from tenancy.models import Tenant
 from tools.models import CallStatus, Tool, ToolCall, ToolSource
 from tools.selectors import bindings_for
@@ -10,7 +11,7 @@ from .models import ApprovalRequest, PermissionRule, PolicyVersion, RequestStatu
 
 
 def rule_index(tenant: Tenant):
-    version = PolicyVersion.objects.for_tenant(tenant).values_list("version", flat=True).first() or 0
+    version = tenant_scalar(PolicyVersion, "version", tenant.pk) or 0
     return index_cache.get(
         tenant.pk, version, lambda: list(PermissionRule.objects.for_tenant(tenant).filter(enabled=True)),
     )

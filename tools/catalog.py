@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
 
+from tenancy.fastread import tenant_scalar
+
 from .models import BoundArgument, CatalogVersion, Tool, ToolGroup
 
 
@@ -68,7 +70,7 @@ _lock = threading.Lock()
 
 
 def catalog_version(tenant_id: int) -> int:
-    return CatalogVersion.objects.for_tenant(tenant_id).values_list("version", flat=True).first() or 0
+    return tenant_scalar(CatalogVersion, "version", tenant_id) or 0
 
 
 def catalog_snapshot(tenant_id: int) -> CatalogSnapshot:

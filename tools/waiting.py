@@ -102,13 +102,13 @@ async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Ite
 
 class _SettleWatch:
     def __init__(self):
-        self.settled: set[str] = set()
+        self.settled: dict[str, object] = {}  # call id → the settled call as its settler left it
         self.condition = threading.Condition()
 
     def wait_for(self, call_ids: set[str], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self.condition:
-            while not call_ids <= self.settled:
+            while not call_ids <= self.settled.keys():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -143,11 +143,11 @@ def settle_watch(session_id):
                     del _watches[key]
 
 
-def settle_notify(session_id, call_id) -> None:
+def settle_notify(session_id, call) -> None:
     watchers = _watches.get(str(session_id))
     if not watchers:
         return
     for watch in list(watchers):
         with watch.condition:
-            watch.settled.add(str(call_id))
+            watch.settled[str(call.pk)] = call
             watch.condition.notify_all()

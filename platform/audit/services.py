@@ -5,6 +5,8 @@ import json
 from django.db import connection, transaction
 from django.utils import timezone
 
+from tenancy.fastread import tenant_scalar
+
 from .models import Event
 
 
@@ -31,8 +33,7 @@ def audit_record(*, tenant, verb: str, target: str = "", actor=None, data: dict 
             # One writer per tenant chain at a time; SQLite's write lock already serialises.
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7001, tenant.pk])
-        last = Event.objects.for_tenant(tenant).order_by("-id").values_list("hash", flat=True).first()
-        prev_hash = last or ""
+        prev_hash = tenant_scalar(Event, "hash", tenant.pk, order_by_id_desc=True) or ""
         at = timezone.now()
         data = data or {}
         event = Event(
