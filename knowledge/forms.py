@@ -4,7 +4,7 @@ from django import forms
 from .selectors import MAX_QUERY_CHARS, MAX_TOP_K, InvalidQuery, clean_filters
 from .services import MAX_UPLOAD_BYTES
 
-MAX_FILES_PER_UPLOAD = 100
+MAX_FILES_PER_UPLOAD = 1000  # over services.BATCH_SIZE, the upload runs as work with progress
 
 
 class DatasetForm(forms.Form):

@@ -64,3 +64,28 @@ def knowledge_search(
         raise ToolError(f"{', '.join(overridden)} {'is' if len(overridden) == 1 else 'are'} set by the server "
                         "and cannot be chosen in a call", error_type="BoundArgumentOverride")
     return search_result(tenant=ctx.tenant, query=query, top_k=top_k, datasets=datasets, filters=filter)
+
+
+@tool(kind="builtin", idempotent=True, concurrency_safe=False, timeout=3600)
+def knowledge_ingest(dataset_id: int, documents: list[dict], ctx: ToolContext = None) -> dict:
+    """Ingest many documents into a dataset of this tenant, reporting progress batch by batch.
+
+    Started by operators (the documents API and the console's upload, for large ingests); it belongs to no
+    tool group, so models are never offered it.
+
+    Args:
+        dataset_id: The dataset to ingest into.
+        documents: Documents as the documents API takes them: title, text, optional external_id and metadata.
+    """
+    from .models import Dataset
+    from .services import documents_ingest_bulk
+
+    dataset = Dataset.objects.for_tenant(ctx.tenant).filter(pk=dataset_id).first()
+    if dataset is None:
+        raise ToolError(f"no dataset {dataset_id} in this tenant", error_type="InvalidInput")
+
+    def progress(done: int, total: int) -> None:
+        ctx.emit(f"{done}/{total} documents ingested", progress=done / total if total else 1.0)
+
+    result = documents_ingest_bulk(tenant=ctx.tenant, dataset=dataset, documents=documents, progress=progress)
+    return {"dataset": dataset.name, "batches": result.batches, **result.summary}

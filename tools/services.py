@@ -330,6 +330,37 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> l
     return results
 
 
+SYSTEM_AGENT = "toolkeeper"
+
+
+def work_start(*, tenant, tool_name: str, arguments: dict, actor) -> ToolCall:
+    """Operator-started work on a built-in tool (a large ingest, a report): a call in the tenant's system
+    session, run by the executor like any other and streamed live, so its progress shows on its call page.
+    Such tools belong to no group, so no model is ever offered them."""
+    tool = Tool.objects.for_tenant(tenant).filter(name=tool_name, enabled=True).first()
+    if tool is None:
+        raise ValidationError({"tool": [f"{tool_name} is not available"]})
+    label = str(getattr(actor, "username", actor or "system"))
+    with transaction.atomic():
+        session = AgentSession.objects.for_tenant(tenant).filter(agent=SYSTEM_AGENT).first() or \
+            AgentSession.objects.create(tenant=tenant, agent=SYSTEM_AGENT, user="", context={"system": True})
+        number = _count_calls(session, 1)
+        call = ToolCall.objects.create(
+            tenant=tenant, session=session, call_id=f"work_{number}", tool=tool, tool_name=tool.name,
+            input={key: value for key, value in arguments.items() if key != "documents"} | (
+                {"documents": f"{len(arguments['documents'])} documents"} if "documents" in arguments else {}),
+            effective_input=arguments,
+            decision={"behavior": "allow", "rule": None, "reason": f"work started by {label}"},
+        )
+        audit_record(tenant=tenant, actor=actor, verb="work.started", target=f"call:{call.pk}",
+                     data={"tool": tool.name})
+        if call_transition(call=call, from_statuses=[CallStatus.RECEIVED], to_status=CallStatus.QUEUED):
+            from .executors import get_executor
+
+            transaction.on_commit(lambda: get_executor().submit(call))
+    return call
+
+
 @transaction.atomic
 def call_cancel(*, call: ToolCall, actor=None) -> ToolCall:
     """Stop a call: not yet started → cancelled; running → interrupted (the tool is told to stop)."""

@@ -1,6 +1,7 @@
 """Admin endpoints for knowledge bases: `/api/v1/datasets` (CRUD) and `/api/v1/documents`
-(list, retrieve, delete, and a bulk POST). Ingest runs in the request, in batches of
-`services.BATCH_SIZE` documents, each batch its own transaction. Bodies are capped by the API parser (413 beyond
+(list, retrieve, delete, and a bulk POST). Up to `services.BATCH_SIZE` documents are ingested in the request;
+larger ingests run as work that reports progress (a `knowledge_ingest` call), in batches, each batch its own
+transaction. Bodies are capped by the API parser (413 beyond
 TOOLKEEPER_MAX_BODY_BYTES)."""
 from django.db.models import Count
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -12,6 +13,8 @@ from knowledge import services
 from knowledge.models import Dataset, Document
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.models import ApiKey
+from tools import services as tools_services
+from tools.api.serializers import calls_data
 
 from . import serializers as s
 
@@ -93,6 +96,12 @@ class DocumentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.D
                 services.documents_clean(documents)
             except ValidationError as exc:
                 raise ValidationError({f"{name}: {key}": value for key, value in exc.detail.items()}) from exc
+        if len(body.validated_data) > services.BATCH_SIZE:
+            # Large: run as work that reports progress (GET /api/v1/calls/{id} and …/events follow it).
+            work = [tools_services.work_start(tenant=self.tenant, tool_name="knowledge_ingest", actor=_actor(request),
+                                              arguments={"dataset_id": datasets[name].pk, "documents": documents})
+                    for name, documents in by_dataset.items()]
+            return Response({"work": calls_data(work)}, status=202)
         outcomes, batches = [], 0
         for name, documents in by_dataset.items():
             result = services.documents_ingest_bulk(tenant=self.tenant, dataset=datasets[name], documents=documents,

@@ -15,14 +15,15 @@ class HasTenant(permissions.BasePermission):
         if getattr(request, "tenant", None) is None:
             return False
         scope = getattr(view, "required_scope", Scope.ADMIN)
+        scopes = scope if isinstance(scope, tuple) else (scope,)  # any one of them will do
         if isinstance(request.auth, ApiKey):
-            return request.auth.has_scope(scope)
+            return any(request.auth.has_scope(s) for s in scopes)
         membership = getattr(request, "membership", None)
         if membership is None:
             return False
         self.message = "Your role in this tenant does not allow this."
         if getattr(view, "action", None) in getattr(view, "reviewer_actions", ()):
             return membership.can_review
-        if scope == Scope.ADMIN and request.method in permissions.SAFE_METHODS:
+        if Scope.ADMIN in scopes and request.method in permissions.SAFE_METHODS:
             return True
         return membership.can_operate

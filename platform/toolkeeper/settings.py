@@ -145,6 +145,7 @@ STATIC_ROOT = DATA_DIR / "static"
 
 # Every request body the API parses is capped; larger ones get 413.
 TOOLKEEPER_MAX_BODY_BYTES = int(os.environ.get("TOOLKEEPER_MAX_BODY_BYTES", 1024 * 1024))
+DATA_UPLOAD_MAX_NUMBER_FILES = 1000  # large uploads to the knowledge console run as work
 DATA_UPLOAD_MAX_MEMORY_SIZE = TOOLKEEPER_MAX_BODY_BYTES
 
 REST_FRAMEWORK = {

@@ -118,6 +118,8 @@ class CallSubmitView(AgentView):
 
 
 class CallDetailView(AgentView):
+    required_scope = (Scope.AGENT, Scope.ADMIN)  # operators follow work they started, too
+
     @extend_schema(parameters=[s.WaitQuerySerializer], responses=s.CallSerializer)
     def get(self, request, call_id):
         call = access_call(request, call_id)
@@ -132,6 +134,8 @@ class CallDetailView(AgentView):
 
 
 class CallEventsView(AgentView):
+    required_scope = (Scope.AGENT, Scope.ADMIN)
+
     @extend_schema(parameters=[s.EventsQuerySerializer], responses={200: dict})
     def get(self, request, call_id):
         call = access_call(request, call_id)
