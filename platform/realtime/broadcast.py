@@ -33,12 +33,24 @@ class _Publisher:
 
     async def _drain(self) -> None:
         while True:
-            layer, groups, message = await self.queue.get()
-            for group in groups:
-                try:
-                    await layer.group_send(group, message)
-                except Exception:
-                    logger.warning("broadcast to %s failed", group, exc_info=True)
+            batch = [await self.queue.get()]
+            while not self.queue.empty() and len(batch) < 200:
+                batch.append(self.queue.get_nowait())
+            # Each group gets its messages in order; different groups are served at the same time.
+            per_group: dict[tuple, list[dict]] = {}
+            for layer, groups, message in batch:
+                for group in groups:
+                    per_group.setdefault((id(layer), group), [layer]).append(message)
+            await asyncio.gather(*(self._send_in_order(entries[0], group, entries[1:])
+                                   for (_, group), entries in per_group.items()))
+
+    @staticmethod
+    async def _send_in_order(layer, group: str, messages: list[dict]) -> None:
+        for message in messages:
+            try:
+                await layer.group_send(group, message)
+            except Exception:
+                logger.warning("broadcast to %s failed", group, exc_info=True)
 
     def send(self, layer, groups: list[str], message: dict) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, (layer, groups, message))
