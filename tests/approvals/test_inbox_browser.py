@@ -5,37 +5,20 @@ endpoints are async and need ASGI).
 The app side speaks the public API with httpx and the demo tenant's keys; the reviewer side is
 Playwright driving Debian's Chromium (/usr/bin/chromium). Every wait is bounded; nothing is timed.
 """
-import os
 import threading
 from pathlib import Path
 
 import httpx
 import pytest
 
+from ..browser import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
+
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
-REQUIRE_SERVICES = os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1"
 SCREENSHOT = Path("/tmp/inbox.png")
 WAIT_S = 30
 STEP_MS = 15_000  # bound on each browser step
 
-
-def _chromium_or_skip():
-    problem = None
-    if not CHROMIUM.exists():
-        problem = f"{CHROMIUM} is not installed (apt-get install chromium)"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            problem = "the playwright package is not installed"
-    if problem:
-        if REQUIRE_SERVICES:
-            pytest.fail(f"{problem}, and TOOLKEEPER_REQUIRE_SERVICES=1")
-        pytest.skip(problem)
 
 
 def _app_submits_and_waits(server, outcome: dict) -> None:
@@ -65,7 +48,7 @@ def _app_submits_and_waits(server, outcome: dict) -> None:
 
 
 def test_reviewer_edits_and_approves_in_chromium_and_the_waiting_app_gets_the_result(inbox_live_server):
-    _chromium_or_skip()
+    chromium_or_skip()
     from playwright.sync_api import expect, sync_playwright
 
     server = inbox_live_server

@@ -7,42 +7,23 @@ in-process channel layer, the local executor, the demo tenant). The app speaks t
 httpx and the demo API key; the operator is Playwright driving Debian's Chromium (/usr/bin/chromium).
 Every wait is bounded; nothing is timed.
 """
-import os
-from pathlib import Path
 
 import httpx
 import pytest
 
+from ..browser import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
 from ..live.conftest import toolkeeper_server  # noqa: F401 (the live server fixture, reused)
 
 # django_db although the test reads nothing from the test database: run alone, without it no test database
 # is set up and tests/conftest.py's session teardown (_close_stray_connections) fails to connect.
 pytestmark = [pytest.mark.browser, pytest.mark.live, pytest.mark.django_db]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
-REQUIRE_SERVICES = os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1"
 STEP_MS = 20_000  # bound on each browser step
 SECONDS = 6  # the countdown's length: progress every second
 
 PROGRESS = "document.querySelector('progress[data-live-progress]').value"
 LINES = "document.querySelectorAll('[data-live-output] .line').length"
 
-
-def _chromium_or_skip():
-    problem = None
-    if not CHROMIUM.exists():
-        problem = f"{CHROMIUM} is not installed (apt-get install chromium)"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            problem = "the playwright package is not installed"
-    if problem:
-        if REQUIRE_SERVICES:
-            pytest.fail(f"{problem}, and TOOLKEEPER_REQUIRE_SERVICES=1")
-        pytest.skip(problem)
 
 
 def _shoot(page, name: str) -> None:
@@ -80,7 +61,7 @@ def _drop_and_recover(page, expect) -> None:
 
 
 def test_an_operator_watches_a_long_call_live(toolkeeper_server):  # noqa: F811 (the imported fixture)
-    _chromium_or_skip()
+    chromium_or_skip()
     server = toolkeeper_server
     with httpx.Client(base_url=server.url, headers=server.headers(), timeout=30) as app:
         session = app.post("/api/v1/sessions", json={"agent": "ops-bot", "user": "alice@example.com"})
@@ -188,7 +169,7 @@ def _watch_a_long_call(server, app, session_id) -> None:
 
 
 def test_the_inbox_badge_and_the_dashboard_follow_an_approval_without_a_reload(toolkeeper_server):  # noqa: F811
-    _chromium_or_skip()
+    chromium_or_skip()
     from playwright.sync_api import expect, sync_playwright
 
     server = toolkeeper_server
