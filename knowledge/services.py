@@ -317,7 +317,11 @@ def knowledge_tool_seed(*, tenant) -> None:
 
 
 def knowledge_tool_seed_all(**kwargs) -> None:
+    from tenancy.fastread import tables_exist
     from tenancy.models import Tenant
+    from tools.models import BoundArgument, Tool
 
+    if not tables_exist(Tenant, Tool, BoundArgument):
+        return
     for tenant in Tenant.objects.all():
         knowledge_tool_seed(tenant=tenant)

@@ -68,8 +68,11 @@ def tenant_seed_catalog(sender, tenant, **kwargs):
 
 
 def catalog_sync_all(**kwargs):
+    from tenancy.fastread import tables_exist
     from tenancy.models import Tenant
 
+    if not tables_exist(Tenant, Tool, ToolGroup):
+        return
     for tenant in Tenant.objects.all():
         catalog_sync(tenant=tenant)
 

@@ -1,6 +1,5 @@
-"""Single-value reads for the per-call hot path, without the ORM's query compilation.
-
-Only for trivial lookups of tenant-owned rows by tenant (the tenant id is always in the WHERE).
+"""Small database reads outside the ORM's usual path: single values on the per-call hot path (trivial
+lookups of tenant-owned rows, the tenant id always in the WHERE), and whether tables exist yet.
 """
 from django.db import connection
 
@@ -16,3 +15,9 @@ def tenant_scalar(model, column: str, tenant_id: int, *, order_by_id_desc: bool 
         cursor.execute(sql, [tenant_id])
         row = cursor.fetchone()
     return row[0] if row else None
+
+
+def tables_exist(*models) -> bool:
+    """Whether the models' tables exist (after `migrate … zero` they do not; post-migrate hooks then do nothing)."""
+    names = set(connection.introspection.table_names())
+    return all(model._meta.db_table in names for model in models)
