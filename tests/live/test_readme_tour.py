@@ -114,6 +114,12 @@ def test_the_readme_tour_runs_verbatim(toolkeeper_server):
     assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
     assert events[-1]["data"]["status"] == "succeeded"
 
+    # 9. the knowledge base answers with the relevant document first
+    _, out = block_with(blocks, outputs, '"call_8"', "knowledge_search")
+    reset, search = calls_of(out)
+    assert reset["status"] == "succeeded" and search["status"] == "succeeded", search
+    assert search["result"]["structured"]["results"][0]["title"] == "VPN setup"
+
     # 7. overriding the bound argument is refused
     _, out = block_with(blocks, outputs, '"call_4"', '"timezone": "UTC"')
     (call,) = calls_of(out)

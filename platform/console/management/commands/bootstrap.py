@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from knowledge.services import dataset_create, documents_ingest_bulk
 from tenancy.models import Role, Tenant
 from tenancy.services import apikey_create, membership_set, tenant_create
 from tools.models import Tool, ToolGroup
@@ -73,6 +74,18 @@ def seed_demo() -> dict:
     issued = apikey_create(tenant=tenant, name="demo agent", scopes=["agent", "external"],
                            created_by=accounts["operator"])
     admin_key = apikey_create(tenant=tenant, name="demo admin", scopes=["admin"], created_by=accounts["operator"])
+    handbook = dataset_create(tenant=tenant, name="handbook", description="How we work: a small demo knowledge base.")
+    documents_ingest_bulk(tenant=tenant, dataset=handbook, documents=[
+        {"title": "Expense policy", "metadata": {"department": "finance"},
+         "text": "Submit expenses within 30 days with a receipt. Travel over 500 EUR needs a manager's approval "
+                 "before booking. Meals on business trips are refunded up to 40 EUR a day."},
+        {"title": "VPN setup", "metadata": {"department": "it"},
+         "text": "Install WireGuard, import the profile from the IT portal and connect before opening internal "
+                 "tools. If the VPN drops, reconnect and check that your laptop's clock is correct."},
+        {"title": "On-call runbook", "metadata": {"department": "engineering"},
+         "text": "When paged, acknowledge within 5 minutes, open an incident channel, and post updates every "
+                 "30 minutes until the incident is resolved. Hand over at 9:00 with a written summary."},
+    ])
     credentials["api_key"] = issued.key
     credentials["admin_api_key"] = admin_key.key
     return credentials
