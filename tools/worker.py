@@ -11,7 +11,7 @@ import threading
 import time
 from datetime import timedelta
 
-from django.db import close_old_connections, transaction
+from django.db import connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -79,7 +79,7 @@ def _watch(call: ToolCall, cancelled: threading.Event, finished: threading.Event
     except Exception:
         logger.exception("watchdog of call %s failed", call.pk)
     finally:
-        close_old_connections()
+        connections.close_all()  # this thread ends here: its connection must not outlive it
 
 
 def worker_run_call(*, call_id) -> str:
