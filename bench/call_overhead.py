@@ -18,7 +18,6 @@ The top-level JSON keys are those of the 16-client mode; `modes` holds both.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import platform
 import sqlite3
@@ -35,34 +34,13 @@ sys.path.insert(0, str(ROOT))
 from tests.live.server import LiveServer  # noqa: E402
 
 sys.path.insert(0, str(BENCH_DIR))
+from bench_http import Client, new_session, percentile  # noqa: E402
 from bench_schema import CREATE_TABLE  # noqa: E402
 
 GOVERNED_BODY = {"name": "current_time", "input": {}, "wait": 10}
 TARGET_RATIO_P50 = 2.0
 TARGET_RATIO_P99 = 3.0
 
-
-class Client:
-    """One keep-alive HTTP connection; POSTs JSON and times each request."""
-
-    def __init__(self, port: int, key: str):
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-
-    def post(self, path: str, body: dict) -> tuple[int, bytes]:
-        self.conn.request("POST", path, body=json.dumps(body), headers=self.headers)
-        response = self.conn.getresponse()
-        return response.status, response.read()
-
-    def timed(self, path: str, body: dict, check) -> float:
-        start = time.perf_counter()
-        status, payload = self.post(path, body)
-        elapsed = time.perf_counter() - start
-        check(status, payload)
-        return elapsed
-
-    def close(self):
-        self.conn.close()
 
 
 def check_floor(status: int, payload: bytes) -> None:
@@ -78,17 +56,6 @@ def check_governed(status: int, payload: bytes) -> None:
         raise RuntimeError(f"governed call ended {call['status']}: {payload[:300]!r}")
 
 
-def new_session(client: Client, n: int) -> str:
-    status, payload = client.post("/api/v1/sessions", {"agent": f"bench-{n}", "user": "bench@example.com"})
-    if status != 201:
-        raise RuntimeError(f"could not create a session: {status} {payload[:300]!r}")
-    return json.loads(payload)["id"]
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def summary(samples: list[float], wall_s: float) -> dict:

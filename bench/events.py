@@ -35,6 +35,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_http import percentile  # noqa: E402
+
 from tests.distributed.stack import DistributedStack  # noqa: E402
 from tests.distributed.support import Api, is_terminal, ws_connect  # noqa: E402
 
@@ -42,11 +44,6 @@ TARGET_P99_MS = 50.0
 PACED_INTERVAL_MS = 5.0
 BENCH_ENV = {"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING"}
 
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def summary(samples_ms: list[float], expected: int) -> dict:

@@ -18,7 +18,6 @@ Prints a table and writes JSON (--json PATH).
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import platform
@@ -32,6 +31,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_http import Client, new_session, percentile  # noqa: E402
+
 from tests.distributed.stack import DistributedStack  # noqa: E402
 from tests.live.server import LiveServer  # noqa: E402
 
@@ -40,33 +41,7 @@ TARGETS = {"local_calls_per_s": 300.0, "celery_calls_per_s": 150.0}
 BENCH_ENV = {"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING"}
 
 
-class Client:
-    """One keep-alive HTTP connection with the API key."""
 
-    def __init__(self, port: int, key: str):
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-
-    def post(self, path: str, body: dict) -> tuple[int, bytes]:
-        self.conn.request("POST", path, body=json.dumps(body), headers=self.headers)
-        response = self.conn.getresponse()
-        return response.status, response.read()
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def new_session(client: Client, n: int) -> str:
-    status, payload = client.post("/api/v1/sessions", {"agent": f"bench-{n}", "user": "bench@example.com"})
-    if status != 201:
-        raise RuntimeError(f"could not create a session: {status} {payload[:300]!r}")
-    return json.loads(payload)["id"]
 
 
 def run_load(port: int, key: str, clients: int, warmup_s: float, measure_s: float) -> dict:
