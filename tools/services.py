@@ -273,6 +273,20 @@ def _count_calls(session: AgentSession, added: int) -> int:
         return cursor.fetchone()[0]
 
 
+def _call_ids_taken(session: AgentSession, candidates: list[str]) -> set[str]:
+    """Which of these call ids the session already has (one plain statement: this runs for every call)."""
+    meta = ToolCall._meta
+    quote = connection.ops.quote_name
+    marks = ", ".join(["%s"] * len(candidates))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {quote('call_id')} FROM {quote(meta.db_table)} "  # noqa: S608 (identifiers from metadata)
+            f"WHERE {quote('tenant_id')} = %s AND {quote('session_id')} = %s AND {quote('call_id')} IN ({marks})",
+            [session.tenant_id, AgentSession._meta.pk.get_db_prep_value(session.pk, connection), *candidates],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
 def _free_call_ids(session: AgentSession, *, first: int, count: int, reserved: set) -> list[str]:
     """`call_<n>` ids from n = first on, skipping any the app already chose for itself."""
     ids: list[str] = []
@@ -280,8 +294,7 @@ def _free_call_ids(session: AgentSession, *, first: int, count: int, reserved: s
     while len(ids) < count:
         candidates = [f"call_{n + i}" for i in range(count - len(ids))]
         n += len(candidates)
-        taken = set(ToolCall.objects.for_tenant(session.tenant_id).filter(
-            session=session, call_id__in=candidates).values_list("call_id", flat=True)) | reserved
+        taken = _call_ids_taken(session, candidates) | reserved
         ids += [candidate for candidate in candidates if candidate not in taken]
     return ids
 
