@@ -189,7 +189,7 @@ def test_the_inbox_badge_and_the_dashboard_follow_an_approval_without_a_reload(t
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             try:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
                 page.set_default_timeout(STEP_MS)
                 expect.set_options(timeout=STEP_MS)
                 _log_in(page, server, "/t/demo/")
@@ -199,6 +199,13 @@ def test_the_inbox_badge_and_the_dashboard_follow_an_approval_without_a_reload(t
                 expect(badge).to_have_class("count zero")
                 calls_before = page.locator(".cards .card").nth(3).locator(".n").inner_text()
                 _mark_no_reload(page)
+                # A reviewer's inbox list, open in a second tab of the same login.
+                inbox = page.context.new_page()
+                inbox.set_default_timeout(STEP_MS)
+                inbox.goto(server.url + "/t/demo/inbox/")
+                expect(inbox.locator("#live-indicator")).to_have_text("live")
+                expect(inbox.locator("#requests tbody")).to_contain_text("Nothing is waiting")
+                _mark_no_reload(inbox)
 
                 # An approval request opens: the badge counts it, the dashboard shows the waiting call.
                 submitted = app.post(f"/api/v1/sessions/{session_id}/calls", json={
@@ -212,6 +219,13 @@ def test_the_inbox_badge_and_the_dashboard_follow_an_approval_without_a_reload(t
                 expect(page.locator(".cards .card").nth(3).locator(".n")).not_to_have_text(calls_before)
                 _assert_no_reload(page)
                 _shoot(page, "dashboard")
+                # The new request appears in the inbox list without a reload, and its count with it.
+                new_row = inbox.locator("#requests tr[data-id]")
+                expect(new_row).to_have_count(1)
+                expect(new_row).to_contain_text("countdown")
+                expect(inbox.locator('[data-live-region="inbox-summary"]')).to_contain_text("1 pending")
+                _assert_no_reload(inbox)
+                _shoot(inbox, "inbox")
 
                 # It is settled (rejected through the API): the badge counts down, the row follows.
                 pending = admin.get("/api/v1/approvals", params={"status": "pending"})
@@ -221,6 +235,8 @@ def test_the_inbox_badge_and_the_dashboard_follow_an_approval_without_a_reload(t
                                      json={"decision": "reject", "message": "not now"})
                 assert decided.status_code == 200, decided.text
                 expect(badge).to_have_text("0")
+                expect(inbox.locator("#requests tr[data-id]")).to_have_count(0)
+                _assert_no_reload(inbox)
                 expect(row.locator("[data-call-status]")).to_have_text("rejected")
                 expect(page.locator('.by-status td[data-status="rejected"]')).to_be_visible()
                 _assert_no_reload(page)
