@@ -83,5 +83,5 @@ def call_transition(*, call: ToolCall, from_statuses, to_status: str, event_data
         call.event_seq = seq
         _record(call, seq, "status", {"status": to_status, **(event_data or {})})
         if to_status in SETTLED_STATUSES:
-            transaction.on_commit(lambda: settle_notify(call.session_id, call))
+            transaction.on_commit(lambda: settle_notify(call))
     return True

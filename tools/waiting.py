@@ -9,7 +9,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -21,8 +21,6 @@ from django.db import DatabaseError, connections
 from realtime.groups import session_group
 
 from .models import ToolCall
-
-QUICK_SETTLE_S = 0.05
 
 logger = logging.getLogger("toolkeeper.calls")
 
@@ -51,6 +49,7 @@ def call_statuses(tenant_id: int, call_ids: Iterable[str]) -> dict[str, str]:
 
 
 POLL_S = 0.25
+WATCH_RECHECK_S = 1.0
 
 
 async def _poll_until(tenant_id: int, call_ids, until: frozenset, deadline: float) -> None:
@@ -100,36 +99,61 @@ async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Ite
                 await layer.group_discard(group, channel)
 
 
-class _SettleWatch:
-    def __init__(self):
+class CallWatch:
+    """What this process learns of calls settling while a request waits for them.
+
+    The executor (and every other settler in this process) reports each settled call here after
+    its commit; the waiting coroutine wakes on the event loop. In the embedded mode every status
+    change happens in this process, so a wait needs neither the channel layer nor a read-back.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
         self.settled: dict[str, object] = {}  # call id → the settled call as its settler left it
-        self.condition = threading.Condition()
+        self._changed = asyncio.Event()
 
-    def wait_for(self, call_ids: set[str], timeout: float) -> bool:
+    def notify(self, call) -> None:
+        self.settled[str(call.pk)] = call  # one dict store: safe from any thread
+        self.loop.call_soon_threadsafe(self._changed.set)
+
+    async def wait(self, pending: set[str], until: frozenset, timeout: float, *, recheck_s: float,
+                   recheck: Callable[[set[str]], Awaitable[set[str]]]) -> bool:
+        """Wait until no call in `pending` is outside `until`; False on timeout.
+
+        Every `recheck_s` it asks `recheck` which calls are still pending, for a call that moved in
+        another process (a management command, say).
+        """
         deadline = time.monotonic() + timeout
-        with self.condition:
-            while not call_ids <= self.settled.keys():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self.condition.wait(remaining)
-        return True
+        next_check = time.monotonic() + recheck_s
+        pending = set(pending)
+        while True:
+            self._changed.clear()
+            for call_id in list(pending):
+                call = self.settled.get(call_id)
+                if call is not None and call.status in until:
+                    pending.discard(call_id)
+            if not pending:
+                return True
+            now = time.monotonic()
+            if now >= deadline:
+                return False
+            if now >= next_check:
+                pending = await recheck(pending)
+                next_check = time.monotonic() + recheck_s
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=min(deadline, next_check) - now)
 
 
-_watches: dict[str, set[_SettleWatch]] = {}
+_watches: dict[str, set[CallWatch]] = {}
 _watches_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def settle_watch(session_id):
-    """Within this block, learn of this process's calls of the session reaching a settled status.
-
-    The local executor settles trivial calls within milliseconds; a request that submitted them and
-    means to wait briefly blocks here (bounded by QUICK_SETTLE_S) instead of taking the full trip
-    through the channel layer. Longer waits still go the async way.
-    """
-    watch = _SettleWatch()
-    key = str(session_id)
+def call_watch(key):
+    """Within this block, learn of this process's calls settling whose session or own id is `key`."""
+    watch = CallWatch(asyncio.get_running_loop())
+    key = str(key).lower()  # as str(uuid) spells it, whatever case the URL used
     with _watches_lock:
         _watches.setdefault(key, set()).add(watch)
     try:
@@ -143,11 +167,7 @@ def settle_watch(session_id):
                     del _watches[key]
 
 
-def settle_notify(session_id, call) -> None:
-    watchers = _watches.get(str(session_id))
-    if not watchers:
-        return
-    for watch in list(watchers):
-        with watch.condition:
-            watch.settled[str(call.pk)] = call
-            watch.condition.notify_all()
+def settle_notify(call) -> None:
+    for key in (str(call.session_id), str(call.pk)):
+        for watch in list(_watches.get(key, ())):
+            watch.notify(call)

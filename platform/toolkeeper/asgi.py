@@ -24,6 +24,7 @@ if settings.DEBUG:
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from toolkeeper.handlers import http_application  # noqa: E402
 from toolkeeper.routing import websocket_urlpatterns  # noqa: E402
 
 if settings.TOOLKEEPER_EXECUTOR == "local":
@@ -39,7 +40,7 @@ gc.freeze()
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http_application(django_asgi_app),
         "websocket": URLRouter(websocket_urlpatterns),
     }
 )

@@ -3,6 +3,9 @@ import logging
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import RequestDataTooBig
+from django.middleware.clickjacking import XFrameOptionsMiddleware
+from django.middleware.common import CommonMiddleware
+from django.middleware.security import SecurityMiddleware
 
 from .api import json_error
 
@@ -57,3 +60,38 @@ class ApiErrorMiddleware:
             return json_error(413, "too_large", "The request body is larger than the limit.")
         logger.exception("unhandled error on %s", request.path)
         return json_error(500, "server_error", "An internal error occurred.")
+
+
+class EventLoopMiddleware:
+    """Runs a Django middleware whose hooks only compute (headers, redirects, the host check) on the
+    event loop, where Django's async path would cross to a thread and back for each hook."""
+
+    async_capable = True
+    sync_capable = False
+    wraps: type
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.inner = self.wraps(get_response)
+        markcoroutinefunction(self)
+
+    async def __call__(self, request):
+        response = None
+        if hasattr(self.inner, "process_request"):
+            response = self.inner.process_request(request)
+        response = response or await self.get_response(request)
+        if hasattr(self.inner, "process_response"):
+            response = self.inner.process_response(request, response)
+        return response
+
+
+class SecurityHeadersMiddleware(EventLoopMiddleware):
+    wraps = SecurityMiddleware
+
+
+class CommonRequestMiddleware(EventLoopMiddleware):
+    wraps = CommonMiddleware
+
+
+class FrameOptionsMiddleware(EventLoopMiddleware):
+    wraps = XFrameOptionsMiddleware

@@ -65,6 +65,16 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+# Requests that present an API key (toolkeeper.handlers): no cookies, so no session, CSRF, auth or
+# messages layer; Django's security, common and X-Frame-Options hooks run on the event loop.
+API_KEY_MIDDLEWARE = [
+    "toolkeeper.middleware.ApiErrorMiddleware",
+    "toolkeeper.middleware.SecurityHeadersMiddleware",
+    "toolkeeper.middleware.CommonRequestMiddleware",
+    "toolkeeper.middleware.FrameOptionsMiddleware",
+]
+# Long-lived threads (each with its database connection) that API-key requests borrow.
+TOOLKEEPER_API_THREADS = int(os.environ.get("TOOLKEEPER_API_THREADS", 16))
 
 ROOT_URLCONF = "toolkeeper.urls"
 ASGI_APPLICATION = "toolkeeper.asgi.application"

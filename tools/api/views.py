@@ -16,7 +16,7 @@ from tenancy.models import ApiKey, Scope
 from tenancy.selectors import access_object
 from tools import selectors, services
 from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, ToolCall
-from tools.waiting import QUICK_SETTLE_S, run_db, settle_watch, wait_for_calls
+from tools.waiting import WATCH_RECHECK_S, call_statuses, call_watch, run_db, wait_for_calls
 
 from . import serializers as s
 
@@ -45,12 +45,20 @@ def serialize_calls(tenant_id: int, call_ids: list[str]) -> dict:
 
 @dataclass
 class WaitPlan:
+    """What a waiting request waits for: `calls` as the view left them, until each is in `until`."""
     tenant_id: int
     session_ids: set
-    call_ids: list[str]
+    calls: list[ToolCall]
     timeout: float
     until: frozenset
     single: bool
+
+    @property
+    def call_ids(self) -> list[str]:
+        return [str(c.pk) for c in self.calls]
+
+    def pending(self) -> set[str]:
+        return {str(c.pk) for c in self.calls if c.status not in self.until}
 
 
 class AgentView(APIView):
@@ -98,21 +106,11 @@ class CallSubmitView(AgentView):
         batch.is_valid(raise_exception=True)
         api_key = request.auth if isinstance(request.auth, ApiKey) else None
         wait = batch.validated_data["wait"]
-        with settle_watch(session.pk) as watch:
-            calls = services.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
-            settled_quickly = wait > 0 and settings.TOOLKEEPER_EXECUTOR == "local" and watch.wait_for(
-                {str(c.pk) for c in calls if c.status not in SETTLED_STATUSES}, timeout=min(wait, QUICK_SETTLE_S))
-        if settled_quickly:
-            # As their settlers left them: no need to read them back.
-            final = [watch.settled.get(str(c.pk), c) for c in calls]
-            response, wait = Response({"calls": s.calls_data(final)}), 0
-        elif wait > 0:
-            response = Response({})  # the async front waits, then serializes
-        else:
-            response = Response({"calls": s.calls_data(calls)})
+        calls = services.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
+        response = Response({"calls": s.calls_data(calls)})
         response.wait_plan = WaitPlan(
-            tenant_id=session.tenant_id, session_ids={session.pk}, call_ids=[str(c.pk) for c in calls],
-            timeout=wait, until=SETTLED_STATUSES, single=False,
+            tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls, timeout=wait,
+            until=SETTLED_STATUSES, single=False,
         )
         return response
 
@@ -125,9 +123,9 @@ class CallDetailView(AgentView):
         call = access_call(request, call_id)
         query = s.WaitQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        response = Response({} if query.validated_data["wait"] > 0 else s.call_data(call))
+        response = Response(s.call_data(call))
         response.wait_plan = WaitPlan(
-            tenant_id=call.tenant_id, session_ids={call.session_id}, call_ids=[str(call.pk)],
+            tenant_id=call.tenant_id, session_ids={call.session_id}, calls=[call],
             timeout=query.validated_data["wait"], until=TERMINAL_STATUSES, single=True,
         )
         return response
@@ -161,24 +159,46 @@ def _render(view, request, *args, **kwargs):
 
 
 def waiting(view_class):
-    """An async front for a DRF view whose response may say which calls to wait for."""
+    """An async front for a DRF view whose response may say which calls to wait for.
+
+    The embedded mode learns of settled calls in-process (`call_watch`, armed before the view runs,
+    keyed by the session or call id in the URL); the distributed mode listens on the channel layer.
+    """
     inner = view_class.as_view()
 
     async def view(request, *args, **kwargs):
-        response = await run_db(_render, inner, request, *args, **kwargs)
-        plan: WaitPlan | None = getattr(response, "wait_plan", None)
-        if plan is None or plan.timeout <= 0 or response.status_code >= 300:
-            return response
-        await wait_for_calls(tenant_id=plan.tenant_id, session_ids=plan.session_ids, call_ids=plan.call_ids,
-                             until=plan.until, timeout=plan.timeout)
+        with call_watch(kwargs.get("session_id") or kwargs.get("call_id")) as watch:
+            response = await run_db(_render, inner, request, *args, **kwargs)
+            plan: WaitPlan | None = getattr(response, "wait_plan", None)
+            if plan is None or plan.timeout <= 0 or response.status_code >= 300 or not plan.pending():
+                return response
+            if settings.TOOLKEEPER_EXECUTOR == "local":
+                async def recheck(pending: set[str]) -> set[str]:
+                    statuses = await run_db(call_statuses, plan.tenant_id, pending)
+                    return {cid for cid in pending if statuses.get(cid) not in plan.until}
+
+                pending = plan.pending()
+                await watch.wait(pending, plan.until, plan.timeout, recheck_s=WATCH_RECHECK_S, recheck=recheck)
+                settled_here = {cid: watch.settled.get(cid) for cid in pending}
+                if all(call is not None and call.status in plan.until for call in settled_here.values()):
+                    # As their settlers in this process left them: no need to read them back.
+                    final = [settled_here.get(str(c.pk), c) for c in plan.calls]
+                    return _json(s.call_data(final[0]) if plan.single else {"calls": s.calls_data(final)},
+                                 response.status_code)
+            else:
+                await wait_for_calls(tenant_id=plan.tenant_id, session_ids=plan.session_ids,
+                                     call_ids=plan.pending(), until=plan.until, timeout=plan.timeout)
         payload = await run_db(serialize_calls, plan.tenant_id, plan.call_ids)
-        body = JSONRenderer().render(payload["calls"][0] if plan.single else payload)
-        return HttpResponse(body, status=response.status_code, content_type="application/json")
+        return _json(payload["calls"][0] if plan.single else payload, response.status_code)
 
     view.cls = view_class  # lets the schema generator describe the DRF view behind it
     view.initkwargs = {}
     view.view_class = view_class
     return csrf_exempt(view)
+
+
+def _json(payload, status: int) -> HttpResponse:
+    return HttpResponse(JSONRenderer().render(payload), status=status, content_type="application/json")
 
 
 # --- admin endpoints ---------------------------------------------------------------------------

@@ -1,0 +1,118 @@
+"""The HTTP entry: requests that present an API key take a lean path through Django.
+
+Django's ASGI handler gives every request a fresh thread for its synchronous parts (and so a
+fresh database connection), and each cookie-era middleware crosses to that thread and back for
+every hook. Requests carrying an `Authorization` header use no cookies, so they run a shorter
+middleware list (`API_KEY_MIDDLEWARE`: no session, CSRF, auth or messages layer) and borrow a
+long-lived thread — a *lane* — that keeps its database connection from one request to the next.
+Console pages, the admin and the docs keep Django's full stack.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+from asgiref.sync import ThreadSensitiveContext
+from django.conf import settings
+from django.core.handlers.asgi import ASGIHandler
+from django.db import connections
+from django.db.backends.signals import connection_created
+from django.dispatch import receiver
+
+_lane_state = threading.local()
+
+
+@receiver(connection_created)
+def _keep_lane_connection(sender, connection, **kwargs):
+    """A lane's connection lives on across requests; Django still closes it if it breaks."""
+    if getattr(_lane_state, "keeps_connections", False):
+        connection.close_at = None
+
+
+def _enter_lane() -> None:
+    _lane_state.keeps_connections = True
+
+
+def _close_connections() -> None:
+    connections.close_all()
+
+
+class Lanes:
+    """Single-thread executors that requests borrow, one per request in flight.
+
+    Django runs a request's synchronous parts on one thread (its thread-sensitive rule); a lane is
+    that thread, reused. Beyond `size` requests at once, a request gets a thread of its own for the
+    duration, as Django would give it, and that thread closes its connections when it ends.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self._idle: deque[ThreadPoolExecutor] = deque()
+        self._made = 0
+        self._lock = threading.Lock()
+
+    def acquire(self) -> tuple[ThreadPoolExecutor, bool]:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+            if self._made < self.size:
+                self._made += 1
+                return ThreadPoolExecutor(1, "toolkeeper-lane", initializer=_enter_lane), True
+        return ThreadPoolExecutor(1, "toolkeeper-request"), False
+
+    def release(self, executor: ThreadPoolExecutor, pooled: bool) -> None:
+        if pooled:
+            with self._lock:
+                self._idle.append(executor)
+            return
+        executor.submit(_close_connections)
+        executor.shutdown(wait=False)
+
+
+class ApiKeyHandler(ASGIHandler):
+    """Django's ASGI handler with the API-key middleware list, on a borrowed lane."""
+
+    def __init__(self, lanes: Lanes):
+        self.lanes = lanes
+        super().__init__()
+
+    def load_middleware(self, is_async=False):
+        # Django's loader reads settings.MIDDLEWARE; the lean list stands there while it loads.
+        full = settings.MIDDLEWARE
+        try:
+            settings.MIDDLEWARE = settings.API_KEY_MIDDLEWARE
+            super().load_middleware(is_async)
+        finally:
+            settings.MIDDLEWARE = full
+
+    async def __call__(self, scope, receive, send):
+        executor, pooled = self.lanes.acquire()
+        try:
+            async with ThreadSensitiveContext(executor=executor):
+                await self.handle(scope, receive, send)
+        finally:
+            self.lanes.release(executor, pooled)
+
+
+def carries_api_key(scope) -> bool:
+    if not scope["path"].startswith("/api/"):
+        return False
+    return any(name == b"authorization" for name, _ in scope.get("headers", ()))
+
+
+class HttpRouter:
+    """API-key requests to the lean handler, the rest to Django's full stack."""
+
+    def __init__(self, full, api_key):
+        self.full = full
+        self.api_key = api_key
+
+    async def __call__(self, scope, receive, send):
+        handler = self.api_key if carries_api_key(scope) else self.full
+        return await handler(scope, receive, send)
+
+
+def http_application(full):
+    """The HTTP side of the ASGI application: `full` is Django's handler (maybe wrapped)."""
+    return HttpRouter(full, ApiKeyHandler(Lanes(settings.TOOLKEEPER_API_THREADS)))
