@@ -2,12 +2,12 @@
 """What a governed tool call costs over the floor of an authenticated write, on the same server.
 
 Starts daphne in the embedded mode (fresh data dir, migrate, bootstrap) with bench/bench_settings.py:
-the product's URLs plus the floor endpoint `POST /bench/floor`, a bare DRF view with the product's
+the product's URLs plus the floor endpoint `POST /api/bench/floor`, a bare DRF view with the product's
 API-key authentication that inserts one row. Then measures, in one run and interleaved:
 
 - governed: POST /api/v1/sessions/{id}/calls {"name": "current_time", "input": {}, "wait": 10}
   (the whole pipeline, the local executor, and the wait for the result)
-- floor:    POST /bench/floor with the same body
+- floor:    POST /api/bench/floor with the same body
 
 sequentially and with 16 concurrent clients (one keep-alive connection and one session each):
 p50/p99 latency, their ratios and calls/s. Prints a table and writes JSON (--json PATH).
@@ -35,7 +35,7 @@ from tests.live.server import LiveServer  # noqa: E402
 
 sys.path.insert(0, str(BENCH_DIR))
 from bench_http import Client, new_session, percentile  # noqa: E402
-from bench_schema import CREATE_TABLE  # noqa: E402
+from bench_schema import CREATE_TABLE, FLOOR_PATH  # noqa: E402
 
 GOVERNED_BODY = {"name": "current_time", "input": {}, "wait": 10}
 TARGET_RATIO_P50 = 2.0
@@ -84,7 +84,7 @@ def run_sequential(server: LiveServer, requests: int, warmup: int) -> dict:
                 if kind == "governed":
                     elapsed = client.timed(governed_path, GOVERNED_BODY, check_governed)
                 else:
-                    elapsed = client.timed("/bench/floor", GOVERNED_BODY, check_floor)
+                    elapsed = client.timed(FLOOR_PATH, GOVERNED_BODY, check_floor)
                 if i >= warmup:
                     samples[kind].append(elapsed)
                     wall[kind] += elapsed
@@ -107,7 +107,7 @@ def run_concurrent(server: LiveServer, clients: int, per_client: int, warmup: in
 
         def worker(n: int) -> None:
             client = pool[n]
-            path, check = (paths[n], check_governed) if kind == "governed" else ("/bench/floor", check_floor)
+            path, check = (paths[n], check_governed) if kind == "governed" else (FLOOR_PATH, check_floor)
             barrier.wait()
             try:
                 for _ in range(count):
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     parser.add_argument("--concurrency", type=int, default=16, help="concurrent clients (default 16)")
     parser.add_argument("--access-log", action="store_true", help="keep daphne's access log (off by default)")
     parser.add_argument("--settings", default="bench_settings",
-                        help="settings module of the server (for experiments; it must route /bench/floor)")
+                        help="settings module of the server (for experiments; it must route the floor path)")
     parser.add_argument("--pythonpath", action="append", default=[], help="extra import path for --settings")
     args = parser.parse_args(argv)
 

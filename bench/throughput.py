@@ -11,6 +11,11 @@ N concurrent clients (default 16; one keep-alive connection and one session each
 of a trivial allowed tool, `{"name": "current_time", "input": {}, "wait": 10}`, back to back for a
 fixed time after a warm-up; each request counts when its call has `succeeded`. Reports calls/s over
 the measuring window and per-request p50/p90/p99; the celery/local ratio is the in-run comparison.
+
+- floor:  the same load on the floor endpoint of bench/call_overhead.py (an API-key-authenticated
+          insert of one row, no pipeline) on the embedded server: the most requests/s that one
+          server process reaches on this machine at all, for scale (JSON `floor_requests_per_s`).
+
 Prints a table and writes JSON (--json PATH).
 
     .venv/bin/python bench/throughput.py [--quick] [--json PATH] [--clients 16] [--seconds 20]
@@ -21,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import sqlite3
 import statistics
 import sys
 import threading
@@ -32,6 +38,7 @@ ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 
 from bench_http import Client, new_session, percentile  # noqa: E402
+from bench_schema import CREATE_TABLE, FLOOR_PATH  # noqa: E402
 
 from tests.distributed.stack import DistributedStack  # noqa: E402
 from tests.live.server import LiveServer  # noqa: E402
@@ -44,10 +51,25 @@ BENCH_ENV = {"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": 
 
 
 
-def run_load(port: int, key: str, clients: int, warmup_s: float, measure_s: float) -> dict:
+def succeeded_call(status: int, payload: bytes) -> str | None:
+    """Why a governed request does not count, or None."""
+    if status != 200:
+        return f"{status}: {payload[:200]!r}"
+    call = json.loads(payload)["calls"][0]
+    return None if call["status"] == "succeeded" else f"call ended {call['status']}: {payload[:200]!r}"
+
+
+def floor_row(status: int, payload: bytes) -> str | None:
+    return None if status == 201 else f"{status}: {payload[:200]!r}"
+
+
+def run_load(port: int, key: str, clients: int, warmup_s: float, measure_s: float, *, floor: bool = False) -> dict:
     """All clients post back to back; requests that finish inside the measuring window are counted."""
     pool = [Client(port, key) for _ in range(clients)]
-    paths = [f"/api/v1/sessions/{new_session(c, n)}/calls" for n, c in enumerate(pool)]
+    if floor:
+        paths, check = [FLOOR_PATH] * clients, floor_row
+    else:
+        paths, check = [f"/api/v1/sessions/{new_session(c, n)}/calls" for n, c in enumerate(pool)], succeeded_call
     start_barrier = threading.Barrier(clients + 1)
     stop_at = [0.0]
     window = [0.0, 0.0]
@@ -67,12 +89,9 @@ def run_load(port: int, key: str, clients: int, warmup_s: float, measure_s: floa
                 failures.append(repr(exc))
                 return
             ended = time.perf_counter()
-            if status != 200:
-                failures.append(f"{status}: {payload[:200]!r}")
-                continue
-            call = json.loads(payload)["calls"][0]
-            if call["status"] != "succeeded":
-                failures.append(f"call ended {call['status']}: {payload[:200]!r}")
+            problem = check(status, payload)
+            if problem is not None:
+                failures.append(problem)
                 continue
             if window[0] <= began and ended <= window[1]:
                 samples[n].append(ended - began)
@@ -108,6 +127,17 @@ def measure_local(clients: int, warmup_s: float, measure_s: float) -> dict:
         return run_load(server.port, server.api_key, clients, warmup_s, measure_s)
 
 
+def measure_floor(clients: int, warmup_s: float, measure_s: float) -> dict:
+    server = LiveServer(settings_module="bench_settings", extra_pythonpath=[str(BENCH_DIR)], extra_env=BENCH_ENV,
+                        daphne_args=["-v", "0"])
+    print("floor: starting daphne (embedded, with the floor endpoint)…", flush=True)
+    with server:
+        with sqlite3.connect(server.data_dir / "toolkeeper.sqlite3") as db:
+            db.execute(CREATE_TABLE)
+        print(f"floor: {server.url} ready; {clients} clients for {warmup_s:g}+{measure_s:g} s…", flush=True)
+        return run_load(server.port, server.api_key, clients, warmup_s, measure_s, floor=True)
+
+
 def measure_celery(clients: int, warmup_s: float, measure_s: float, concurrency: int = 2) -> dict:
     stack = DistributedStack(extra_env=BENCH_ENV, daphne_args=["-v", "0"], worker_concurrency=concurrency)
     print("celery: starting redis, PostgreSQL database, daphne, Celery worker + beat…", flush=True)
@@ -120,7 +150,7 @@ def measure_celery(clients: int, warmup_s: float, measure_s: float, concurrency:
 
 
 def print_table(modes: dict) -> None:
-    header = (f"{'executor':<9} {'clients':>7} {'n':>7} {'fail':>5} {'calls/s':>9} {'p50 ms':>8} {'p90 ms':>8} "
+    header = (f"{'mode':<9} {'clients':>7} {'n':>7} {'fail':>5} {'calls/s':>9} {'p50 ms':>8} {'p90 ms':>8} "
               f"{'p99 ms':>8} {'max ms':>8}")
     print(header)
     print("-" * len(header))
@@ -136,7 +166,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
     parser.add_argument("--seconds", type=float, default=None, help="measuring window per executor")
-    parser.add_argument("--only", choices=("local", "celery"), help="measure one executor only")
+    parser.add_argument("--only", choices=("floor", "local", "celery"), help="measure one mode only")
     parser.add_argument("--worker-concurrency", type=int, default=2,
                         help="Celery worker processes (prefork) in the celery mode (default 2)")
     args = parser.parse_args(argv)
@@ -144,6 +174,8 @@ def main(argv=None) -> int:
     measure_s = args.seconds or (6.0 if args.quick else 20.0)
 
     modes = {}
+    if args.only in (None, "floor"):
+        modes["floor"] = measure_floor(args.clients, warmup_s, measure_s)
     if args.only in (None, "local"):
         modes["local"] = measure_local(args.clients, warmup_s, measure_s)
     if args.only in (None, "celery"):
@@ -152,6 +184,10 @@ def main(argv=None) -> int:
     print_table(modes)
     result: dict = {}
     for name, s in modes.items():
+        if name == "floor":
+            result["floor_requests_per_s"] = s["calls_per_s"]
+            print(f"floor: {s['calls_per_s']:.1f} authenticated inserts/s in one server process (for scale)")
+            continue
         result[f"{name}_calls_per_s"] = s["calls_per_s"]
         result[f"{name}_p99_ms"] = s["p99_ms"]
         target = TARGETS[f"{name}_calls_per_s"]
