@@ -4,6 +4,7 @@ decision, four-eyes, quorum, expiry, escalation, edits, reject and respond, sugg
 Reviewers are console users calling the API with their session and the X-Tenant header. Tests that need
 the approved call to really run (the local executor starts after commit) are transactional.
 """
+import threading
 from datetime import timedelta
 
 import pytest
@@ -89,6 +90,25 @@ def test_ask_then_approve_runs_the_call_once(world, gov_shell, asking, gov_membe
     assert done["approval"]["status"] == "approved"
     assert done["approval"]["votes"][0]["decision"] == "approve"
     assert gov_shell.counter.count == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("drain_calls")
+def test_an_app_waiting_on_a_call_gets_it_back_once_approved_and_run(world, gov_shell, asking, gov_member,
+                                                                    gov_session):
+    session = gov_session()
+    app = world.a.client("agent")
+    call = submit(app, session, gov_shell.name, {"command": "git push"})
+    assert call["status"] == "awaiting_approval"
+    reviewer = reviewer_client(gov_member(), world)
+    approver = threading.Timer(0.5, lambda: decide(reviewer, call["approval"]["id"], "approve"))
+    approver.start()
+    waited = app.get(f"/api/v1/calls/{call['id']}?wait=20")
+    approver.join()
+    assert waited.status_code == 200, waited.content
+    body = waited.json()
+    assert body["status"] == "succeeded" and body["result"]["structured"]["ran"] == "git push"
+    assert body["approval"]["status"] == "approved"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -38,9 +38,13 @@ def access_call(request, call_id) -> ToolCall:
     return access_object(ToolCall, request.tenant, call_id, **filters)
 
 
+def calls_payload(calls: list[ToolCall]) -> dict:
+    return {"calls": s.calls_data(calls)}  # reads what other apps add (approval requests)
+
+
 def serialize_calls(tenant_id: int, call_ids: list[str]) -> dict:
     by_id = {str(c.pk): c for c in ToolCall.objects.for_tenant(tenant_id).filter(pk__in=call_ids)}
-    return {"calls": s.calls_data([by_id[cid] for cid in call_ids])}
+    return calls_payload([by_id[cid] for cid in call_ids])
 
 
 @dataclass
@@ -183,8 +187,8 @@ def waiting(view_class):
                 if all(call is not None and call.status in plan.until for call in settled_here.values()):
                     # As their settlers in this process left them: no need to read them back.
                     final = [settled_here.get(str(c.pk), c) for c in plan.calls]
-                    return _json(s.call_data(final[0]) if plan.single else {"calls": s.calls_data(final)},
-                                 response.status_code)
+                    payload = await run_db(calls_payload, final)
+                    return _json(payload["calls"][0] if plan.single else payload, response.status_code)
             else:
                 await wait_for_calls(tenant_id=plan.tenant_id, session_ids=plan.session_ids,
                                      call_ids=plan.pending(), until=plan.until, timeout=plan.timeout)
