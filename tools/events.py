@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from realtime.broadcast import publish_on_commit
 from realtime.groups import calls_group, session_group
+from tenancy.fastread import insert_row
 
 from .models import SETTLED_STATUSES, TERMINAL_STATUSES, CallEvent, ToolCall
 from .waiting import settle_notify
@@ -49,9 +50,9 @@ def _update_call(call: ToolCall, *, from_statuses=None, fields: dict | None = No
 
 
 def _record(call: ToolCall, seq: int, kind: str, data: dict) -> CallEvent:
-    event = CallEvent.objects.create(
-        tenant_id=call.tenant_id, call_id=call.pk, seq=seq, kind=kind, data=data, at=timezone.now(),
-    )
+    event = CallEvent(tenant_id=call.tenant_id, call_id=call.pk, seq=seq, kind=kind, data=data, at=timezone.now())
+    event.pk = insert_row(CallEvent, tenant=event.tenant_id, call=event.call_id, seq=seq, kind=kind, data=data,
+                          at=event.at)
     message = {
         "type": "call.event", "call": str(call.pk), "session": str(call.session_id), "seq": seq,
         "kind": kind, "data": data, "at": event.at.isoformat(),

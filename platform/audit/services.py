@@ -5,7 +5,7 @@ import json
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tenancy.fastread import tenant_scalar
+from tenancy.fastread import insert_row, tenant_scalar
 
 from .models import Event
 
@@ -42,5 +42,6 @@ def audit_record(*, tenant, verb: str, target: str = "", actor=None, data: dict 
             hash=event_digest(prev_hash=prev_hash, tenant_id=tenant.pk, actor_label=label, verb=verb,
                               target=target, data=data, at=at),
         )
-        event.save()
+        event.pk = insert_row(Event, tenant=tenant.pk, actor=user.pk if user else None, actor_label=label, verb=verb,
+                              target=target, data=data, at=at, prev_hash=prev_hash, hash=event.hash)
     return event
