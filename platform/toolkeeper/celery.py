@@ -3,7 +3,7 @@ import gc
 import os
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import task_prerun, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolkeeper.settings")
 
@@ -14,8 +14,8 @@ app.autodiscover_tasks()
 
 @worker_process_init.connect
 def prepare_worker_process(**kwargs):
-    """A worker process runs one task at a time on one thread: unlike the ASGI server it can keep its
-    database connection between tasks (Celery closes it when it is older than CONN_MAX_AGE)."""
+    """A worker process runs one task at a time on one thread: it keeps its database connection between
+    tasks (see CELERY_DB_REUSE_MAX), checked before each task like a request's."""
     from django.db import connections
 
     for connection in connections.all():
@@ -24,6 +24,15 @@ def prepare_worker_process(**kwargs):
     # Long-lived objects of a worker process stay out of the garbage collector's full passes.
     gc.collect()
     gc.freeze()
+
+
+@task_prerun.connect
+def refresh_database_connections(**kwargs):
+    """Before each task, as before each request: a broken or aged connection is closed (and reopened on
+    first use); a kept one is pinged once before use (CONN_HEALTH_CHECKS)."""
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 @app.on_after_finalize.connect

@@ -205,6 +205,9 @@ TOOLKEEPER_MAX_BATCH = 64
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "memory://"
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup otherwise closes a worker's database connection before and after every task
+# (a new PostgreSQL backend per call); toolkeeper.celery refreshes it per task as Django does per request.
+CELERY_DB_REUSE_MAX = 1000
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A submit while the broker is down must not hang: the call stays queued and is sent later.
