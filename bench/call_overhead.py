@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sqlite3
 import statistics
 import sys
 import threading
@@ -35,7 +34,7 @@ from tests.live.server import LiveServer  # noqa: E402
 
 sys.path.insert(0, str(BENCH_DIR))
 from bench_http import Client, new_session, percentile  # noqa: E402
-from bench_schema import CREATE_TABLE, FLOOR_PATH  # noqa: E402
+from bench_schema import FLOOR_PATH, create_floor_table  # noqa: E402
 
 GOVERNED_BODY = {"name": "current_time", "input": {}, "wait": 10}
 TARGET_RATIO_P50 = 2.0
@@ -193,8 +192,7 @@ def main(argv=None) -> int:
     print("starting daphne (embedded mode, bench settings)…", flush=True)
     started = time.perf_counter()
     with server:
-        with sqlite3.connect(server.data_dir / "toolkeeper.sqlite3") as db:
-            db.execute(CREATE_TABLE)
+        create_floor_table(server)
         print(f"server {server.url} ready in {time.perf_counter() - started:.1f} s; measuring…", flush=True)
         sequential = run_sequential(server, seq_requests, seq_warmup)
         sequential["ratios"] = ratios(sequential)

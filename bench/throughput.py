@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import sqlite3
 import statistics
 import sys
 import threading
@@ -38,7 +37,7 @@ ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 
 from bench_http import Client, new_session, percentile  # noqa: E402
-from bench_schema import CREATE_TABLE, FLOOR_PATH  # noqa: E402
+from bench_schema import FLOOR_PATH, create_floor_table  # noqa: E402
 
 from tests.distributed.stack import DistributedStack  # noqa: E402
 from tests.live.server import LiveServer  # noqa: E402
@@ -132,8 +131,7 @@ def measure_floor(clients: int, warmup_s: float, measure_s: float) -> dict:
                         daphne_args=["-v", "0"])
     print("floor: starting daphne (embedded, with the floor endpoint)…", flush=True)
     with server:
-        with sqlite3.connect(server.data_dir / "toolkeeper.sqlite3") as db:
-            db.execute(CREATE_TABLE)
+        create_floor_table(server)
         print(f"floor: {server.url} ready; {clients} clients for {warmup_s:g}+{measure_s:g} s…", flush=True)
         return run_load(server.port, server.api_key, clients, warmup_s, measure_s, floor=True)
 
