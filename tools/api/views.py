@@ -111,11 +111,11 @@ class CallSubmitView(AgentView):
         api_key = request.auth if isinstance(request.auth, ApiKey) else None
         wait = batch.validated_data["wait"]
         calls = services.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
-        response = Response({"calls": s.calls_data(calls)})
-        response.wait_plan = WaitPlan(
-            tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls, timeout=wait,
-            until=SETTLED_STATUSES, single=False,
-        )
+        plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls, timeout=wait,
+                        until=SETTLED_STATUSES, single=False)
+        # A call still to settle is waited for; the async front then builds the answer itself.
+        response = Response({} if wait > 0 and plan.pending() else {"calls": s.calls_data(calls)})
+        response.wait_plan = plan
         return response
 
 
@@ -127,11 +127,10 @@ class CallDetailView(AgentView):
         call = access_call(request, call_id)
         query = s.WaitQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        response = Response(s.call_data(call))
-        response.wait_plan = WaitPlan(
-            tenant_id=call.tenant_id, session_ids={call.session_id}, calls=[call],
-            timeout=query.validated_data["wait"], until=TERMINAL_STATUSES, single=True,
-        )
+        plan = WaitPlan(tenant_id=call.tenant_id, session_ids={call.session_id}, calls=[call],
+                        timeout=query.validated_data["wait"], until=TERMINAL_STATUSES, single=True)
+        response = Response({} if plan.timeout > 0 and plan.pending() else s.call_data(call))
+        response.wait_plan = plan
         return response
 
 
