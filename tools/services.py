@@ -314,7 +314,7 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> l
         existing = {
             call.call_id: call
             for call in ToolCall.objects.for_tenant(session.tenant_id).filter(session=session, call_id__in=explicit)
-        }
+        } if explicit else {}  # most calls name no id: skip building a query that cannot match
         for spec in calls:
             prior = existing.get(spec.get("id"))
             if prior is not None and not _same_request(prior, spec):
