@@ -209,12 +209,20 @@ class DistributedStack:
         process, self.worker = self.worker, None
         kill_group(process, sig, wait_s=20)
 
-    def start_beat(self) -> subprocess.Popen:
+    def start_beat(self, wait: bool = True) -> subprocess.Popen:
+        """`celery -A toolkeeper beat`; waits until it has loaded and opened its schedule, so that its
+        start-up (a few seconds of CPU) does not overlap what a test or benchmark measures next."""
+        schedule = self.workdir / "beat-schedule"
         self.beat = self._spawn(
-            [venv_executable("celery"), "-A", "toolkeeper", "beat", "-l", self.loglevel,
-             "-s", str(self.workdir / "beat-schedule")],
+            [venv_executable("celery"), "-A", "toolkeeper", "beat", "-l", self.loglevel, "-s", str(schedule)],
             "beat.log",
         )
+        if wait:
+            deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
+            while not any(self.workdir.glob(f"{schedule.name}*")):
+                if self.beat.poll() is not None or time.monotonic() > deadline:
+                    raise ServerError(f"Celery beat did not start:\n{self.log_tail('beat')}")
+                time.sleep(0.1)
         return self.beat
 
     def stop_beat(self, sig: int = signal.SIGTERM) -> None:
