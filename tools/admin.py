@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 
 from .models import AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolGroup
+from .schemas import SchemaProblem, schema_check
 
 
 def _spans_tenants(model) -> bool:
@@ -79,8 +80,19 @@ class ReadOnlyMixin:
         return False
 
 
+class ToolForm(SameTenantForm):
+    def clean_input_schema(self):
+        schema = self.cleaned_data["input_schema"]
+        try:
+            schema_check(schema)
+        except SchemaProblem as exc:
+            raise ValidationError(f"the schema {exc}") from None
+        return schema
+
+
 @admin.register(Tool)
 class ToolAdmin(PlatformAdminMixin, admin.ModelAdmin):
+    form = ToolForm
     list_display = ("name", "tenant", "source", "read_only", "destructive", "idempotent", "concurrency_safe",
                     "timeout_s", "enabled")
     list_filter = ("source", "enabled", "read_only", "destructive")

@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 from tenancy.fastread import tenant_scalar
 
 from .models import BoundArgument, CatalogVersion, Tool, ToolGroup
+from .schemas import InputValidator
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class CatalogSnapshot:
     tools: dict[str, Tool] = field(default_factory=dict)  # enabled tools by name
     groups_of_tool: dict[str, list[GroupView]] = field(default_factory=dict)
     bindings: dict[int, list[tuple[str, str, object]]] = field(default_factory=dict)  # tool id → (agent, name, value)
+    validators: dict[tuple, InputValidator] = field(default_factory=dict)
 
     def bound_values(self, tool: Tool, agent: str) -> dict:
         """The tool's bound arguments for this agent: an agent-specific value beats the tenant-wide one."""
@@ -42,6 +44,15 @@ class CatalogSnapshot:
             if binding_agent in ("", agent):
                 values[name] = value
         return values
+
+    def validator(self, tool_name: str, bound_names, schema: dict) -> InputValidator:
+        """The tool's input validator for `schema`, its schema without `bound_names`: compiled on first use,
+        then kept as long as this version of the catalog."""
+        key = (tool_name, frozenset(bound_names))
+        validator = self.validators.get(key)
+        if validator is None:
+            validator = self.validators.setdefault(key, InputValidator(schema))
+        return validator
 
 
 def _load(tenant_id: int, version: int) -> CatalogSnapshot:

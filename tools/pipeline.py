@@ -7,7 +7,6 @@ call re-enters the chain after the step that held it.
 from dataclasses import dataclass, field
 from functools import cache
 
-import jsonschema
 from django.conf import settings
 from django.db import transaction
 from django.utils.module_loading import import_string
@@ -15,6 +14,7 @@ from django.utils.module_loading import import_string
 from .events import call_transition
 from .models import AgentSession, CallStatus, ToolCall, ToolSource
 from .results import call_error, error_result
+from .schemas import ToolMisconfigured
 from .selectors import ExposedTool, visible_tool
 
 NO_POLICY_DECISION = {"behavior": "allow", "rule": None, "reason": "no permission policy is installed"}
@@ -76,30 +76,28 @@ class Normalize(Step):
         return True
 
 
-def schema_errors(schema: dict, instance) -> list[str]:
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = []
-    for error in sorted(validator.iter_errors(instance), key=lambda e: list(e.path)):
-        location = "/".join(str(p) for p in error.path) or "input"
-        errors.append(f"{location}: {error.message}")
-    return errors
+def input_refusal(exposed: ExposedTool, arguments) -> tuple[str, list[str]] | None:
+    """Why these arguments may not run as `exposed`: (errorType, problems); None when they may."""
+    if not isinstance(arguments, dict):
+        return "InvalidInput", ["input must be a JSON object"]
+    overridden = sorted(set(arguments) & set(exposed.bound))
+    if overridden:
+        return "BoundArgumentOverride", [f"{name}: fixed by the server and cannot be set" for name in overridden]
+    try:
+        errors = exposed.validator.errors(arguments)
+    except ToolMisconfigured as exc:
+        return "ToolMisconfigured", [str(exc)]
+    return ("InvalidInput", errors) if errors else None
 
 
 class Validate(Step):
     name = "validate"
 
     def process(self, ctx):
-        call_input = ctx.arguments
-        if not isinstance(call_input, dict):
-            return ctx.fail("InvalidInput", "input must be a JSON object")
-        overridden = sorted(set(call_input) & set(ctx.exposed.bound))
-        if overridden:
-            return ctx.fail("BoundArgumentOverride",
-                            f"{', '.join(overridden)} {'is' if len(overridden) == 1 else 'are'} fixed by the server "
-                            "and cannot be set")
-        errors = schema_errors(ctx.exposed.schema, call_input)
-        if errors:
-            return ctx.fail("InvalidInput", "; ".join(errors))
+        refusal = input_refusal(ctx.exposed, ctx.arguments)
+        if refusal is not None:
+            error_type, problems = refusal
+            return ctx.fail(error_type, "; ".join(problems))
         return True
 
 
@@ -175,12 +173,8 @@ def input_problems(*, session: AgentSession, tool_name: str, new_input) -> list[
     exposed = visible_tool(session, tool_name)
     if exposed is None:
         return [f"{tool_name!r} is no longer available in this session"]
-    if not isinstance(new_input, dict):
-        return ["input must be a JSON object"]
-    overridden = sorted(set(new_input) & set(exposed.bound))
-    if overridden:
-        return [f"{name}: fixed by the server and cannot be set" for name in overridden]
-    return schema_errors(exposed.schema, new_input)
+    refusal = input_refusal(exposed, new_input)
+    return refusal[1] if refusal is not None else []
 
 
 def pipeline_resume(*, call: ToolCall, after: str, new_input: dict | None = None) -> None:

@@ -2,10 +2,12 @@
 import copy
 from dataclasses import dataclass, field
 
-from .catalog import GroupView, catalog_snapshot
+from .catalog import CatalogSnapshot, GroupView, catalog_snapshot
 from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, Tool, ToolCall
+from .schemas import InputValidator
 
 META_RESET_TOOLS = "reset_tools"
+
 FORMATS = ("openai", "anthropic", "mcp")
 
 
@@ -17,10 +19,18 @@ class ExposedTool:
     tool: Tool | None = None  # None for meta tools
     bound: dict = field(default_factory=dict)  # name -> server value; never shown to the model
     annotations: dict = field(default_factory=dict)
+    catalog: CatalogSnapshot | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_meta(self) -> bool:
         return self.tool is None
+
+    @property
+    def validator(self) -> InputValidator:
+        """`schema` compiled, once per catalog version (and set of bound names)."""
+        if self.catalog is None:
+            return InputValidator(self.schema)
+        return self.catalog.validator(self.name, self.bound, self.schema)
 
 
 def groups_of(tenant) -> list[GroupView]:
@@ -85,8 +95,9 @@ def reset_tools_schema(groups: list[GroupView]) -> dict:
     }
 
 
-def _expose(tool: Tool, bound: dict) -> ExposedTool:
-    return ExposedTool(name=tool.name, description=tool.description, tool=tool, bound=bound,
+def _expose(catalog: CatalogSnapshot, tool: Tool, agent: str) -> ExposedTool:
+    bound = catalog.bound_values(tool, agent)
+    return ExposedTool(name=tool.name, description=tool.description, tool=tool, bound=bound, catalog=catalog,
                        schema=exposed_schema(tool.input_schema, bound.keys()), annotations=tool_annotations(tool))
 
 
@@ -94,8 +105,7 @@ def visible_tools(session: AgentSession) -> list[ExposedTool]:
     catalog = catalog_snapshot(session.tenant_id)
     active = set(active_group_names(session, catalog.groups))
     names = sorted({name for group in catalog.groups if group.name in active for name in group.tool_names})
-    exposed = [_expose(catalog.tools[name], catalog.bound_values(catalog.tools[name], session.agent))
-               for name in names]
+    exposed = [_expose(catalog, catalog.tools[name], session.agent) for name in names]
     switchable = switchable_groups(catalog.groups)
     if switchable:
         exposed.append(ExposedTool(
@@ -104,7 +114,7 @@ def visible_tools(session: AgentSession) -> list[ExposedTool]:
                 "Choose which optional tool groups are active. Send the complete desired state: "
                 "a group not set to true is deactivated. Returns the notes of newly activated groups."
             ),
-            schema=reset_tools_schema(switchable),
+            schema=reset_tools_schema(switchable), catalog=catalog,
             annotations={"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True},
         ))
     return exposed
@@ -118,7 +128,7 @@ def visible_tool(session: AgentSession, name: str) -> ExposedTool | None:
     tool = catalog.tools.get(name)
     if tool is None or not active_group_names(session, catalog.groups_of_tool.get(name, [])):
         return None
-    return _expose(tool, catalog.bound_values(tool, session.agent))
+    return _expose(catalog, tool, session.agent)
 
 
 def format_tool(exposed: ExposedTool, fmt: str) -> dict:

@@ -1,7 +1,7 @@
 """Writes for the catalog, groups, bindings, sessions and calls."""
+import logging
 import re
 
-import jsonschema
 from django.db import IntegrityError, connection, transaction
 from rest_framework.exceptions import ValidationError
 
@@ -22,8 +22,11 @@ from .models import (
 )
 from .registry import sources
 from .results import interrupted_result
+from .schemas import SchemaProblem, schema_check
 from .selectors import groups_of, switchable_groups
 from .signals import call_cancelled
+
+logger = logging.getLogger(__name__)
 
 SYNCED_FIELDS = ("description", "input_schema", "output_schema", "source", "source_ref", "read_only", "trusted",
                  "destructive", "idempotent", "concurrency_safe", "timeout_s")
@@ -41,10 +44,13 @@ def catalog_sync(*, tenant) -> list[Tool]:
         for definition in source.definitions(tenant):
             values = {name: getattr(definition, name) for name in SYNCED_FIELDS}
             tool = existing.get(definition.name)
+            changed = tool is None or any(getattr(tool, k) != v for k, v in values.items())
+            if changed and not _definition_usable(definition, tenant):
+                continue
             if tool is None:
                 tool = Tool.objects.create(tenant=tenant, name=definition.name, **values)
                 new_tools.append((tool, definition.default_groups))
-            elif any(getattr(tool, k) != v for k, v in values.items()):
+            elif changed:
                 for key, value in values.items():
                     setattr(tool, key, value)
                 tool.save()
@@ -57,6 +63,18 @@ def catalog_sync(*, tenant) -> list[Tool]:
             )
             group.tools.add(tool)
     return synced
+
+
+def _definition_usable(definition, tenant) -> bool:
+    """A source's tool enters or changes the catalog only with a schema that passes the check; a broken one
+    is logged and left out (a stored version stays as it was), so one bad tool does not stop the sync."""
+    try:
+        schema_check(definition.input_schema)
+    except SchemaProblem as exc:
+        logger.error("tool %s (%s) not synced for tenant %s: its input schema %s",
+                     definition.name, definition.source_ref or definition.source, tenant.pk, exc)
+        return False
+    return True
 
 
 def tenant_seed_catalog(sender, tenant, **kwargs):
@@ -102,17 +120,19 @@ def tool_external_create(*, tenant, name: str, description: str, input_schema: d
         errors["name"] = ["1-64 letters, digits, '_' or '-'"]
     elif Tool.objects.for_tenant(tenant).filter(name=name).exists():
         errors["name"] = [f"a tool named {name!r} exists"]
-    if not isinstance(input_schema, dict) or input_schema.get("type", "object") != "object":
+    schema = None
+    if not isinstance(input_schema, dict):
         errors["input_schema"] = ['a JSON Schema of type "object"']
     else:
+        schema = {"type": "object", **input_schema}
         try:
-            jsonschema.Draft202012Validator.check_schema(input_schema)
-        except jsonschema.SchemaError as exc:
-            errors["input_schema"] = [f"not a valid JSON Schema: {exc.message}"]
+            schema_check(schema)
+        except SchemaProblem as exc:
+            errors["input_schema"] = [f"the schema {exc}"]
     if errors:
         raise ValidationError(errors)
     tool = Tool.objects.create(
-        tenant=tenant, name=name, description=description, input_schema={"type": "object", **input_schema},
+        tenant=tenant, name=name, description=description, input_schema=schema,
         source=ToolSource.EXTERNAL, read_only=read_only, destructive=destructive, idempotent=idempotent,
         timeout_s=timeout_s, trusted=True,
     )
