@@ -14,7 +14,7 @@ from django.utils.module_loading import import_string
 from .events import call_transition
 from .models import AgentSession, CallStatus, ToolCall, ToolSource
 from .results import call_error, error_result
-from .schemas import ToolMisconfigured
+from .schemas import ToolMisconfigured, bound_overrides
 from .selectors import ExposedTool, visible_tool
 
 NO_POLICY_DECISION = {"behavior": "allow", "rule": None, "reason": "no permission policy is installed"}
@@ -80,7 +80,7 @@ def input_refusal(exposed: ExposedTool, arguments) -> tuple[str, list[str]] | No
     """Why these arguments may not run as `exposed`: (errorType, problems); None when they may."""
     if not isinstance(arguments, dict):
         return "InvalidInput", ["input must be a JSON object"]
-    overridden = sorted(set(arguments) & set(exposed.bound))
+    overridden = bound_overrides(arguments, exposed.bound)
     if overridden:
         return "BoundArgumentOverride", [f"{name}: fixed by the server and cannot be set" for name in overridden]
     try:

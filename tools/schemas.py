@@ -7,11 +7,16 @@ checked against are bounded. The same check runs again when a stored schema is c
 that bypassed it makes its calls fail as misconfigured instead of doing any of that.
 """
 import json
+import unicodedata
 
 import jsonschema
 from referencing import Registry
 from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import DRAFT202012
+
+META_RESET_TOOLS = "reset_tools"
+# Names of the tools the platform itself offers a session; no tenant or source tool may take one.
+RESERVED_TOOL_NAMES = frozenset({META_RESET_TOOLS, "load_skill_through_path"})
 
 MAX_SCHEMA_BYTES = 64 * 1024  # serialized as compact UTF-8 JSON
 MAX_SCHEMA_DEPTH = 32  # nesting of objects and arrays in the schema document
@@ -40,6 +45,27 @@ def _refuse_retrieval(uri: str):
 
 # Resolves what the schema itself contains (and the JSON Schema meta-schemas), retrieves nothing.
 NOTHING_REMOTE = Registry(retrieve=_refuse_retrieval)
+
+
+def name_key(name: str) -> str:
+    """A name as a reader sees it: compatibility-normalised (NFKC) and case-folded."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+
+
+_RESERVED_KEYS = frozenset(map(name_key, RESERVED_TOOL_NAMES))
+
+
+def tool_name_reserved(name: str) -> bool:
+    """Whether a tool may not take this name: a platform tool has it (in any case or composition)."""
+    return name_key(name) in _RESERVED_KEYS
+
+
+def bound_overrides(arguments: dict, bound) -> list[str]:
+    """The input keys that name a bound argument, however they are cased or composed."""
+    if not bound:
+        return []
+    bound_keys = {name_key(name) for name in bound}
+    return sorted(key for key in arguments if name_key(key) in bound_keys)
 
 
 def schema_check(schema) -> None:

@@ -4,9 +4,7 @@ from dataclasses import dataclass, field
 
 from .catalog import CatalogSnapshot, GroupView, catalog_snapshot
 from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, Tool, ToolCall
-from .schemas import InputValidator
-
-META_RESET_TOOLS = "reset_tools"
+from .schemas import META_RESET_TOOLS, InputValidator
 
 FORMATS = ("openai", "anthropic", "mcp")
 

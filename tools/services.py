@@ -22,7 +22,7 @@ from .models import (
 )
 from .registry import sources
 from .results import interrupted_result
-from .schemas import SchemaProblem, schema_check
+from .schemas import SchemaProblem, schema_check, tool_name_reserved
 from .selectors import groups_of, switchable_groups
 from .signals import call_cancelled
 
@@ -118,6 +118,8 @@ def tool_external_create(*, tenant, name: str, description: str, input_schema: d
     errors = {}
     if not re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name or ""):
         errors["name"] = ["1-64 letters, digits, '_' or '-'"]
+    elif tool_name_reserved(name):
+        errors["name"] = [f"{name!r} is reserved for a tool of the platform"]
     elif Tool.objects.for_tenant(tenant).filter(name=name).exists():
         errors["name"] = [f"a tool named {name!r} exists"]
     schema = None
@@ -125,6 +127,8 @@ def tool_external_create(*, tenant, name: str, description: str, input_schema: d
         errors["input_schema"] = ['a JSON Schema of type "object"']
     else:
         schema = {"type": "object", **input_schema}
+        if "additionalProperties" not in schema and "unevaluatedProperties" not in schema:
+            schema["additionalProperties"] = False  # the tool takes what it declares, nothing else
         try:
             schema_check(schema)
         except SchemaProblem as exc:

@@ -1,5 +1,7 @@
 """Tool input schemas: checked when a tool is defined, compiled once per catalog version, never fetched
-(a `$ref` to a URL must not make the server send a request, let alone show the model the answer)."""
+(a `$ref` to a URL must not make the server send a request, let alone show the model the answer).
+Tools are what they claim: an external tool takes only the keys it declares, a bound argument cannot
+be set under another spelling, and no tool takes the name of one of the platform's own tools."""
 import contextlib
 import json
 import threading
@@ -16,7 +18,7 @@ from tools.models import CallStatus, Tool, ToolCall, ToolGroup, ToolSource
 from tools.pipeline import input_problems
 from tools.registry import ToolDefinition
 from tools.schemas import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
-from tools.services import calls_submit, catalog_sync, tool_external_create, tool_update
+from tools.services import binding_set, calls_submit, catalog_sync, tool_external_create, tool_update
 
 # The API reads rows on connections of its own: tests that call through it commit what they write.
 transactional = pytest.mark.django_db(transaction=True)
@@ -269,3 +271,59 @@ def test_the_validator_is_built_once_per_tool_version(world):
         assert submit(world, tool.name, {"n": 4}).status == CallStatus.AWAITING_EXTERNAL
         assert submit(world, tool.name, {"n": 5}).status == CallStatus.AWAITING_EXTERNAL
         assert built.call_count == 2
+
+
+# --- external tools take what they declare ---------------------------------------------------------------
+
+def test_an_external_tool_refuses_undeclared_keys_by_default(world):
+    tool = in_basic(world, tool_external_create(tenant=world.a.tenant, name="strict", description="",
+                                                input_schema={"properties": {"title": {"type": "string"}}}))
+    assert tool.input_schema["additionalProperties"] is False
+    assert submit(world, tool.name, {"title": "ok"}).status == CallStatus.AWAITING_EXTERNAL
+    refused = submit(world, tool.name, {"title": "ok", "priority": "urgent"})
+    assert refused.status == CallStatus.FAILED
+    assert refused.error["errorType"] == "InvalidInput" and "priority" in refused.error["error"]
+
+
+def test_an_external_tool_that_states_additional_properties_keeps_them(world):
+    tool = in_basic(world, tool_external_create(
+        tenant=world.a.tenant, name="open", description="",
+        input_schema={"properties": {"title": {"type": "string"}}, "additionalProperties": True}))
+    assert submit(world, tool.name, {"title": "ok", "extra": 1}).status == CallStatus.AWAITING_EXTERNAL
+
+
+# --- bound names cannot be reached by another spelling ---------------------------------------------------
+
+FULLWIDTH = str.maketrans({chr(c): chr(c + 0xFEE0) for c in range(0x21, 0x7F)})
+SPELLINGS = ["Timezone", "TIMEZONE", "timezone".translate(FULLWIDTH), "TimeZone".translate(FULLWIDTH)]
+
+
+@pytest.mark.parametrize("key", SPELLINGS)
+def test_a_bound_name_in_another_case_or_width_is_an_override(world, key):
+    # The world binds current_time.timezone for support-bot, the agent of world.a.session.
+    refused = submit(world, "current_time", {key: "UTC"})
+    assert refused.status == CallStatus.FAILED
+    assert refused.error["errorType"] == "BoundArgumentOverride"
+    assert key in refused.error["error"] and "Asia/Tokyo" not in json.dumps(refused.error)
+
+
+@pytest.mark.parametrize("key", ["Scope", "scope".translate(FULLWIDTH)])
+def test_an_open_schema_does_not_let_a_respelled_bound_name_reach_the_tool(world, key):
+    tool = in_basic(world, tool_external_create(
+        tenant=world.a.tenant, name="scoped", description="",
+        input_schema={"properties": {"query": {"type": "string"}, "scope": {"type": "string"}},
+                      "additionalProperties": True}))
+    binding_set(tenant=world.a.tenant, tool=tool, name="scope", value="tenant-42")
+    refused = submit(world, tool.name, {"query": "q", key: "everything"})
+    assert refused.status == CallStatus.FAILED
+    assert refused.error["errorType"] == "BoundArgumentOverride"
+    assert ToolCall.objects.for_tenant(world.a.tenant).get(pk=refused.pk).effective_input == {}
+
+
+# --- names of the platform's own tools -------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["reset_tools", "load_skill_through_path", "Reset_Tools"])
+def test_an_external_tool_cannot_take_a_meta_tool_name(world, name):
+    fields = field_errors(define(world, name, {"type": "object"}))
+    assert "reserved" in " ".join(fields["name"])
+    assert not Tool.objects.for_tenant(world.a.tenant).filter(name=name).exists()
