@@ -1,7 +1,8 @@
 """The embedded mode's background duties, inside the one server process.
 
 On start it takes over the calls a stopped process left behind (the local executor lives in one
-process, so every call still `running` was orphaned), then runs the periodic jobs apps register
+process, so every call still `running` was orphaned), starts the tool processes if a tool runs in one,
+then runs the periodic jobs apps register
 (expiry, escalation, …) on a timer — the work Celery beat does in distributed mode.
 """
 import logging
@@ -10,6 +11,7 @@ import time
 
 from django.db import close_old_connections, transaction
 
+from .decorators import tool_processes_warm
 from .models import CallStatus, ToolCall
 from .worker import call_settle_orphan
 
@@ -57,6 +59,7 @@ def start_embedded_runtime(*, tick_s: float = 1.0) -> threading.Thread:
             logger.exception("call recovery failed")
         finally:
             close_old_connections()
+        tool_processes_warm()
         last_run: dict = {}
         while True:
             run_due_jobs(last_run, time.monotonic())

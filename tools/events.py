@@ -61,9 +61,12 @@ def _record(call: ToolCall, seq: int, kind: str, data: dict) -> CallEvent:
     return event
 
 
-def call_event_append(*, call: ToolCall, kind: str, data: dict) -> CallEvent:
+def call_event_append(*, call: ToolCall, kind: str, data: dict, while_status: str | None = None) -> CallEvent | None:
+    """Append an event; with `while_status`, only while the call is still in it (else None, nothing written)."""
     with transaction.atomic(savepoint=False):
-        seq = _update_call(call)
+        seq = _update_call(call, from_statuses=None if while_status is None else [while_status])
+        if seq is None:
+            return None
         return _record(call, seq, kind, data)
 
 

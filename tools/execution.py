@@ -36,8 +36,10 @@ def call_execute(*, call: ToolCall, cancelled: threading.Event) -> None:
         data = {"text": str(text)}
         if progress is not None:
             data["progress"] = max(0.0, min(1.0, float(progress)))
-        call_event_append(call=call, kind=kind or (EventKind.PROGRESS if progress is not None else EventKind.OUTPUT),
-                          data=data)
+        kind = kind or (EventKind.PROGRESS if progress is not None else EventKind.OUTPUT)
+        # Only while the call runs: a call settled by a timeout or a cancel shows nothing after its last status.
+        if call_event_append(call=call, kind=kind, data=data, while_status=CallStatus.RUNNING) is None:
+            raise CallCancelled("the call was cancelled")
 
     ctx = ToolContext(tenant=session.tenant, session=session, call=call, emit=emit, cancelled=cancelled)
     source = source_for(tool.source) if tool is not None else None

@@ -3,7 +3,7 @@
 
 The local executor keeps each tenant under its `max_parallel_calls`, runs a session's
 `concurrency_safe=False` calls one at a time in the order they arrived, enforces each tool's
-timeout, and wakes cooperative tools when their call is cancelled.
+timeout, and stops a call's tool when the call times out or is cancelled (tools.isolation).
 """
 import copy
 import logging
@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from .execution import call_claim, call_execute, call_time_out
+from .isolation import CallStop
 from .models import ToolCall
 
 logger = logging.getLogger("toolkeeper.calls")
@@ -30,7 +31,7 @@ class Job:
     concurrency_safe: bool
     max_parallel: int
     timeout_s: float
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: CallStop = field(default_factory=CallStop)
 
 
 class LocalExecutor:

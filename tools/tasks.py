@@ -1,6 +1,8 @@
 """Celery tasks: thin wrappers that fetch by id and call the services."""
 from celery import shared_task
+from celery.signals import worker_process_init
 
+from .decorators import tool_processes_warm
 from .registry import periodic_jobs
 from .worker import ClaimOutcome, worker_run_call
 
@@ -20,3 +22,9 @@ def run_periodic(name: str) -> None:
     job = periodic_jobs().get(name)
     if job is not None:
         job[0]()
+
+
+@worker_process_init.connect
+def warm_tool_processes(**kwargs) -> None:
+    """Each worker process starts its own tool processes (tools declared with isolation="process")."""
+    tool_processes_warm()

@@ -19,6 +19,7 @@ from tenancy.models import Tenant
 
 from .events import call_transition
 from .execution import _fail_fields, call_execute, call_time_out
+from .isolation import CallStop
 from .models import CallStatus, ToolCall
 
 logger = logging.getLogger("toolkeeper.calls")
@@ -86,7 +87,7 @@ def worker_run_call(*, call_id) -> str:
     outcome, call = call_claim_limited(call_id=call_id)
     if call is None:
         return outcome
-    cancelled, finished = threading.Event(), threading.Event()
+    cancelled, finished = CallStop(), threading.Event()
     timeout_s = call.tool.timeout_s if call.tool else 30.0
     watchdog = threading.Thread(target=_watch, args=(call, cancelled, finished, timeout_s), daemon=True)
     watchdog.start()

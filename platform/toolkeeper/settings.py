@@ -199,6 +199,8 @@ TOOLKEEPER_EXECUTORS = ("local", "celery")
 if TOOLKEEPER_EXECUTOR not in TOOLKEEPER_EXECUTORS:
     raise ImproperlyConfigured(f"TOOLKEEPER_EXECUTOR must be one of: {', '.join(TOOLKEEPER_EXECUTORS)}")
 TOOLKEEPER_LOCAL_WORKERS = int(os.environ.get("TOOLKEEPER_LOCAL_WORKERS", 8))
+# Idle child processes kept ready for tools declared with @tool(isolation="process"), per server process.
+TOOLKEEPER_TOOL_PROCESSES = int(os.environ.get("TOOLKEEPER_TOOL_PROCESSES", 2))
 TOOLKEEPER_MAX_WAIT_S = 60
 TOOLKEEPER_MAX_BATCH = 64
 

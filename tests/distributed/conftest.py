@@ -1,5 +1,6 @@
 """One distributed deployment for the whole directory: a private redis-server, a fresh PostgreSQL
-database, daphne with TOOLKEEPER_EXECUTOR=celery, a Celery worker (prefork, 2 processes) and beat.
+database, daphne with TOOLKEEPER_EXECUTOR=celery, a Celery worker (prefork, 2 processes) and beat,
+all with the test-only tools of `stack_tools` (settings `stack_settings`).
 
 Two tenants: `demo` (seeded by `manage.py bootstrap`) and `bravo` (created here), each with a
 console user, an agent key and an admin key; plus a revoked key of `demo`. Tests that stop the
@@ -74,7 +75,7 @@ def deployment():
         _missing(f"PostgreSQL ({pg_admin_url()})")
     if redis_server_binary() is None:
         _missing("redis-server (the broker of the distributed tests)")
-    stack = DistributedStack()
+    stack = DistributedStack(settings_module="tests.distributed.stack_settings")
     stack.start()
     try:
         creds = stack.server.credentials

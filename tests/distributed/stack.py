@@ -48,6 +48,14 @@ def kill_group(process: subprocess.Popen | None, sig: int = signal.SIGKILL, wait
         process.wait(timeout=wait_s)
 
 
+def process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 def children_of(pid: int) -> list[int]:
     """Direct children of a process (Linux /proc)."""
     found = []

@@ -39,6 +39,17 @@ def wait_status(call_pk, status: str, *, tenant, timeout: float = POLL_LIMIT_S) 
     return poll(fetch, timeout=timeout, message=f"call {call_pk} to be {status}")
 
 
+def submit(client, session, body) -> list[dict]:
+    """Submit calls to a session through the API; the calls as the API returns them."""
+    response = client.post(f"/api/v1/sessions/{session.pk}/calls", body, format="json")
+    assert response.status_code == 200, response.content
+    return response.json()["calls"]
+
+
+def events_of(client, call_id) -> list[dict]:
+    return client.get(f"/api/v1/calls/{call_id}/events").json()["events"]
+
+
 def unique_name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
 

@@ -1,0 +1,66 @@
+"""Module-level functions that tests register as process-isolated tools (a child process imports them).
+
+Plain functions, not registered here: each test registers the ones it needs under a unique name.
+"""
+import asyncio
+import os
+
+from tools.decorators import ToolContext, ToolError
+from tools.models import Tool
+
+
+def huge_power(exponent: int, ctx: ToolContext) -> str:
+    """Compute 10 ** exponent: one C call that holds the GIL throughout (minutes for 10**8).
+
+    Args:
+        exponent: The power of ten.
+    """
+    ctx.emit(str(os.getpid()))
+    return str(len(str(10**exponent)))
+
+
+def process_id(ctx: ToolContext) -> dict:
+    """Where the tool runs, and what the context offers there."""
+    return {"pid": os.getpid(), "call_id": ctx.call_id, "agent": ctx.agent, "tenant": ctx.tenant,
+            "cancelled": ctx.cancelled}
+
+
+def squares(count: int, ctx: ToolContext):
+    """Stream the squares of 1..count after a progress report.
+
+    Args:
+        count: How many squares.
+    """
+    ctx.emit("starting", progress=0.0)
+    for n in range(1, count + 1):
+        yield {"n": n, "square": n * n}
+
+
+async def async_greeting(name: str, ctx: ToolContext) -> str:
+    """Greet after an await.
+
+    Args:
+        name: Who to greet.
+    """
+    await asyncio.sleep(0)
+    ctx.emit(f"greeting {name}")
+    return f"hello {name} from {os.getpid()}"
+
+
+def refuses(reason: str) -> None:
+    """Fail with a tool error.
+
+    Args:
+        reason: The message.
+    """
+    raise ToolError(reason, error_type="Refused")
+
+
+def crashes() -> None:
+    """End the process without answering."""
+    os._exit(3)
+
+
+def reads_the_database() -> int:
+    """Try to use the database, which a tool process does not have."""
+    return Tool.all_tenants.count()
