@@ -20,7 +20,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .isolation import ChildGone, ThreadGuard, ToolStopped, child_run, process_pool
-from .registry import RESERVED_TOOL_NAMES, ToolDefinition
+from .registry import ToolDefinition
+from .schemas import tool_name_reserved
 
 ISOLATIONS = ("thread", "process")
 
@@ -359,7 +360,7 @@ def build_python_tool(fn, *, name, read_only=False, destructive=False, idempoten
                       timeout=30.0, groups=(), kind="python", isolation="thread"):
     if not re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name):
         raise ValueError(f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'")
-    if name.casefold() in RESERVED_TOOL_NAMES:
+    if tool_name_reserved(name):
         raise ValueError(f"tool name {name!r} is reserved for a meta tool of the platform")
     if isolation not in ISOLATIONS:
         raise ValueError(f"tool {name}: isolation must be one of {', '.join(ISOLATIONS)}")

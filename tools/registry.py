@@ -7,9 +7,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-# Names of the meta tools the platform puts on a session's surface; no registered tool may take one
-# (compared case-folded, so a look-alike cannot pass either).
-RESERVED_TOOL_NAMES = frozenset({"reset_tools", "load_skill_through_path"})
+META_RESET_TOOLS = "reset_tools"
+# Names of the meta tools the platform puts on a session's surface; no tool of a source or a tenant
+# may take one (compared as `tools.schemas.tool_name_reserved` does, so a look-alike cannot pass either).
+RESERVED_TOOL_NAMES = frozenset({META_RESET_TOOLS, "load_skill_through_path"})
 
 
 @dataclass(frozen=True)

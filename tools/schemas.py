@@ -14,9 +14,7 @@ from referencing import Registry
 from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-META_RESET_TOOLS = "reset_tools"
-# Names of the tools the platform itself offers a session: a tool a tenant defines cannot take one.
-RESERVED_TOOL_NAMES = frozenset({META_RESET_TOOLS, "load_skill_through_path"})
+from .registry import RESERVED_TOOL_NAMES
 
 MAX_SCHEMA_BYTES = 64 * 1024  # serialized as compact UTF-8 JSON
 MAX_SCHEMA_DEPTH = 32  # nesting of objects and arrays in the schema document

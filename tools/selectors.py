@@ -4,7 +4,8 @@ from dataclasses import dataclass, field
 
 from .catalog import CatalogSnapshot, GroupView, catalog_snapshot
 from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, Tool, ToolCall
-from .schemas import META_RESET_TOOLS, InputValidator
+from .registry import META_RESET_TOOLS
+from .schemas import InputValidator
 
 FORMATS = ("openai", "anthropic", "mcp")
 
