@@ -15,6 +15,7 @@ from tools.models import CallStatus, ToolCall, ToolSource
 from tools.pipeline import input_problems, pipeline_resume
 from tools.results import call_error, error_result, tool_result
 
+from .matching import is_arg_spec
 from .models import (
     ApprovalRequest,
     PermissionRule,
@@ -50,11 +51,8 @@ def policy_bump(*, tenant) -> None:
 def _check_rule(tenant, values: dict) -> None:
     errors = {}
     arg_match = values.get("arg_match") or {}
-    if not isinstance(arg_match, dict) or not all(
-        isinstance(v, str) or (isinstance(v, list) and v and all(isinstance(i, str) for i in v))
-        for v in arg_match.values()
-    ):
-        errors["arg_match"] = ["an object of argument name → glob, or → list of globs"]
+    if not isinstance(arg_match, dict) or not all(is_arg_spec(v) for v in arg_match.values()):
+        errors["arg_match"] = ['an object of argument name → glob, → list of globs, or → {"equals": exact value}']
     for name in ("agents", "users"):
         value = values.get(name) or []
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
