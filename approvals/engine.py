@@ -7,7 +7,7 @@ looks at the few rules that can match rather than at all of them.
 """
 import threading
 from bisect import insort
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .matching import (
     MAX_MATCHED_CHARS,
@@ -34,10 +34,6 @@ class CompiledRule:
     users: frozenset
     queue_id: int | None
     note: str
-    tool_matches: object = field(init=False, compare=False, repr=False)
-
-    def __post_init__(self):
-        object.__setattr__(self, "tool_matches", compile_glob(self.tool_pattern))
 
     @property
     def sort_key(self):
@@ -49,7 +45,7 @@ class CompiledRule:
             return False
         if self.users and user not in self.users:
             return False
-        if not self.tool_matches(tool_name):
+        if not compile_glob(self.tool_pattern)(tool_name):
             return False
         if not self.arg_match:
             return True

@@ -19,7 +19,7 @@ An argument may also be matched exactly, without glob or normalisation: `{"equal
 """
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 MAX_MATCHED_CHARS = 65_536
@@ -226,10 +226,6 @@ class GlobMatch:
 
     path: str
     globs: tuple[str, ...]
-    matchers: tuple = field(init=False, compare=False, repr=False)
-
-    def __post_init__(self):
-        object.__setattr__(self, "matchers", tuple(compile_arg_glob(glob) for glob in self.globs))
 
     def matches(self, arguments: Arguments, *, oversized: bool) -> bool:
         text = arguments.text(self.path)
@@ -237,7 +233,7 @@ class GlobMatch:
             return False
         if text is OVERSIZED:
             return oversized
-        return any(matcher.match(text) for matcher in self.matchers)
+        return any(compile_arg_glob(glob).match(text) for glob in self.globs)
 
     def describe(self) -> str:
         return f"{self.path} matches {' or '.join(repr(glob) for glob in self.globs)}"
