@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from .matching import (
     MAX_MATCHED_CHARS,
     OVERSIZED,
+    AbsentMatch,
     Arguments,
     EqualsMatch,
     GlobMatch,
@@ -29,7 +30,7 @@ class CompiledRule:
     behavior: str
     priority: int
     tool_pattern: str
-    arg_match: tuple[GlobMatch | EqualsMatch, ...]
+    arg_match: tuple[GlobMatch | EqualsMatch | AbsentMatch, ...]
     agents: frozenset
     users: frozenset
     queue_id: int | None

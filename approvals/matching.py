@@ -15,7 +15,8 @@ trailing white space, every run of spaces, tabs or newlines one space), and argu
 normalised alike, so white space is never significant to a rule: `" rm  -rf /"` is `rm -rf /` to
 `rm *`. A value whose text is longer than `MAX_MATCHED_CHARS` is not matched: it counts as matching
 the argument globs of deny and ask rules and never those of allow rules, the safe side either way.
-An argument may also be matched exactly, without glob or normalisation: `{"equals": <JSON value>}`.
+An argument may also be matched exactly, without glob or normalisation: `{"equals": <JSON value>}`;
+`{"absent": true}` matches when the input has no such argument.
 """
 import json
 from collections.abc import Callable
@@ -253,16 +254,31 @@ class EqualsMatch:
         return f"{self.path} equals {self.value}"
 
 
+@dataclass(frozen=True)
+class AbsentMatch:
+    """The input has no such argument."""
+
+    path: str
+
+    def matches(self, arguments: Arguments, *, oversized: bool) -> bool:
+        return arguments.canonical(self.path) is None
+
+    def describe(self) -> str:
+        return f"{self.path} is absent"
+
+
 def is_arg_spec(spec) -> bool:
-    """A glob, a non-empty list of globs, or `{"equals": value}`."""
+    """A glob, a non-empty list of globs, `{"equals": value}` or `{"absent": true}`."""
     if isinstance(spec, str):
         return True
     if isinstance(spec, list):
         return bool(spec) and all(isinstance(glob, str) for glob in spec)
-    return isinstance(spec, dict) and set(spec) == {"equals"}
+    return isinstance(spec, dict) and (set(spec) == {"equals"} or spec == {"absent": True})
 
 
-def compile_arg_spec(path: str, spec) -> GlobMatch | EqualsMatch:
+def compile_arg_spec(path: str, spec) -> GlobMatch | EqualsMatch | AbsentMatch:
+    if isinstance(spec, dict) and "absent" in spec:
+        return AbsentMatch(path=path)
     if isinstance(spec, dict):
         return EqualsMatch(path=path, value=canonical_json(spec["equals"]))
     globs = spec if isinstance(spec, list) else [spec]

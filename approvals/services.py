@@ -55,7 +55,8 @@ def _check_rule(tenant, values: dict) -> None:
     errors = {}
     arg_match = values.get("arg_match") or {}
     if not isinstance(arg_match, dict) or not all(is_arg_spec(v) for v in arg_match.values()):
-        errors["arg_match"] = ['an object of argument name → glob, → list of globs, or → {"equals": exact value}']
+        errors["arg_match"] = ['an object of argument name → glob, → list of globs, → {"equals": exact value} '
+                               'or → {"absent": true}']
     for name in ("agents", "users"):
         value = values.get(name) or []
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
@@ -459,6 +460,11 @@ def rule_from_approval(*, request: ApprovalRequest, actor, narrow_to_input: bool
         approved_input = approved_edit(request)
         approved_input = call.input if approved_input is None else approved_input
         arg_match = {key: _exact_arg_spec(value) for key, value in approved_input.items()}
+        # Arguments the tool takes but this input left out must stay out (bound ones are not offered).
+        exposed = visible_tool(call.session, call.tool_name)
+        properties = exposed.schema.get("properties") if exposed is not None else None
+        if isinstance(properties, dict):
+            arg_match |= {name: {"absent": True} for name in sorted(properties) if name not in approved_input}
     return rule_create(tenant=call.session.tenant, actor=actor, behavior="allow", tool_pattern=call.tool_name,
                        agents=[call.session.agent], arg_match=arg_match, priority=0,
                        note=f"added while approving call {call.call_id}")

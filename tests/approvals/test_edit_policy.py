@@ -244,10 +244,20 @@ def test_narrowing_matches_non_strings_exactly(world, resize_tool, gov_member):
 
 
 @pytest.mark.usefixtures("default_asks")
+def test_narrowing_leaves_out_what_the_input_left_out(world, gov_shell, gov_member):
+    """An argument the approved input did not set may not be added later (the tool's default was approved)."""
+    request = ask(world, gov_shell.name, {"command": "ls"})
+    rule = approve_narrowed(world, gov_member, request)
+    assert rule.arg_match == {"command": "ls", "cwd": {"absent": True}}
+    assert decision_for(world, gov_shell.name, {"command": "ls"}) == "allow"
+    assert decision_for(world, gov_shell.name, {"command": "ls", "cwd": "/prod"}) == "ask"
+
+
+@pytest.mark.usefixtures("default_asks")
 def test_narrowing_keeps_odd_white_space_exact(world, gov_shell, gov_member):
     request = ask(world, gov_shell.name, {"command": "echo  two  spaces"})
     rule = approve_narrowed(world, gov_member, request)
-    assert rule.arg_match == {"command": {"equals": "echo  two  spaces"}}
+    assert rule.arg_match == {"command": {"equals": "echo  two  spaces"}, "cwd": {"absent": True}}
     assert decision_for(world, gov_shell.name, {"command": "echo two spaces"}) == "ask"
 
 
@@ -262,4 +272,4 @@ def test_narrowing_after_an_edit_takes_the_edited_input(world, gov_shell, gov_me
                           add_rule=True, narrow_to_input=True)
     assert response.status_code == 200, response.content
     rule = PermissionRule.objects.for_tenant(world.a.tenant).get(behavior="allow")
-    assert rule.arg_match == {"command": "git push"}
+    assert rule.arg_match == {"command": "git push", "cwd": {"absent": True}}

@@ -209,6 +209,13 @@ def test_equals_is_exact(expected, value, matches):
     assert not exact.matches(tool_name="shell", effective_input={}, agent="a", user="")
 
 
+def test_absent_matches_a_missing_argument_only():
+    absent = compile_rule(make_rule("allow", "shell", arg_match={"cwd": {"absent": True}}))
+    assert absent.matches(tool_name="shell", effective_input={"command": "ls"}, agent="a", user="")
+    assert not absent.matches(tool_name="shell", effective_input={"cwd": None}, agent="a", user="")
+    assert "cwd is absent" in absent.describe()
+
+
 def test_equals_describes_itself():
     exact = compile_rule(make_rule("allow", "shell", arg_match={"command": {"equals": "rm *"}, "n": {"equals": 2}}))
     assert 'command equals "rm *"' in exact.describe() and "n equals 2" in exact.describe()
@@ -232,7 +239,7 @@ def test_rules_api_takes_the_exact_form(world):
     other = admin.post("/api/v1/rules/evaluate", {"tool": "calculate", "input": {"expression": "2*33"}},
                        format="json").json()
     assert other["rule"] != created.json()["id"]
-    for bad in ({"equals": 1, "also": 2}, {"glob": "x"}, {}):
+    for bad in ({"equals": 1, "also": 2}, {"glob": "x"}, {}, {"absent": False}, {"absent": True, "equals": 1}):
         refused = admin.post("/api/v1/rules", {"behavior": "deny", "tool_pattern": "calculate",
                                                "arg_match": {"expression": bad}}, format="json")
         assert refused.status_code == 400, (bad, refused.content)
