@@ -22,6 +22,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 MAX_MATCHED_CHARS = 65_536
 SPACE = " "
@@ -33,6 +34,12 @@ _TO_SPACE = str.maketrans(dict.fromkeys(WHITE_SPACE, SPACE))
 
 def normalize_space(text: str) -> str:
     return SPACE.join(text.split())
+
+
+class _Star(NamedTuple):
+    left: bool = False  # white space before it in the pattern: its gap starts with white space
+    right: bool = False  # white space after it: its gap ends with white space
+    optional: bool = False  # white space on one side only, and the pattern ends (or starts) there: may be empty
 
 
 @dataclass(frozen=True)
@@ -58,29 +65,29 @@ class Glob:
 
     def __init__(self, pattern: str):
         parts = pattern.split("*")
-        stars = []  # (left, right, optional) per star
-        literals = []
-        pending_left = False  # the literal just cut ended with white space: the next star's
+        last = len(parts) - 1
+        stars, literals = [], []
         for number, part in enumerate(parts):
-            core = part.lstrip() if number else part  # white space after a star belongs to it
+            core = part.lstrip() if number else part  # white space right after a star is the star's
             if number:
-                left = pending_left
-                right = len(core) < len(part)
-                at_start = number == 1 and not parts[0].strip()
-                at_end = number == len(parts) - 1 and not part.strip()
-                stars.append((left, right, left != right and ((left and at_end) or (right and at_start))))
-            literal = core.rstrip() if number < len(parts) - 1 else core  # white space before a star too
-            pending_left = len(literal) < len(core)
-            literals.append(literal)
+                left, right = literals[-1][1], len(core) < len(part)
+                at_start, at_end = number == 1 and not parts[0].strip(), number == last and not part.strip()
+                stars.append(_Star(left, right, left != right and ((left and at_end) or (right and at_start))))
+            literal = core.rstrip() if number < last else core  # white space right before a star is the star's
+            literals.append((literal, len(literal) < len(core)))
         self.literals = []
-        for number, literal in enumerate(literals):
-            before = stars[number - 1] if number else (False, False, False)
-            after = stars[number] if number < len(stars) else (False, False, False)
-            head = int(before[1])
-            shift = -1 if before[2] and before[1] else int(before[0] and not before[1] and not before[2])
+        for number, (literal, _) in enumerate(literals):
+            before = stars[number - 1] if number else _Star()
+            after = stars[number] if number < len(stars) else _Star()
+            if before.optional and before.right:
+                shift = -1  # the space before the literal may be the padding before the text
+            elif before.left and not before.right and not before.optional:
+                shift = 1  # the gap is at least the space the previous needle ended with
+            else:
+                shift = 0
             self.literals.append(_Literal(
-                text=literal, needle=SPACE * head + literal.translate(_TO_SPACE) + SPACE * after[0], head=head,
-                shift=shift, reach=int(after[2] and after[0]),
+                text=literal, needle=SPACE * before.right + literal.translate(_TO_SPACE) + SPACE * after.left,
+                head=int(before.right), shift=shift, reach=int(after.optional and after.left),
             ))
 
     def match_padded(self, spaced: str, padded: str | None = None) -> bool:
