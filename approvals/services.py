@@ -227,7 +227,7 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
                    message: str = "") -> ApprovalRequest:
     """One reviewer's vote. Exactly one concurrent decision settles a request; the rest get 409.
 
-    An edit is decided by the rules again, as the model's call would be (`edit_decision`). Approvals count
+    An edit is decided by the rules again, as the model's call would be (`_edit_decision`). Approvals count
     only for the input that will run: after an edit, earlier approvals of another input no longer count, and
     their reviewers may vote again.
     """
@@ -262,7 +262,7 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
         approved_input = new_input if decision == VoteDecision.EDIT else approved_edit(request)
         policy = None
         if approving and approved_input is not None:
-            policy = edit_decision(request=request, edited_input=approved_input)
+            policy = _edit_decision(request=request, edited_input=approved_input)
         vote_input = new_input if decision == VoteDecision.RESPOND else None
         _vote_record(request=request, reviewer=reviewer, decision=decision, message=message,
                      vote_input=approved_input if approving else vote_input)
@@ -294,7 +294,7 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
     return request
 
 
-def edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:
+def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:
     """How the rules decide a reviewer's edit: the engine that decides calls, on the edited input after binding.
 
     A deny refuses the edit. So does an ask that routes to another queue than this request's: that queue's
