@@ -123,6 +123,14 @@ def compile_glob(pattern: str) -> Callable[[str], bool]:
     if "*" not in pattern:
         return pattern.__eq__
     glob = Glob(pattern)
+    if not any(char.isspace() for char in pattern):
+        # No white space in the pattern (tool patterns): stars match anything, the text's white space is
+        # just characters, and the commonest shape, one star, is a prefix and a suffix.
+        if len(glob.literals) == 2:
+            first, last = glob.literals[0].text, glob.literals[1].text
+            shortest = len(first) + len(last)
+            return lambda text: len(text) >= shortest and text.startswith(first) and text.endswith(last)
+        return lambda text: glob.match_padded(f" {text} ")
     return lambda text: glob.match_padded(f" {text.translate(_TO_SPACE)} ", f" {text} ")
 
 
