@@ -9,7 +9,17 @@ import threading
 from bisect import insort
 from dataclasses import dataclass
 
-from .matching import arg_matches, compile_glob, pattern_prefix
+from .matching import (
+    MAX_MATCHED_CHARS,
+    OVERSIZED,
+    AbsentMatch,
+    Arguments,
+    EqualsMatch,
+    GlobMatch,
+    compile_arg_spec,
+    compile_glob,
+    pattern_prefix,
+)
 
 BEHAVIOR_RANK = {"deny": 0, "ask": 1, "allow": 2}
 
@@ -20,7 +30,7 @@ class CompiledRule:
     behavior: str
     priority: int
     tool_pattern: str
-    arg_match: tuple  # ((path, (glob, ...)), ...)
+    arg_match: tuple[GlobMatch | EqualsMatch | AbsentMatch, ...]
     agents: frozenset
     users: frozenset
     queue_id: int | None
@@ -30,18 +40,28 @@ class CompiledRule:
     def sort_key(self):
         return (BEHAVIOR_RANK[self.behavior], -self.priority, self.id)
 
-    def matches(self, *, tool_name: str, effective_input: dict, agent: str, user: str) -> bool:
+    def matches(self, *, tool_name: str, effective_input: dict, agent: str, user: str,
+                arguments: Arguments | None = None) -> bool:
         if self.agents and agent not in self.agents:
             return False
         if self.users and user not in self.users:
             return False
         if not compile_glob(self.tool_pattern)(tool_name):
             return False
-        return all(arg_matches(effective_input, path, globs) for path, globs in self.arg_match)
+        if not self.arg_match:
+            return True
+        arguments = arguments or Arguments(effective_input)
+        # Past the length cap no glob looks: deny and ask rules match, allow rules do not.
+        oversized = self.behavior != "allow"
+        return all(spec.matches(arguments, oversized=oversized) for spec in self.arg_match)
+
+    def oversized_paths(self, arguments: Arguments) -> list[str]:
+        return [spec.path for spec in self.arg_match
+                if isinstance(spec, GlobMatch) and arguments.text(spec.path) is OVERSIZED]
 
     def describe(self) -> str:
         parts = [f"tool matches {self.tool_pattern!r}"]
-        parts += [f"{path} matches {' or '.join(repr(g) for g in globs)}" for path, globs in self.arg_match]
+        parts += [spec.describe() for spec in self.arg_match]
         if self.agents:
             parts.append(f"agent is {' or '.join(sorted(self.agents))}")
         if self.users:
@@ -51,13 +71,10 @@ class CompiledRule:
 
 
 def compile_rule(rule) -> CompiledRule:
-    arg_match = []
-    for path, globs in sorted((rule.arg_match or {}).items()):
-        globs = globs if isinstance(globs, list) else [globs]
-        arg_match.append((path, tuple(str(g) for g in globs)))
+    arg_match = tuple(compile_arg_spec(path, spec) for path, spec in sorted((rule.arg_match or {}).items()))
     return CompiledRule(
         id=rule.id, behavior=rule.behavior, priority=rule.priority, tool_pattern=rule.tool_pattern,
-        arg_match=tuple(arg_match), agents=frozenset(rule.agents or ()), users=frozenset(rule.users or ()),
+        arg_match=arg_match, agents=frozenset(rule.agents or ()), users=frozenset(rule.users or ()),
         queue_id=rule.queue_id, note=rule.note,
     )
 
@@ -112,20 +129,23 @@ class Decision:
 
 def decide(index: RuleIndex, *, tool_name: str, effective_input: dict, agent: str, user: str,
            read_only_trusted: bool, auto_allow_read_only: bool, default_behavior: str) -> Decision:
-    matched = [
-        rule for rule in index.candidates(tool_name)
-        if rule.matches(tool_name=tool_name, effective_input=effective_input, agent=agent, user=user)
-    ]
-    for rule in matched:
-        if rule.behavior in ("deny", "ask"):
-            verb = "denied" if rule.behavior == "deny" else "needs approval"
-            return Decision(rule.behavior, rule.id, f"{verb} by {rule.describe()}", rule.queue_id)
-        break
+    # Candidates come in decision order, so the first rule that matches decides (or, when it allows, yields
+    # to read-only auto-allow first).
+    arguments = Arguments(effective_input)
+    rule = next((rule for rule in index.candidates(tool_name) if rule.matches(
+        tool_name=tool_name, effective_input=effective_input, agent=agent, user=user, arguments=arguments)), None)
+    if rule is not None and rule.behavior in ("deny", "ask"):
+        verb = "denied" if rule.behavior == "deny" else "needs approval"
+        reason = f"{verb} by {rule.describe()}"
+        oversized = rule.oversized_paths(arguments)
+        if oversized:
+            reason += (f" ({', '.join(oversized)} is longer than {MAX_MATCHED_CHARS:,} characters, which no "
+                       "glob checks: it counts as matching)")
+        return Decision(rule.behavior, rule.id, reason, rule.queue_id)
     if read_only_trusted and auto_allow_read_only:
         return Decision("allow", None, "allowed: the tool is read-only and its source is trusted")
-    for rule in matched:
-        if rule.behavior == "allow":
-            return Decision("allow", rule.id, f"allowed by {rule.describe()}")
+    if rule is not None:
+        return Decision("allow", rule.id, f"allowed by {rule.describe()}")
     return Decision(default_behavior, None, f"no rule matched: the tenant's default is {default_behavior}")
 
 

@@ -7,7 +7,8 @@ from tools.models import CallStatus, Tool, ToolCall, ToolSource
 from tools.selectors import bindings_for
 
 from .engine import Decision, decide, index_cache
-from .models import ApprovalRequest, PermissionRule, PolicyVersion, RequestStatus, Vote
+from .matching import canonical_json
+from .models import ApprovalRequest, PermissionRule, PolicyVersion, RequestStatus, Vote, VoteDecision
 
 
 def rule_index(tenant: Tenant):
@@ -43,6 +44,26 @@ def simulate(*, tenant: Tenant, tool_name: str, tool_input: dict | None = None, 
     if tool is not None:
         effective |= bindings_for(tenant, agent, [tool.pk]).get(tool.pk, {})
     return evaluate(tenant=tenant, tool_name=tool_name, effective_input=effective, agent=agent, user=user, tool=tool)
+
+
+def approved_edit(request: ApprovalRequest) -> dict | None:
+    """The input the latest reviewer edit proposes, or None when nobody edited: what runs once approved."""
+    edit = (Vote.objects.for_tenant(request.tenant_id).filter(request=request, decision=VoteDecision.EDIT)
+            .order_by("-at", "-id").first())
+    return edit.input if edit is not None else None
+
+
+def approvals_of(request: ApprovalRequest, approved_input: dict | None) -> list[Vote]:
+    """The approve and edit votes that approved exactly this input (None: the model's own input).
+
+    An approve vote records the edit it approved (None when it approved the model's input), so a vote for
+    an input that a later edit replaced no longer counts towards the quorum.
+    """
+    model_input = request.call.input
+    wanted = canonical_json(model_input if approved_input is None else approved_input)
+    votes = Vote.objects.for_tenant(request.tenant_id).filter(
+        request=request, decision__in=[VoteDecision.APPROVE, VoteDecision.EDIT]).order_by("at", "id")
+    return [vote for vote in votes if canonical_json(model_input if vote.input is None else vote.input) == wanted]
 
 
 def inbox_requests(*, tenant, status: str = RequestStatus.PENDING, queue: str = "", agent: str = "", tool: str = ""):

@@ -14,7 +14,10 @@ from tools.events import call_transition
 from tools.models import CallStatus, ToolCall, ToolSource
 from tools.pipeline import input_problems, pipeline_resume
 from tools.results import call_error, error_result, tool_result
+from tools.selectors import visible_tool
 
+from .engine import Decision
+from .matching import is_arg_spec, normalize_space
 from .models import (
     ApprovalRequest,
     PermissionRule,
@@ -25,6 +28,7 @@ from .models import (
     Vote,
     VoteDecision,
 )
+from .selectors import approvals_of, approved_edit, evaluate
 
 PERMISSION_STEP = "permission"
 RULE_FIELDS = ("behavior", "tool_pattern", "arg_match", "agents", "users", "queue", "priority", "enabled", "note")
@@ -50,11 +54,9 @@ def policy_bump(*, tenant) -> None:
 def _check_rule(tenant, values: dict) -> None:
     errors = {}
     arg_match = values.get("arg_match") or {}
-    if not isinstance(arg_match, dict) or not all(
-        isinstance(v, str) or (isinstance(v, list) and v and all(isinstance(i, str) for i in v))
-        for v in arg_match.values()
-    ):
-        errors["arg_match"] = ["an object of argument name → glob, or → list of globs"]
+    if not isinstance(arg_match, dict) or not all(is_arg_spec(v) for v in arg_match.values()):
+        errors["arg_match"] = ['an object of argument name → glob, → list of globs, → {"equals": exact value} '
+                               'or → {"absent": true}']
     for name in ("agents", "users"):
         value = values.get(name) or []
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
@@ -223,7 +225,12 @@ def _finish(request: ApprovalRequest, status: str) -> bool:
 
 def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_input=None,
                    message: str = "") -> ApprovalRequest:
-    """One reviewer's vote. Exactly one concurrent decision settles a request; the rest get 409."""
+    """One reviewer's vote. Exactly one concurrent decision settles a request; the rest get 409.
+
+    An edit is decided by the rules again, as the model's call would be (`_edit_decision`). Approvals count
+    only for the input that will run: after an edit, earlier approvals of another input no longer count, and
+    their reviewers may vote again.
+    """
     if decision not in VoteDecision.values:
         raise ValidationError({"decision": [f"one of {', '.join(VoteDecision.values)}"]})
     if request.status == RequestStatus.PENDING and request.expires_at and request.expires_at <= timezone.now():
@@ -250,27 +257,29 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
                 raise ValidationError({"input": problems})
         if decision == VoteDecision.RESPOND and not (message or new_input is not None):
             raise ValidationError({"message": ["respond with a message or a structured answer"]})
-        try:
-            with transaction.atomic():
-                Vote.objects.create(tenant_id=request.tenant_id, request=request,
-                                    reviewer=reviewer if _is_person(reviewer) else None,
-                                    reviewer_label=str(reviewer.username), decision=decision,
-                                    input=new_input if decision in (VoteDecision.EDIT, VoteDecision.RESPOND) else None,
-                                    message=message)
-        except IntegrityError as exc:
-            raise Conflict("you have already voted on this request") from exc
+        approving = decision in (VoteDecision.APPROVE, VoteDecision.EDIT)
+        # What this vote approves: the edit it makes, or the edit that stands (None: the model's input).
+        approved_input = new_input if decision == VoteDecision.EDIT else approved_edit(request)
+        policy = None
+        if approving and approved_input is not None:
+            policy = _edit_decision(request=request, edited_input=approved_input)
+        vote_input = new_input if decision == VoteDecision.RESPOND else None
+        _vote_record(request=request, reviewer=reviewer, decision=decision, message=message,
+                     vote_input=approved_input if approving else vote_input)
         audit_record(tenant=call.session.tenant, actor=reviewer, verb=f"approval.{decision}", target=f"call:{call.pk}",
-                     data={"message": message, "edited": decision == VoteDecision.EDIT})
-        if decision in (VoteDecision.APPROVE, VoteDecision.EDIT):
-            approvals = Vote.objects.for_tenant(request.tenant_id).filter(
-                request=request, decision__in=[VoteDecision.APPROVE, VoteDecision.EDIT]).count()
+                     data={"message": message, "edited": decision == VoteDecision.EDIT,
+                           **({"edited_input_decision": policy.as_dict()} if policy is not None else {})})
+        if approving:
+            approvals = approvals_of(request, approved_input)
             required = request.queue.required_approvals if request.queue else 1
-            if approvals < required:
+            if len(approvals) < required:
                 return request
             if not _finish(request, RequestStatus.APPROVED):
                 raise Conflict("another decision settled the request first")
             if request.kind == RequestKind.APPROVAL:
-                pipeline_resume(call=call, after=PERMISSION_STEP, new_input=_approved_edit(request))
+                if policy is not None:
+                    _record_edit_decision(call, policy, approvals)
+                pipeline_resume(call=call, after=PERMISSION_STEP, new_input=approved_input)
         elif decision == VoteDecision.REJECT:
             if not _finish(request, RequestStatus.REJECTED):
                 raise Conflict("another decision settled the request first")
@@ -285,11 +294,56 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
     return request
 
 
-def _approved_edit(request: ApprovalRequest) -> dict | None:
-    """The input a reviewer's edit approved (the latest edit), or None when nobody edited."""
-    edit = (Vote.objects.for_tenant(request.tenant_id).filter(request=request, decision=VoteDecision.EDIT)
-            .order_by("-at", "-id").first())
-    return edit.input if edit is not None else None
+def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:
+    """How the rules decide a reviewer's edit: the engine that decides calls, on the edited input after binding.
+
+    A deny refuses the edit. So does an ask that routes to another queue than this request's: that queue's
+    reviewers, not this one's, approve such input. Either way a 400 names the rule, and nothing is recorded.
+    """
+    call = request.call
+    session = call.session
+    exposed = visible_tool(session, call.tool_name)
+    effective_input = {**edited_input, **(exposed.bound if exposed is not None else {})}
+    decided = evaluate(tenant=session.tenant, tool_name=call.tool_name, effective_input=effective_input,
+                       agent=session.agent, user=session.user, tool=exposed.tool if exposed is not None else None)
+    if decided.behavior == "deny":
+        raise ValidationError({"input": [f"the rules refuse this input: {decided.reason}"]})
+    if decided.behavior == "ask":
+        queue = None
+        if decided.queue is not None:
+            queue = Queue.objects.for_tenant(request.tenant_id).filter(pk=decided.queue).first()
+        queue = queue or default_queue(session.tenant)
+        if queue.pk != request.queue_id:
+            here = request.queue.name if request.queue else "none"
+            raise ValidationError({"input": [
+                f"this input needs the approval of queue {queue.name!r} ({decided.reason}), and this request is "
+                f"in queue {here!r}: reject the call, or edit it into input this queue may approve"]})
+    return decided
+
+
+def _vote_record(*, request: ApprovalRequest, reviewer, decision: str, message: str, vote_input) -> Vote:
+    """Record a vote. A reviewer whose earlier vote approved an input that an edit has since replaced votes
+    again (the earlier vote no longer counts); any other second vote is a 409."""
+    label = str(reviewer.username)
+    votes = Vote.objects.for_tenant(request.tenant_id).filter(request=request)
+    earlier = votes.filter(reviewer_label=label).first()
+    if earlier is not None and earlier not in approvals_of(request, approved_edit(request)):
+        earlier.delete()
+    try:
+        with transaction.atomic():
+            return Vote.objects.create(tenant_id=request.tenant_id, request=request,
+                                       reviewer=reviewer if _is_person(reviewer) else None, reviewer_label=label,
+                                       decision=decision, input=vote_input, message=message)
+    except IntegrityError as exc:
+        raise Conflict("you have already voted on this request") from exc
+
+
+def _record_edit_decision(call: ToolCall, decided: Decision, approvals: list[Vote]) -> None:
+    """The call runs an edited input: its decision says how the rules decided that input and who approved it."""
+    reviewers = ", ".join(vote.reviewer_label for vote in approvals)
+    call.decision = {"behavior": "ask", "rule": decided.rule,
+                     "reason": f"a reviewer's edit, approved by {reviewers}; the edited input: {decided.reason}"}
+    ToolCall.objects.for_tenant(call.tenant_id).filter(pk=call.pk).update(decision=call.decision)
 
 
 def call_respond(*, call: ToolCall, actor, message: str = "", structured=None, state: str = "success",
@@ -386,6 +440,14 @@ def rule_suggestion_blocked_by(request: ApprovalRequest) -> PermissionRule | Non
     return rule
 
 
+def _exact_arg_spec(value):
+    """An argument spec that matches this value only: the value itself as a glob when it reads the same as one
+    (a string without `*`, white space already normal), else `{"equals": value}`."""
+    if isinstance(value, str) and "*" not in value and normalize_space(value) == value:
+        return value
+    return {"equals": value}
+
+
 def rule_from_approval(*, request: ApprovalRequest, actor, narrow_to_input: bool = False) -> PermissionRule:
     """The suggestion shown when approving: always allow this tool for this agent (optionally this input)."""
     blocking = rule_suggestion_blocked_by(request)
@@ -395,8 +457,14 @@ def rule_from_approval(*, request: ApprovalRequest, actor, narrow_to_input: bool
     call = request.call
     arg_match = {}
     if narrow_to_input:
-        approved_input = _approved_edit(request) or call.input
-        arg_match = {key: value for key, value in approved_input.items() if isinstance(value, str) and "*" not in value}
+        approved_input = approved_edit(request)
+        approved_input = call.input if approved_input is None else approved_input
+        arg_match = {key: _exact_arg_spec(value) for key, value in approved_input.items()}
+        # Arguments the tool takes but this input left out must stay out (bound ones are not offered).
+        exposed = visible_tool(call.session, call.tool_name)
+        properties = exposed.schema.get("properties") if exposed is not None else None
+        if isinstance(properties, dict):
+            arg_match |= {name: {"absent": True} for name in sorted(properties) if name not in approved_input}
     return rule_create(tenant=call.session.tenant, actor=actor, behavior="allow", tool_pattern=call.tool_name,
                        agents=[call.session.agent], arg_match=arg_match, priority=0,
                        note=f"added while approving call {call.call_id}")

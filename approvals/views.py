@@ -209,6 +209,8 @@ def inbox_request(request, approval):
         "approval": approval, "call": call, "session": call.session, "tool": call.tool, "form": form,
         "schema": exposed.schema if exposed is not None else (call.tool.input_schema if call.tool else None),
         "votes": list(approval.votes.all()),
+        # Approvals of the input that would run now (an edit restarts the count).
+        "counted": len(selectors.approvals_of(approval, selectors.approved_edit(approval))),
         "required": queue.required_approvals if queue else 1,
         "may_decide": in_queue, "not_in_queue": pending and request.membership.can_review and not in_queue,
         "may_add_rule": request.membership.can_operate and services.rule_suggestion_blocked_by(approval) is None,

@@ -524,6 +524,8 @@ def test_every_vote_and_transition_is_audited_and_on_the_timeline(world, gov_she
     first, second = gov_member(), gov_member()
     decide(reviewer_client(first, world), request.pk, "approve", message="looks fine")
     decide(reviewer_client(second, world), request.pk, "edit", input={"command": "git status"})
+    # The edit restarted the count: the first reviewer approves the edited input too.
+    decide(reviewer_client(first, world), request.pk, "approve", message="the edit too")
 
     target = f"call:{call.pk}"
     events = list(Event.objects.for_tenant(world.a.tenant).filter(target=target).order_by("id"))

@@ -250,7 +250,7 @@ def test_approving_can_add_the_suggested_rule(world, inbox_pending):
         "decision": "approve", "add_rule": "on", "narrow_to_input": "on"}, follow=True)
     rule = PermissionRule.objects.for_tenant(world.a.tenant).get(behavior="allow", tool_pattern=shell)
     assert rule.agents == ["ops-bot"]
-    assert rule.arg_match == {"command": "ls -la 0"}
+    assert rule.arg_match == {"command": "ls -la 0", "cwd": {"absent": True}}
     assert f"Rule #{rule.pk} added" in text(response)
     # A reviewer who is not an operator is not offered the suggestion, and cannot add it by hand.
     reviewer = world.a.console("reviewer")
