@@ -209,7 +209,7 @@ def binding_create(request):
             messages.success(request, f"{binding.tool.name}.{binding.name} is now bound"
                                       f"{' for ' + binding.agent if binding.agent else ''}.")
             return _back("binding_list", request)
-    return render(request, "console/binding_form.html", {"form": form})
+    return render(request, "console/binding_form.html", {"form": form}, status=400 if form.errors else 200)
 
 
 @tenant_view(methods=("POST",))
