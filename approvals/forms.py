@@ -10,6 +10,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 
 from tenancy.models import Behavior, Membership
+from toolkeeper.json_values import json_parse
 
 from .models import Queue, VoteDecision
 
@@ -17,11 +18,12 @@ JSON_ROWS = 10
 
 
 def parse_json(text: str, *, what: str = "JSON", want_object: bool = True):
-    """The value of a JSON text, or a forms.ValidationError that says where it is broken."""
+    """The value of a JSON text, or a forms.ValidationError that says where it is broken (or why it could
+    not be stored)."""
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+        value = json_parse(text)
+    except ValueError as exc:
+        raise forms.ValidationError(str(exc)) from exc
     if want_object and not isinstance(value, dict):
         raise forms.ValidationError(f"{what} must be a JSON object, like {{\"name\": \"value\"}}")
     return value

@@ -4,7 +4,7 @@ from django.db.models import Count, Prefetch
 from tenancy.fastread import tenant_scalar
 from tenancy.models import Tenant
 from tools.models import CallStatus, Tool, ToolCall, ToolSource
-from tools.selectors import bindings_for
+from tools.selectors import CALL_PAYLOADS, SESSION_PAYLOADS, TOOL_PAYLOADS, bindings_for, related
 
 from .engine import Decision, decide, index_cache
 from .matching import canonical_json
@@ -83,10 +83,22 @@ def inbox_count(*, tenant) -> int:
     return ApprovalRequest.objects.for_tenant(tenant).filter(status=RequestStatus.PENDING, kind="approval").count()
 
 
+def request_rows(requests, *, tenant):
+    """Approval requests as list rows show them (queue, session user, votes), without JSON payloads."""
+    votes = Prefetch("votes", queryset=Vote.objects.for_tenant(tenant).defer("input").order_by("at", "id"))
+    return (requests.select_related("queue", "call__session")
+            .defer(*related("call", CALL_PAYLOADS), *related("call__session", SESSION_PAYLOADS))
+            .prefetch_related(votes))
+
+
 def external_tasks(*, tenant):
+    """Calls awaiting an external result, with the input a reviewer answers."""
     return ToolCall.objects.for_tenant(tenant).filter(
         status=CallStatus.AWAITING_EXTERNAL, tool__source=ToolSource.EXTERNAL,
-    ).select_related("session", "tool").order_by("created_at")
+    ).select_related("session", "tool").defer(
+        *(name for name in CALL_PAYLOADS if name != "input"), *related("session", SESSION_PAYLOADS),
+        *related("tool", TOOL_PAYLOADS),
+    ).order_by("created_at")
 
 
 def approvals_for_calls(calls) -> dict:

@@ -101,8 +101,7 @@ def inbox(request):
     tenant = request.tenant
 
     def pending(**filters):
-        return (selectors.inbox_requests(tenant=tenant, **filters)
-                .select_related("call__session").prefetch_related(_votes(tenant)))
+        return selectors.request_rows(selectors.inbox_requests(tenant=tenant, **filters), tenant=tenant)
 
     form, filters, requests = _filtered(request, pending, statuses=[RequestStatus.PENDING])
     page = _page(request, requests)
@@ -126,7 +125,7 @@ def inbox_history(request):
             queryset = queryset.filter(agent=agent)
         if tool:
             queryset = queryset.filter(tool_name=tool)
-        return (queryset.select_related("queue", "call__session").prefetch_related(_votes(tenant))
+        return (selectors.request_rows(queryset, tenant=tenant)
                 .order_by(F("decided_at").desc(nulls_last=True), "-id"))
 
     form, filters, requests = _filtered(request, decided, statuses=DECIDED_STATUSES)

@@ -1,6 +1,8 @@
 """Console forms for datasets, uploads, trial searches and the knowledge_search scope."""
 from django import forms
 
+from toolkeeper.json_values import JSONValueField
+
 from .selectors import MAX_QUERY_CHARS, MAX_TOP_K, InvalidQuery, clean_filters
 from .services import MAX_UPLOAD_BYTES
 
@@ -29,7 +31,7 @@ class MultipleFileField(forms.FileField):
 
 
 def _metadata_field():
-    return forms.JSONField(
+    return JSONValueField(
         required=False, initial=dict, widget=forms.Textarea(attrs={"rows": 2}),
         help_text='Optional JSON object given to every document, e.g. {"department": "hr", "visibility": "internal"}.')
 
@@ -74,9 +76,9 @@ class ScopeForm(forms.Form):
                                       help_text="Every dataset of the tenant, including ones created later.")
     datasets = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
                                          help_text="Used when “All datasets” is off.")
-    filter = forms.JSONField(required=False, initial=dict, widget=forms.Textarea(attrs={"rows": 2}),
-                             help_text='Metadata every result must match, e.g. {"department": "hr"}; a list means '
-                                       'any of: {"department": ["hr", "it"]}. {} for none.')
+    filter = JSONValueField(required=False, initial=dict, widget=forms.Textarea(attrs={"rows": 2}),
+                            help_text='Metadata every result must match, e.g. {"department": "hr"}; a list means '
+                                      'any of: {"department": ["hr", "it"]}. {} for none.')
 
     def __init__(self, *args, dataset_names=(), **kwargs):
         super().__init__(*args, **kwargs)

@@ -11,6 +11,7 @@ from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from audit.services import audit_record
+from toolkeeper.json_values import json_problem
 
 from .chunking import chunk_text
 from .models import Chunk, Dataset, Document
@@ -131,6 +132,8 @@ def document_problems(*, title, text, external_id="", metadata=None) -> dict[str
     if metadata is not None:
         if not isinstance(metadata, dict):
             problems["metadata"] = ["must be an object, e.g. {\"department\": \"hr\"}"]
+        elif problem := json_problem(metadata):
+            problems["metadata"] = [problem]
         elif len(json.dumps(metadata, default=str)) > MAX_METADATA_BYTES:
             problems["metadata"] = [f"at most {MAX_METADATA_BYTES} bytes of JSON"]
     return problems

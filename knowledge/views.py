@@ -252,4 +252,4 @@ def bindings(request):
             "datasets": [] if datasets == "*" else datasets, "filter": current.get("filter", {})})
     return render(request, "knowledge/bindings.html", {
         "tool": tool, "form": form, "scopes": _scopes(request.tenant, tool) if tool else [],
-    })
+    }, status=400 if form.errors else 200)

@@ -7,6 +7,9 @@ lists, the inline, the choices of related fields) says explicitly that it spans 
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
+from django.db import models
+
+from toolkeeper.json_values import JSONValueField
 
 from .models import AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolGroup
 from .schemas import SchemaProblem, schema_check
@@ -38,6 +41,7 @@ class PlatformAdminMixin:
     """Superusers only; querysets and related choices across tenants."""
 
     form = SameTenantForm
+    formfield_overrides = {models.JSONField: {"form_class": JSONValueField}}
 
     def has_module_permission(self, request):
         return request.user.is_active and request.user.is_superuser

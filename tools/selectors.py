@@ -158,8 +158,24 @@ def session_prompt(session: AgentSession) -> str:
     return "\n\n".join(sections)
 
 
+# JSON columns that list rows never show and that can be large: list pages leave them unread.
+CALL_PAYLOADS = ("input", "effective_input", "decision", "result", "error")
+SESSION_PAYLOADS = ("context", "state", "active_groups", "loaded_skills")
+TOOL_PAYLOADS = ("input_schema", "output_schema")
+
+
+def related(path: str, names) -> list[str]:
+    """Field names of a related row (`call__session`, …), for `defer`."""
+    return [f"{path}__{name}" for name in names]
+
+
+def call_rows(calls):
+    """Calls as list rows show them: with their session's agent and user, without their JSON payloads."""
+    return calls.select_related("session").defer(*CALL_PAYLOADS, *related("session", SESSION_PAYLOADS))
+
+
 def session_calls(session: AgentSession):
-    return ToolCall.objects.for_tenant(session.tenant_id).filter(session=session).select_related("tool")
+    return ToolCall.objects.for_tenant(session.tenant_id).filter(session=session).defer(*CALL_PAYLOADS)
 
 
 def call_events(call: ToolCall, after: int = 0):

@@ -75,6 +75,10 @@ class DocumentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.D
             raise ValidationError("send at least one document")
         if len(items) > MAX_DOCUMENTS_PER_REQUEST:
             raise ValidationError(f"at most {MAX_DOCUMENTS_PER_REQUEST} documents per request")
+        not_objects = {f"documents[{i}]": ["must be an object with dataset, title and text"]
+                       for i, item in enumerate(items) if not isinstance(item, dict)}
+        if not_objects:
+            raise ValidationError(not_objects)
         body = s.DocumentInputSerializer(data=items, many=True)
         if not body.is_valid():
             errors = body.errors

@@ -3,6 +3,7 @@ from django import forms
 from rest_framework.exceptions import ValidationError as ServiceValidationError
 
 from tenancy.models import Scope
+from toolkeeper.json_values import JSONValueField
 from tools.models import CallStatus, Tool, ToolCall
 
 
@@ -49,7 +50,7 @@ class BindingForm(forms.Form):
     agent = forms.CharField(max_length=100, required=False,
                             help_text="Empty: every agent. An agent's own binding beats the tenant-wide one.")
     name = forms.CharField(max_length=128, label="Argument name")
-    value = forms.JSONField(widget=forms.Textarea(attrs={"rows": 3}),
+    value = JSONValueField(widget=forms.Textarea(attrs={"rows": 3}),
                             help_text='JSON, e.g. "Europe/Berlin" (with quotes), 42, ["a", "b"] or {"k": 1}.')
 
     def __init__(self, *args, tenant, **kwargs):

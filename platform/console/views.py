@@ -22,7 +22,17 @@ from tenancy.models import ApiKey
 from tenancy.selectors import memberships_of
 from tools import services as tool_services
 from tools.models import AgentSession, BoundArgument, CallStatus, Tool, ToolCall, ToolGroup
-from tools.selectors import active_group_names, bindings_for, call_events, exposed_schema, groups_of, session_calls
+from tools.selectors import (
+    SESSION_PAYLOADS,
+    TOOL_PAYLOADS,
+    active_group_names,
+    bindings_for,
+    call_events,
+    call_rows,
+    exposed_schema,
+    groups_of,
+    session_calls,
+)
 
 from .access import ADMIN, ISSUED_KEY, shows_issued_key, tenant_view
 from .forms import ApiKeyForm, BindingForm, CallFilterForm, GroupForm, ToolStateForm, add_service_errors
@@ -68,7 +78,7 @@ def dashboard(request):
         },
         "by_status": [(status, label, by_status[status]) for status, label in CallStatus.choices
                       if status in by_status],
-        "recent_calls": calls.select_related("session")[:10],
+        "recent_calls": call_rows(calls)[:10],
     })
 
 
@@ -77,7 +87,7 @@ def dashboard(request):
 @tenant_view()
 def tool_list(request):
     groups = Prefetch("groups", queryset=ToolGroup.objects.for_tenant(request.tenant).order_by("name"))
-    tools = Tool.objects.for_tenant(request.tenant).prefetch_related(groups)
+    tools = Tool.objects.for_tenant(request.tenant).defer(*TOOL_PAYLOADS).prefetch_related(groups)
     return render(request, "console/tool_list.html", {"tools": tools})
 
 
@@ -111,7 +121,7 @@ def tool_detail(request, tool):
         "variants": variants,
         "bindings": bindings,
         "groups": ToolGroup.objects.for_tenant(request.tenant).filter(tools=tool).order_by("name"),
-        "recent_calls": ToolCall.objects.for_tenant(request.tenant).filter(tool=tool).select_related("session")[:10],
+        "recent_calls": call_rows(ToolCall.objects.for_tenant(request.tenant).filter(tool=tool))[:10],
     })
 
 
@@ -119,7 +129,7 @@ def tool_detail(request, tool):
 
 @tenant_view()
 def group_list(request):
-    tools = Prefetch("tools", queryset=Tool.objects.for_tenant(request.tenant).order_by("name"))
+    tools = Prefetch("tools", queryset=Tool.objects.for_tenant(request.tenant).defer(*TOOL_PAYLOADS).order_by("name"))
     groups = ToolGroup.objects.for_tenant(request.tenant).prefetch_related(tools)
     return render(request, "console/group_list.html", {"groups": groups})
 
@@ -209,7 +219,7 @@ def binding_create(request):
             messages.success(request, f"{binding.tool.name}.{binding.name} is now bound"
                                       f"{' for ' + binding.agent if binding.agent else ''}.")
             return _back("binding_list", request)
-    return render(request, "console/binding_form.html", {"form": form})
+    return render(request, "console/binding_form.html", {"form": form}, status=400 if form.errors else 200)
 
 
 @tenant_view(methods=("POST",))
@@ -266,7 +276,7 @@ def apikey_revoke(request, api_key):
 
 @tenant_view()
 def session_list(request):
-    sessions = AgentSession.objects.for_tenant(request.tenant).select_related("api_key")
+    sessions = AgentSession.objects.for_tenant(request.tenant).select_related("api_key").defer(*SESSION_PAYLOADS)
     return render(request, "console/session_list.html", {"page": _page(request, sessions)})
 
 
@@ -282,7 +292,7 @@ def session_detail(request, session):
 
 @tenant_view()
 def call_list(request):
-    calls = ToolCall.objects.for_tenant(request.tenant).select_related("session").order_by("-created_at", "-pk")
+    calls = call_rows(ToolCall.objects.for_tenant(request.tenant)).order_by("-created_at", "-pk")
     form = CallFilterForm(request.GET or None, tenant=request.tenant)
     filters = {}
     if form.is_bound and form.is_valid():

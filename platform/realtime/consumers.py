@@ -4,6 +4,7 @@ A client that passes `after=<seq>` first receives the stored events it missed (p
 numbered above `after`), then live ones; an event is never sent twice on one connection.
 """
 import logging
+import uuid
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -13,9 +14,11 @@ from .groups import calls_group, inbox_group, session_group
 
 logger = logging.getLogger("toolkeeper.realtime")
 
+CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_NOT_FOUND = 4404
 REPLAY_LIMIT = 5000
+MAX_SEQ = 2**63 - 1
 
 
 def _query(scope) -> dict:
@@ -23,13 +26,14 @@ def _query(scope) -> dict:
 
 
 def _after(query: dict) -> int | None:
+    """`after=<seq>`: None when absent; ValueError unless a sequence number (a non-negative integer that
+    fits the database's column)."""
     value = query.get("after")
     if value is None:
         return None
-    try:
-        return max(0, int(value))
-    except ValueError:
-        return 0
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_SEQ:
+        raise ValueError("after must be a non-negative integer")
+    return int(value)
 
 
 class EventStream(AsyncJsonWebsocketConsumer):
@@ -41,21 +45,32 @@ class EventStream(AsyncJsonWebsocketConsumer):
 
     async def connect(self):
         self.sent: dict[str, int] = {}
+        try:
+            self.read_query(_query(self.scope))
+        except ValueError:
+            await self.refuse(CLOSE_BAD_REQUEST)
+            return
         access = await database_sync_to_async(self.authorize)()
         if access is None:
-            if self.explain_refusal:
-                # Browsers cannot see a refused handshake's reason: accept, then close with a code.
-                await self.accept()
-            await self.close(code=CLOSE_UNAUTHORIZED)
+            await self.refuse(CLOSE_UNAUTHORIZED)
             return
         await self.accept(subprotocol=self.accepted_subprotocol())
         for group in self.groups_to_join():
             await self.channel_layer.group_add(group, self.channel_name)
         self.joined = True
-        after = _after(_query(self.scope))
-        if after is not None:
-            for event in await database_sync_to_async(self.replay)(after):
+        if self.after is not None:
+            for event in await database_sync_to_async(self.replay)(self.after):
                 await self.forward(event)
+
+    def read_query(self, query: dict) -> None:
+        """Take the stream's query parameters; ValueError when one is malformed."""
+        self.after = _after(query)
+
+    async def refuse(self, code: int) -> None:
+        if self.explain_refusal:
+            # Browsers cannot see a refused handshake's reason: accept, then close with a code.
+            await self.accept()
+        await self.close(code=code)
 
     async def disconnect(self, code):
         if getattr(self, "joined", False):
@@ -141,8 +156,12 @@ class AppSessionStream(EventStream):
             return None
         self.tenant_id, self.session_id = api_key.tenant_id, session.pk
         self.group = session_group(self.tenant_id, self.session_id)
-        self.call_filter = _query(self.scope).get("call")
         return session
+
+    def read_query(self, query: dict) -> None:
+        super().read_query(query)
+        call = query.get("call")
+        self.call_filter = str(uuid.UUID(call)) if call is not None else None
 
     def accepted_subprotocol(self):
         return self.subprotocol

@@ -1,4 +1,7 @@
 from django.contrib import admin
+from django.db import models
+
+from toolkeeper.json_values import JSONValueField
 
 from .models import ApiKey, Membership, Tenant
 
@@ -19,6 +22,7 @@ class TenantAdmin(admin.ModelAdmin):
 class ApiKeyAdmin(admin.ModelAdmin):
     list_display = ("name", "tenant", "prefix", "scopes", "agent", "last_used_at", "revoked_at")
     readonly_fields = ("prefix", "secret_hash", "created_at", "last_used_at")
+    formfield_overrides = {models.JSONField: {"form_class": JSONValueField}}
 
     def get_queryset(self, request):
         return ApiKey.all_tenants.select_related("tenant")

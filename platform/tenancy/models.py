@@ -70,6 +70,14 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def split_key(token: str) -> tuple[str, str] | None:
+    """(prefix, secret) of a token shaped like an API key (`tk_<prefix>_<secret>`), or None."""
+    if not token.startswith(KEY_PREFIX):
+        return None
+    prefix, _, secret = token[len(KEY_PREFIX):].partition("_")
+    return (prefix, secret) if prefix and secret else None
+
+
 def new_key_material() -> tuple[str, str, str]:
     """Returns (prefix, secret, full key). The key is `tk_<prefix>_<secret>`."""
     prefix = secrets.token_hex(6)

@@ -4,16 +4,15 @@ import hmac
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 
-from .models import KEY_PREFIX, ApiKey, Membership, Tenant, hash_secret
+from .models import ApiKey, Membership, Tenant, hash_secret, split_key
 
 
 def apikey_from_token(token: str) -> ApiKey | None:
     """The active key a bearer token names, or None."""
-    if not token.startswith(KEY_PREFIX):
+    parts = split_key(token)
+    if parts is None:
         return None
-    prefix, _, secret = token[len(KEY_PREFIX):].partition("_")
-    if not prefix or not secret:
-        return None
+    prefix, secret = parts
     api_key = ApiKey.all_tenants.select_related("tenant").filter(prefix=prefix).first()
     if api_key is None or api_key.revoked_at is not None:
         return None

@@ -13,6 +13,8 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
+from .json_values import MAX_JSON_DEPTH, json_problem
+
 logger = logging.getLogger("toolkeeper.api")
 
 
@@ -29,7 +31,8 @@ class Conflict(exceptions.APIException):
 
 
 class LimitedJSONParser(JSONParser):
-    """JSON parser that refuses bodies over TOOLKEEPER_MAX_BODY_BYTES with 413."""
+    """JSON parser that refuses bodies over TOOLKEEPER_MAX_BODY_BYTES with 413, and values that could not be
+    stored and read back (`json_problem`: NUL, lone surrogates, nesting past the cap) with 400."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         limit = settings.TOOLKEEPER_MAX_BODY_BYTES
@@ -43,26 +46,11 @@ class LimitedJSONParser(JSONParser):
         try:
             data = super().parse(io.BytesIO(raw), media_type, parser_context)
         except RecursionError as exc:
-            raise exceptions.ParseError("JSON parse error - nested too deeply") from exc
-        if _has_nul(data):
-            # PostgreSQL's jsonb cannot store U+0000; refuse it for every backend alike.
-            raise exceptions.ParseError("JSON strings may not contain the NUL character (\\u0000)")
+            raise exceptions.ParseError(f"JSON may be nested at most {MAX_JSON_DEPTH} levels deep") from exc
+        problem = json_problem(data)
+        if problem is not None:
+            raise exceptions.ParseError(problem)
         return data
-
-
-def _has_nul(value) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
 
 
 class Pagination(LimitOffsetPagination):

@@ -25,6 +25,12 @@ if settings.DEBUG:
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from toolkeeper.handlers import http_application  # noqa: E402
+
+if "daphne.server" in sys.modules:
+    # Served by daphne, which receives whole bodies before the application runs: refuse them as they arrive.
+    from toolkeeper.daphne_request import use_in_daphne
+
+    use_in_daphne()
 from toolkeeper.routing import websocket_urlpatterns  # noqa: E402
 
 if settings.TOOLKEEPER_EXECUTOR == "local":

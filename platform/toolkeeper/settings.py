@@ -154,8 +154,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 
-# Every request body the API parses is capped; larger ones get 413.
+# Every request body is capped (toolkeeper.bodies); larger ones get 413, before they are read.
 TOOLKEEPER_MAX_BODY_BYTES = int(os.environ.get("TOOLKEEPER_MAX_BODY_BYTES", 1024 * 1024))
+# …except a multipart upload to a console page: the knowledge upload takes up to 1,000 files of 1 MiB.
+TOOLKEEPER_MAX_UPLOAD_BYTES = int(os.environ.get("TOOLKEEPER_MAX_UPLOAD_BYTES", 1024 * 1024 * 1024))
 DATA_UPLOAD_MAX_NUMBER_FILES = 1000  # large uploads to the knowledge console run as work
 DATA_UPLOAD_MAX_MEMORY_SIZE = TOOLKEEPER_MAX_BODY_BYTES
 

@@ -8,8 +8,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from approvals.models import ApprovalRequest, PermissionRule, RequestStatus, Vote
+from approvals.services import request_decide
 from tenancy.models import Role
-from tools.models import CallStatus, ToolCall, ToolGroup
+from tools.models import AgentSession, CallStatus, Tool, ToolCall, ToolGroup
 from tools.services import binding_set, calls_submit, tool_external_create
 
 from ..tools.support import wait_terminal
@@ -422,3 +423,26 @@ def test_the_history_runs_a_constant_number_of_queries(world, inbox_pending):
     decide_all(inbox_pending(30, agent="deploy-bot"))
     many = _inbox_queries(client, world.a.tenant, "inbox_history")
     assert many == few, f"{few} queries for 3 decided requests, {many} for 33"
+
+
+def test_inbox_lists_do_not_read_json_columns_they_do_not_show(world, inbox_pending, inbox_external_call):
+    def columns(model, *names):
+        return [f'"{model._meta.db_table}"."{model._meta.get_field(name).column}"' for name in names]
+
+    call_json = columns(ToolCall, "effective_input", "decision", "result", "error")
+    unread = {
+        "inbox": [*call_json, *columns(ToolCall, "input"), *columns(AgentSession, "context", "state"),
+                  *columns(Vote, "input")],
+        "inbox_history": [*call_json, *columns(ToolCall, "input"), *columns(AgentSession, "context", "state"),
+                          *columns(Vote, "input")],
+        "inbox_external": [*call_json, *columns(AgentSession, "context", "state"),
+                           *columns(Tool, "input_schema", "output_schema")],  # the task shows its input
+    }
+    first, _ = inbox_pending(2)
+    request_decide(request=first, reviewer=world.a.users["reviewer"], decision="reject", message="no")
+    client = world.a.console("reviewer")
+    for name, names in unread.items():
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(url(name, world.a.tenant)).status_code == 200
+        sql = "\n".join(query["sql"] for query in captured.captured_queries)
+        assert not [column for column in names if column in sql], name

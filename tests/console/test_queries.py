@@ -3,7 +3,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tools.models import Tool
+from tools.models import AgentSession, CallStatus, Tool, ToolCall
 from tools.services import calls_submit, group_create, session_create
 
 pytestmark = pytest.mark.django_db
@@ -36,3 +36,66 @@ def test_list_pages_do_not_query_per_row(world):
     _grow(world, 5)
     after = {url: _queries(client, url) for url in PAGES}
     assert after == before
+
+
+# --- list pages leave the large JSON columns they do not show unread --------------------------------
+
+def _sql(client, url) -> str:
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+    return "\n".join(query["sql"] for query in captured.captured_queries)
+
+
+def columns(model, *names) -> list[str]:
+    return [f'"{model._meta.db_table}"."{model._meta.get_field(name).column}"' for name in names]
+
+
+CALL_JSON = columns(ToolCall, "input", "effective_input", "decision", "result", "error")
+SESSION_JSON = columns(AgentSession, "context", "state", "active_groups", "loaded_skills")
+TOOL_JSON = columns(Tool, "input_schema", "output_schema")
+
+
+def test_list_pages_do_not_read_json_columns_they_do_not_show(world):
+    client = world.a.console("operator")
+    session, call, tool = world.a.session, world.a.calls[0], world.a.tools["current_time"]
+    calls_submit(session=session, calls=[{"name": "current_time", "input": {}}])
+    pages = {
+        "/t/acme/": CALL_JSON + SESSION_JSON,
+        "/t/acme/calls/": CALL_JSON + SESSION_JSON,
+        f"/t/acme/calls/?fragment=rows&call={call.pk}": CALL_JSON + SESSION_JSON,
+        f"/t/acme/sessions/{session.pk}/": CALL_JSON,  # the page shows the session's own context
+        "/t/acme/sessions/": SESSION_JSON,
+        f"/t/acme/tools/{tool.pk}/": CALL_JSON + SESSION_JSON,
+        "/t/acme/tools/": TOOL_JSON,
+        "/t/acme/groups/": TOOL_JSON,
+    }
+    for url, unread in pages.items():
+        sql = _sql(client, url)
+        assert "SELECT" in sql, url
+        read = [column for column in unread if column in sql]
+        assert not read, (url, read)
+
+
+def _nested(levels: int):
+    value = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_list_pages_show_calls_whose_payloads_are_too_deep_to_load(world):
+    # Rows stored before the parser capped nesting: loading one overflows the JSON decoder.
+    deep = {"k": _nested(900)}
+    session = session_create(tenant=world.a.tenant, agent="legacy")
+    AgentSession.objects.for_tenant(world.a.tenant).filter(pk=session.pk).update(context=deep, state=deep)
+    ToolCall.objects.create(tenant=world.a.tenant, session=world.a.session, call_id="legacy", tool_name="x",
+                            tool=world.a.tools["current_time"], status=CallStatus.SUCCEEDED,
+                            input=deep, effective_input=deep, result=deep, error=deep, decision=deep)
+    client = world.a.console("viewer")
+    tool = world.a.tools["current_time"]
+    for url in ("/t/acme/", "/t/acme/calls/", f"/t/acme/sessions/{world.a.session.pk}/", "/t/acme/sessions/",
+                f"/t/acme/tools/{tool.pk}/"):
+        response = client.get(url)
+        assert response.status_code == 200, url
+        assert "legacy" in response.content.decode(), url

@@ -106,7 +106,7 @@ def test_scope_bindings_are_edited_through_bound_arguments(kb):
     page = client.get(url("bindings")).content.decode()
     assert "finance-bot" in page
     refused = client.post(url("bindings"), {"agent": "x", "filter": '{"k": {"nested": 1}}'})
-    assert refused.status_code == 200 and "Choose datasets" in refused.content.decode()
+    assert refused.status_code == 400 and "Choose datasets" in refused.content.decode()
     client.post(url("bindings"), {"remove_agent": "finance-bot"})
     assert not BoundArgument.objects.for_tenant(a.tenant).filter(agent="finance-bot").exists()
     client.post(url("bindings"), {"remove_agent": ""})  # the tenant-wide scope is never removed

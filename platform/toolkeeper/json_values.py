@@ -1,0 +1,101 @@
+"""JSON from outside that the platform stores: only values every later reader can take.
+
+Python's json module accepts what makes a stored row unreadable: a lone surrogate ("\\ud800", in a
+string or a key), which no UTF-8 encoder takes, so every page and API answer that shows the row fails;
+nesting so deep that loading or rendering the row overflows the stack; NaN and Infinity, which are not
+JSON. PostgreSQL's jsonb refuses NUL (U+0000), so it is refused on every backend alike. The API's JSON
+parser and every console form that reads JSON refuse such values with a message naming the problem.
+"""
+import json
+import math
+
+from django import forms
+from django.forms.fields import InvalidJSONInput, JSONString
+
+MAX_JSON_DEPTH = 64
+NON_FINITE = "JSON numbers must be finite (NaN and Infinity are not JSON)"
+
+
+def _character_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "JSON strings may not contain the NUL character (\\u0000)"
+    if not text.isascii():  # O(1); an ASCII string holds no surrogate
+        try:
+            text.encode("utf-8")  # C speed, where scanning for surrogates in Python would not be
+        except UnicodeEncodeError as exc:
+            return (f"JSON strings may not contain a lone surrogate (\\u{ord(text[exc.start]):04x}); a character "
+                    "outside the Basic Multilingual Plane is written as a pair of them")
+    return None
+
+
+def json_problem(value, *, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a parsed JSON value cannot be stored and read back, or None when it can."""
+    containers = [(value, 1)]
+    while containers:
+        item, depth = containers.pop()
+        if isinstance(item, dict):
+            members = item.values()
+            for key in item:
+                if isinstance(key, str) and (problem := _character_problem(key)):
+                    return problem
+        elif isinstance(item, list):
+            members = item
+        else:  # the top-level value is a scalar
+            members = (item,)
+            depth = 0
+        if depth > max_depth:
+            return f"JSON may be nested at most {max_depth} levels deep"
+        for member in members:
+            if isinstance(member, str):
+                if problem := _character_problem(member):
+                    return problem
+            elif isinstance(member, dict | list):
+                containers.append((member, depth + 1))
+            elif isinstance(member, float) and not math.isfinite(member):
+                return NON_FINITE
+    return None
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def json_parse(text: str):
+    """The value of a JSON text the platform may store; ValueError saying what is wrong otherwise."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+    except RecursionError as exc:
+        raise ValueError(f"JSON may be nested at most {MAX_JSON_DEPTH} levels deep") from exc
+    except ValueError as exc:  # NaN, or an integer with more digits than Python converts
+        raise ValueError(f"not valid JSON: {exc}") from exc
+    problem = json_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+class JSONValueField(forms.JSONField):
+    """Django's JSON form field, parsing with `json_parse`: a value it takes can be stored and shown."""
+
+    def to_python(self, value):
+        if self.disabled or value in self.empty_values:
+            return super().to_python(value)
+        if isinstance(value, list | dict | int | float | JSONString):
+            return value
+        try:
+            converted = json_parse(value)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc), code="invalid") from exc
+        return JSONString(converted) if isinstance(converted, str) else converted
+
+    def bound_data(self, data, initial):
+        if self.disabled:
+            return initial
+        if data is None:
+            return None
+        try:
+            return json_parse(data)
+        except ValueError:
+            return InvalidJSONInput(data)
