@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.models import ApiKey, Scope
+from tenancy.permissions import sees_secrets
 from tenancy.selectors import access_object
 from tools import selectors, services
 from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, ToolCall
@@ -253,6 +254,9 @@ class GroupViewSet(TenantModelViewSet):
 class BindingViewSet(TenantModelViewSet):
     serializer_class = s.BindingSerializer
     http_method_names = ["get", "post", "put", "patch", "delete"]
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "sees_secrets": sees_secrets(self.request)}
 
     @extend_schema(parameters=[OpenApiParameter("tool", str), OpenApiParameter("agent", str)])
     def list(self, request, *args, **kwargs):
