@@ -9,6 +9,8 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from tenancy.selectors import access_tenant, apikey_from_token, key_sessions
+
 from .groups import calls_group, inbox_group, session_group
 
 logger = logging.getLogger("toolkeeper.realtime")
@@ -124,17 +126,16 @@ class AppSessionStream(EventStream):
         return None, None
 
     def authorize(self):
-        from tenancy.selectors import apikey_from_token
         from tools.models import AgentSession
 
         token, self.subprotocol = self._token()
         api_key = apikey_from_token(token) if token else None
         if api_key is None or not api_key.has_scope("agent"):
             return None
-        filters = {"agent": api_key.agent} if api_key.agent else {}
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
         try:
-            session = AgentSession.objects.for_tenant(api_key.tenant).filter(**filters).filter(pk=session_id).first()
+            session = AgentSession.objects.for_tenant(api_key.tenant).filter(key_sessions(api_key)).filter(
+                pk=session_id).first()
         except Exception:  # a malformed id is simply not found
             session = None
         if session is None:
@@ -158,8 +159,6 @@ class ConsoleStream(EventStream):
     explain_refusal = True
 
     def member_tenant(self):
-        from tenancy.selectors import access_tenant
-
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             return None

@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.models import ApiKey, Scope
 from tenancy.permissions import sees_secrets
-from tenancy.selectors import access_object
+from tenancy.selectors import access_object, key_sessions
 from tools import selectors, services
 from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, ToolCall
 from tools.waiting import WATCH_RECHECK_S, call_statuses, call_watch, run_db, wait_for_calls
@@ -23,20 +23,16 @@ from . import serializers as s
 
 
 def access_session(request, session_id) -> AgentSession:
-    """The session, if it is the request's tenant's and (for an agent-locked key) its agent's."""
-    filters = {}
-    if isinstance(request.auth, ApiKey) and request.auth.agent:
-        filters["agent"] = request.auth.agent
-    session = access_object(AgentSession, request.tenant, session_id, **filters)
+    """The session, if it is the request's tenant's and one its API key may see (tenancy.selectors.key_sessions)."""
+    conditions = [key_sessions(request.auth)] if isinstance(request.auth, ApiKey) else []
+    session = access_object(AgentSession, request.tenant, session_id, *conditions)
     session.tenant = request.tenant  # already loaded with the key: save the query
     return session
 
 
 def access_call(request, call_id) -> ToolCall:
-    filters = {}
-    if isinstance(request.auth, ApiKey) and request.auth.agent:
-        filters["session__agent"] = request.auth.agent
-    return access_object(ToolCall, request.tenant, call_id, **filters)
+    conditions = [key_sessions(request.auth, prefix="session__")] if isinstance(request.auth, ApiKey) else []
+    return access_object(ToolCall, request.tenant, call_id, *conditions)
 
 
 def calls_payload(calls: list[ToolCall]) -> dict:
