@@ -2,13 +2,17 @@
 
 A client that passes `after=<seq>` first receives the stored events it missed (per call, those
 numbered above `after`), then live ones; an event is never sent twice on one connection.
+A stream holds the grant it was let in with (its API key, or its user's membership): when that
+ends, the stream is closed with code 4401 (`tenancy.grants`).
 """
+import asyncio
 import logging
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from tenancy.grants import Grant, grant_of_key, grant_of_member, grant_watch
 from tenancy.selectors import access_tenant, apikey_from_token, key_sessions
 
 from .groups import calls_group, inbox_group, session_group
@@ -40,6 +44,8 @@ class EventStream(AsyncJsonWebsocketConsumer):
     group: str = ""
     call_filter: str | None = None
     explain_refusal = False
+    grant: Grant | None = None  # set by authorize()
+    ended = False
 
     async def connect(self):
         self.sent: dict[str, int] = {}
@@ -51,6 +57,7 @@ class EventStream(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
         await self.accept(subprotocol=self.accepted_subprotocol())
+        self.grant_handle = grant_watch.hold(self.grant, self._grant_ended)
         for group in self.groups_to_join():
             await self.channel_layer.group_add(group, self.channel_name)
         self.joined = True
@@ -59,7 +66,17 @@ class EventStream(AsyncJsonWebsocketConsumer):
             for event in await database_sync_to_async(self.replay)(after):
                 await self.forward(event)
 
+    def _grant_ended(self) -> None:
+        # Through the stream's own channel, so the close is handled in turn with the events.
+        asyncio.ensure_future(self.channel_layer.send(self.channel_name, {"type": "access.ended"}))
+
+    async def access_ended(self, message):
+        self.ended = True
+        await self.close(code=CLOSE_UNAUTHORIZED)
+
     async def disconnect(self, code):
+        if hasattr(self, "grant_handle"):
+            grant_watch.release(self.grant_handle)
         if getattr(self, "joined", False):
             for group in self.groups_to_join():
                 await self.channel_layer.group_discard(group, self.channel_name)
@@ -71,9 +88,12 @@ class EventStream(AsyncJsonWebsocketConsumer):
         await self.forward(message)
 
     async def inbox_event(self, message):
-        await self.send_json({k: v for k, v in message.items() if k != "type"})
+        if not self.ended:
+            await self.send_json({k: v for k, v in message.items() if k != "type"})
 
     async def forward(self, message: dict):
+        if self.ended:
+            return
         call_id = message["call"]
         if self.call_filter and call_id != self.call_filter:
             return
@@ -140,6 +160,7 @@ class AppSessionStream(EventStream):
             session = None
         if session is None:
             return None
+        self.grant = grant_of_key(api_key)
         self.tenant_id, self.session_id = api_key.tenant_id, session.pk
         self.group = session_group(self.tenant_id, self.session_id)
         self.call_filter = _query(self.scope).get("call")
@@ -166,6 +187,7 @@ class ConsoleStream(EventStream):
             tenant, _ = access_tenant(user, self.scope["url_route"]["kwargs"]["tenant"])
         except Exception:
             return None
+        self.grant = grant_of_member(tenant.pk, user.pk)
         return tenant
 
 

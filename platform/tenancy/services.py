@@ -41,6 +41,14 @@ def membership_set(*, tenant: Tenant, user, role: str, actor=None) -> Membership
     return membership
 
 
+def membership_remove(*, tenant: Tenant, user, actor=None) -> bool:
+    """Take a user out of a tenant; their open console streams close within seconds (tenancy.grants)."""
+    removed, _ = Membership.objects.filter(user=user, tenant=tenant).delete()
+    if removed:
+        audit_record(tenant=tenant, actor=actor, verb="membership.removed", target=f"user:{user.username}")
+    return bool(removed)
+
+
 def user_create(*, username: str, password: str, email: str = ""):
     return get_user_model().objects.create_user(username=username, password=password, email=email)
 
