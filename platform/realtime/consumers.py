@@ -57,7 +57,8 @@ class EventStream(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHORIZED)
             return
         await self.accept(subprotocol=self.accepted_subprotocol())
-        self.grant_handle = grant_watch.hold(self.grant, self._grant_ended)
+        if self.grant is not None:
+            self.grant_handle = grant_watch.hold(self.grant, self._grant_ended)
         for group in self.groups_to_join():
             await self.channel_layer.group_add(group, self.channel_name)
         self.joined = True
