@@ -192,13 +192,14 @@ def _is_person(reviewer) -> bool:
 
 
 def reviewer_may_decide(*, request: ApprovalRequest, user) -> bool:
-    """Members who review, limited to the queue's reviewers when it names them (widened once escalated).
+    """Members who review, limited to the queue's reviewers when it names them. Escalation only adds
+    its reviewers to a named set: a queue that names none stays open to every member who reviews.
 
     An admin-scoped API key decides for automation; it may do so only in queues that name no reviewers.
     """
     queue = request.queue
     allowed = set(queue.reviewers.values_list("pk", flat=True)) if queue else set()
-    if queue is not None and request.escalated_at is not None:
+    if allowed and request.escalated_at is not None:
         allowed |= set(queue.escalation_reviewers.values_list("pk", flat=True))
     if not _is_person(user):
         return not allowed

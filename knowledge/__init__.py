@@ -13,7 +13,7 @@
   defaulting to the title; an identical re-ingest is a no-op, a changed one updates in place.
   Bulk ingest validates every document first, then writes batches of 100 in their own transactions,
   reporting progress (synchronous for now).
-- Query cost is bounded: words held by more than CANDIDATE_CAP in-scope chunks do not select
+- Query cost is bounded: words held by more than CANDIDATE_CAP of the tenant's chunks do not select
   candidates when rarer words exist, and when every word is that common only CANDIDATE_CAP
-  candidates are ranked (knowledge.selectors.matching_terms).
+  candidates are ranked (knowledge.selectors.matching_terms). Ranking statistics are the tenant's own.
 """

@@ -1,7 +1,6 @@
 """Reads: datasets, documents, and ranked full-text search over chunks (knowledge.fts)."""
 import json
 import re
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -163,10 +162,11 @@ def _sqlite_equals(key: str, value) -> tuple[str, list]:
     return "(json_type(c.metadata, %s) = 'text' AND json_extract(c.metadata, %s) = %s)", [path, path, value]
 
 
-def _sqlite_term_counts(cursor, terms: list[str]) -> list[int]:
-    """How many chunks hold each term, table-wide, counted up to CANDIDATE_CAP + 1 by walking the term's
-    FTS doclist only (no row is read): cheap, and the measure of what the term costs to match."""
-    one = "(SELECT count(*) FROM (SELECT 1 FROM knowledge_chunk_fts WHERE knowledge_chunk_fts MATCH %s LIMIT %s))"
+def _sqlite_term_counts(cursor, table: str, terms: list[str]) -> list[int]:
+    """How many of the tenant's chunks hold each term (its FTS table is its own), counted up to
+    CANDIDATE_CAP + 1 by walking the term's doclist only (no row is read): cheap, and the measure of what
+    the term costs to match."""
+    one = f"(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH %s LIMIT %s))"  # noqa: S608
     args: list = []
     for term in terms:
         args.extend([fts.sqlite_match([term]), CANDIDATE_CAP + 1])
@@ -174,57 +174,30 @@ def _sqlite_term_counts(cursor, terms: list[str]) -> list[int]:
     return list(cursor.fetchone())
 
 
-_PG_STATS_TTL_S = 300.0
-_pg_stats: dict = {}  # database alias -> (fetched at, {lexeme: estimated rows})
-
-
-def _pg_lexeme_rows(cursor, alias: str) -> dict:
-    """PostgreSQL's own statistics on the tsvector column (ANALYZE, autovacuum): estimated rows for
-    each of its most frequent lexemes. Cached per process for a few minutes."""
-    cached = _pg_stats.get(alias)
-    if cached and time.monotonic() - cached[0] < _PG_STATS_TTL_S:
-        return cached[1]
+def _pg_term_counts(cursor, tenant_id: int, terms: list[str]) -> list[int]:
+    """How many of the tenant's chunks hold each term, from `knowledge_lexeme` (kept by triggers on the
+    chunk table, migration 0004): one indexed read, whatever the corpus. A term the configuration drops
+    (a stop word) counts 0; one that splits into several lexemes counts as its rarest."""
     cursor.execute(
-        "SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs, greatest(c.reltuples, 0) "
-        "FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename "
-        "WHERE s.schemaname = current_schema() AND s.tablename = 'knowledge_chunk' AND s.attname = 'search'"
-    )
-    row = cursor.fetchone()
-    rows = {}
-    if row and row[0] and row[1]:
-        elems, freqs, total = row
-        rows = {lexeme: freq * total for lexeme, freq in zip(elems, freqs, strict=False)}
-    _pg_stats[alias] = (time.monotonic(), rows)
-    return rows
-
-
-def _pg_estimated_counts(cursor, alias: str, terms: list[str]) -> list[int]:
-    """Rows holding each term, estimated from statistics (no scan): the bitmap a term costs on the GIN
-    index is table-wide, so a table-wide estimate is the right measure of its cost. A term the
-    configuration drops (a stop word) counts 0."""
-    rows = _pg_lexeme_rows(cursor, alias)
-    cursor.execute(
-        f"SELECT t, tsvector_to_array(to_tsvector('{fts.PG_CONFIG}'::regconfig, t)) "  # noqa: S608
-        "FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n", [terms])
-    lexemes = dict(cursor.fetchall())
-    counts = []
-    for term in terms:
-        found = lexemes.get(term) or []
-        # A lexeme the statistics do not list is rarer than every listed one: selective (1).
-        counts.append(int(max((rows.get(lexeme, 1) for lexeme in found), default=0)) if found else 0)
-    return counts
+        "SELECT u.n, min(coalesce(k.chunks, 0)) FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n)"  # noqa: S608
+        f" CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('{fts.PG_CONFIG}'::regconfig, u.t))) AS l(lexeme)"
+        " LEFT JOIN knowledge_lexeme k ON k.tenant_id = %s AND k.lexeme = l.lexeme GROUP BY u.n",
+        [terms, tenant_id])
+    counts = dict(cursor.fetchall())
+    return [int(counts.get(n, 0)) for n in range(1, len(terms) + 1)]
 
 
 def matching_terms(terms: list[str], counts: list[int]) -> tuple[list[str], bool]:
     """The terms a search matches on, and whether the candidates must be capped.
 
     Ranking every chunk that holds a very common word costs time in proportion to the corpus. Like
-    Lucene's common-terms query: when some query words are selective (at most CANDIDATE_CAP chunks hold
-    each, table-wide, since that is what a term costs to match: counted on its FTS5 doclist on SQLite,
-    estimated from the planner's statistics on PostgreSQL), only they select and rank candidates; a word
-    in thousands of chunks says little about relevance (its IDF is near zero). When every word is common,
-    all of them match but only the first CANDIDATE_CAP candidates found are ranked: the work stays bounded.
-    Which chunks can be returned never depends on this: the scope is in the SQL of every query."""
+    Lucene's common-terms query: when some query words are selective (at most CANDIDATE_CAP of the
+    tenant's chunks hold each: counted on the tenant's FTS5 doclist on SQLite, read from the per-tenant
+    lexeme counts on PostgreSQL), only they select and rank candidates; a word in thousands of chunks
+    says little about relevance (its IDF is near zero). When every word is common, all of them match but
+    only the first CANDIDATE_CAP candidates found are ranked: the work stays bounded. The counts are the
+    tenant's own, so another tenant's corpus never changes which words select. Which chunks can be
+    returned never depends on this: the scope is in the SQL of every query."""
     present = [(term, count) for term, count in zip(terms, counts, strict=True) if count]
     rare = [term for term, count in present if count <= CANDIDATE_CAP]
     if rare:
@@ -253,7 +226,7 @@ def _search_postgres(connection, tenant_id, terms, dataset_ids, filters, top_k) 
     headline_options = (f"StartSel={HL_START}, StopSel={HL_STOP}, MaxWords=45, MinWords=20, "
                         "MaxFragments=2, FragmentDelimiter=\" … \"")
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor, _bitmap_scans_only(cursor):
-        terms, capped = matching_terms(terms, _pg_estimated_counts(cursor, connection.alias, terms))
+        terms, capped = matching_terms(terms, _pg_term_counts(cursor, tenant_id, terms))
         if not terms:
             return []
         # ts_rank_cd knows no inverse document frequency: a chunk repeating one query word could outrank
@@ -300,8 +273,11 @@ def _search_postgres(connection, tenant_id, terms, dataset_ids, filters, top_k) 
 
 def _search_sqlite(connection, tenant_id, terms, dataset_ids, filters, top_k) -> list[SearchHit]:
     scope, params = _scope_sql("sqlite", tenant_id, dataset_ids, filters)
+    table = fts.sqlite_table(tenant_id)  # the tenant's own: bm25()'s statistics are the tenant's
     with connection.cursor() as cursor:
-        terms, capped = matching_terms(terms, _sqlite_term_counts(cursor, terms))
+        if not fts.sqlite_table_exists(cursor, tenant_id):
+            return []  # nothing was ever indexed for this tenant
+        terms, capped = matching_terms(terms, _sqlite_term_counts(cursor, table, terms))
         if not terms:
             return []
         match = fts.sqlite_match(terms)
@@ -309,9 +285,9 @@ def _search_sqlite(connection, tenant_id, terms, dataset_ids, filters, top_k) ->
         # subquery has a LIMIT, so bm25() is computed only for the candidates it yields.
         sql = f"""
             WITH candidates AS (
-                SELECT c.id, c.document_id, -bm25(knowledge_chunk_fts, 3.0, 1.0) AS score
-                FROM knowledge_chunk_fts JOIN knowledge_chunk c ON c.id = knowledge_chunk_fts.rowid
-                WHERE knowledge_chunk_fts MATCH %s AND {scope}
+                SELECT c.id, c.document_id, -bm25({table}, 3.0, 1.0) AS score
+                FROM {table} JOIN knowledge_chunk c ON c.id = {table}.rowid
+                WHERE {table} MATCH %s AND {scope}
                 LIMIT %s
             ),
             ranked AS (SELECT id, document_id, score FROM candidates ORDER BY score DESC, id LIMIT %s),
@@ -333,8 +309,8 @@ def _search_sqlite(connection, tenant_id, terms, dataset_ids, filters, top_k) ->
         if rows:
             ids = [r[0] for r in rows]
             cursor.execute(
-                f"SELECT rowid, snippet(knowledge_chunk_fts, 1, %s, %s, '…', 32) FROM knowledge_chunk_fts "  # noqa: S608
-                f"WHERE knowledge_chunk_fts MATCH %s AND rowid IN ({', '.join(['%s'] * len(ids))})",
+                f"SELECT rowid, snippet({table}, 1, %s, %s, '…', 32) FROM {table} "  # noqa: S608
+                f"WHERE {table} MATCH %s AND rowid IN ({', '.join(['%s'] * len(ids))})",
                 [HL_START, HL_STOP, match, *ids],
             )
             snippets = dict(cursor.fetchall())

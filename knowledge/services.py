@@ -6,13 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from audit.services import audit_record
 from toolkeeper.json_values import json_problem
 
+from . import fts
 from .chunking import chunk_text
 from .models import Chunk, Dataset, Document
 
@@ -223,6 +224,7 @@ def _chunks_for(document: Document, pieces: list[str]) -> list[Chunk]:
 
 @transaction.atomic
 def _ingest_batch(tenant, dataset: Dataset, docs: list[DocumentInput]) -> list[IngestOutcome]:
+    fts.tenant_index_ensure(connection, dataset.tenant_id)
     existing = {
         d.external_id: d
         for d in Document.objects.for_tenant(tenant).filter(dataset=dataset,
@@ -296,6 +298,13 @@ def document_from_file(name: str, data: bytes) -> dict:
         if heading:
             title = heading.group(1).strip()
     return {"title": title[:MAX_TITLE_CHARS], "text": text, "external_id": name[:MAX_EXTERNAL_ID_CHARS]}
+
+
+# --- the tenant's search index ------------------------------------------------------------------
+
+def search_index_create(*, tenant) -> None:
+    """A new tenant's full-text index (a table of its own on SQLite; knowledge.fts)."""
+    fts.tenant_index_ensure(connection, tenant.pk)
 
 
 # --- the tool's scope ----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from django.db import IntegrityError, connection, transaction
 from rest_framework.exceptions import ValidationError
 
 from audit.services import audit_record
+from tenancy.models import SYSTEM_AGENT, SYSTEM_AGENT_RESERVED, is_system_agent
 from toolkeeper.api import Conflict
 
 from .decorators import ToolError
@@ -221,6 +222,8 @@ def session_create(*, tenant, agent: str, user: str = "", context: dict | None =
         agent = api_key.agent
     if not agent:
         raise ValidationError({"agent": ["This field is required."]})
+    if is_system_agent(agent):
+        raise ValidationError({"agent": [SYSTEM_AGENT_RESERVED]})
     default_groups = [g.name for g in groups_of(tenant) if g.switchable and g.default_active
                       and g.name != RESERVED_GROUP]
     session = AgentSession.objects.create(
@@ -370,9 +373,6 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> l
     return results
 
 
-SYSTEM_AGENT = "toolkeeper"
-
-
 def work_start(*, tenant, tool_name: str, arguments: dict, actor) -> ToolCall:
     """Operator-started work on a built-in tool (a large ingest, a report): a call in the tenant's system
     session, run by the executor like any other and streamed live, so its progress shows on its call page.
@@ -382,7 +382,7 @@ def work_start(*, tenant, tool_name: str, arguments: dict, actor) -> ToolCall:
         raise ValidationError({"tool": [f"{tool_name} is not available"]})
     label = str(getattr(actor, "username", actor or "system"))
     with transaction.atomic():
-        session = AgentSession.objects.for_tenant(tenant).filter(agent=SYSTEM_AGENT).first() or \
+        session = AgentSession.objects.for_tenant(tenant).filter(agent=SYSTEM_AGENT, api_key=None).first() or \
             AgentSession.objects.create(tenant=tenant, agent=SYSTEM_AGENT, user="", context={"system": True})
         number = _count_calls(session, 1)
         call = ToolCall.objects.create(

@@ -52,18 +52,34 @@ POLL_S = 0.25
 WATCH_RECHECK_S = 1.0
 
 
-async def _poll_until(tenant_id: int, call_ids, until: frozenset, deadline: float) -> None:
+async def _poll_until(tenant_id: int, call_ids, until: frozenset, deadline: float, stop: asyncio.Event) -> None:
     """The fallback when the channel layer is unreachable: read the statuses a few times a second."""
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not stop.is_set():
         statuses = await run_db(call_statuses, tenant_id, call_ids)
         if all(statuses.get(str(cid)) in until for cid in call_ids):
             return
         await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
 
 
+async def _receive_unless_stopped(layer, channel: str, stop: asyncio.Event, timeout: float) -> dict | None:
+    """The channel's next message; None when `stop` is set or `timeout` passes first."""
+    receive = asyncio.ensure_future(layer.receive(channel))
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({receive, stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (receive, stopped):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    return receive.result() if receive.done() and not receive.cancelled() else None
+
+
 async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Iterable[str], until: frozenset,
-                         timeout: float) -> None:
-    """Return when every call's status is in `until`, or after `timeout` seconds."""
+                         timeout: float, stop: asyncio.Event | None = None) -> None:
+    """Return when every call's status is in `until`, when `stop` is set, or after `timeout` seconds."""
+    stop = stop or asyncio.Event()
     deadline = time.monotonic() + timeout
     layer = get_channel_layer()
     groups = {session_group(tenant_id, sid) for sid in session_ids}
@@ -73,7 +89,7 @@ async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Ite
             await layer.group_add(group, channel)
     except Exception:
         logger.warning("cannot wait on the channel layer; polling the database instead", exc_info=True)
-        await _poll_until(tenant_id, call_ids, until, deadline)
+        await _poll_until(tenant_id, call_ids, until, deadline, stop)
         return
     try:
         # Subscribe first, then read: an event between the two is not missed.
@@ -81,15 +97,15 @@ async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Ite
         pending = {cid for cid in map(str, call_ids) if statuses.get(cid) not in until}
         while pending:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or stop.is_set():
                 return
             try:
-                message = await asyncio.wait_for(layer.receive(channel), timeout=remaining)
-            except TimeoutError:
-                return
+                message = await _receive_unless_stopped(layer, channel, stop, remaining)
             except Exception:
                 logger.warning("waiting on the channel layer failed; polling the database instead", exc_info=True)
-                await _poll_until(tenant_id, pending, until, deadline)
+                await _poll_until(tenant_id, pending, until, deadline, stop)
+                return
+            if message is None:
                 return
             if message.get("kind") == "status" and message.get("data", {}).get("status") in until:
                 pending.discard(message.get("call"))
@@ -116,9 +132,14 @@ class CallWatch:
         self.settled[str(call.pk)] = call  # one dict store: safe from any thread
         self.loop.call_soon_threadsafe(self._changed.set)
 
+    def wake(self) -> None:
+        """Have the waiting coroutine look again (call on its loop)."""
+        self._changed.set()
+
     async def wait(self, pending: set[str], until: frozenset, timeout: float, *, recheck_s: float,
-                   recheck: Callable[[set[str]], Awaitable[set[str]]]) -> bool:
-        """Wait until no call in `pending` is outside `until`; False on timeout.
+                   recheck: Callable[[set[str]], Awaitable[set[str]]], stop: asyncio.Event | None = None) -> bool:
+        """Wait until no call in `pending` is outside `until`; False on timeout, or once `stop` is set
+        (call wake() after setting it).
 
         Every `recheck_s` it asks `recheck` which calls are still pending, for a call that moved in
         another process (a management command, say).
@@ -128,6 +149,8 @@ class CallWatch:
         pending = set(pending)
         while True:
             self._changed.clear()
+            if stop is not None and stop.is_set():
+                return False
             for call_id in list(pending):
                 call = self.settled.get(call_id)
                 if call is not None and call.status in until:

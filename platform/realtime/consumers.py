@@ -2,13 +2,19 @@
 
 A client that passes `after=<seq>` first receives the stored events it missed (per call, those
 numbered above `after`), then live ones; an event is never sent twice on one connection.
+A stream holds the grant it was let in with (its API key, or its user's membership): when that
+ends, the stream is closed with code 4401 (`tenancy.grants`).
 """
+import asyncio
 import logging
 import uuid
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from tenancy.grants import Grant, grant_of_key, grant_of_member, grant_watch
+from tenancy.selectors import access_tenant, apikey_from_token, key_sessions
 
 from .groups import calls_group, inbox_group, session_group
 
@@ -42,6 +48,8 @@ class EventStream(AsyncJsonWebsocketConsumer):
     group: str = ""
     call_filter: str | None = None
     explain_refusal = False
+    grant: Grant | None = None  # set by authorize()
+    ended = False
 
     async def connect(self):
         self.sent: dict[str, int] = {}
@@ -55,6 +63,8 @@ class EventStream(AsyncJsonWebsocketConsumer):
             await self.refuse(CLOSE_UNAUTHORIZED)
             return
         await self.accept(subprotocol=self.accepted_subprotocol())
+        if self.grant is not None:
+            self.grant_handle = grant_watch.hold(self.grant, self._grant_ended)
         for group in self.groups_to_join():
             await self.channel_layer.group_add(group, self.channel_name)
         self.joined = True
@@ -72,7 +82,17 @@ class EventStream(AsyncJsonWebsocketConsumer):
             await self.accept()
         await self.close(code=code)
 
+    def _grant_ended(self) -> None:
+        # Through the stream's own channel, so the close is handled in turn with the events.
+        asyncio.ensure_future(self.channel_layer.send(self.channel_name, {"type": "access.ended"}))
+
+    async def access_ended(self, message):
+        self.ended = True
+        await self.close(code=CLOSE_UNAUTHORIZED)
+
     async def disconnect(self, code):
+        if hasattr(self, "grant_handle"):
+            grant_watch.release(self.grant_handle)
         if getattr(self, "joined", False):
             for group in self.groups_to_join():
                 await self.channel_layer.group_discard(group, self.channel_name)
@@ -84,9 +104,12 @@ class EventStream(AsyncJsonWebsocketConsumer):
         await self.forward(message)
 
     async def inbox_event(self, message):
-        await self.send_json({k: v for k, v in message.items() if k != "type"})
+        if not self.ended:
+            await self.send_json({k: v for k, v in message.items() if k != "type"})
 
     async def forward(self, message: dict):
+        if self.ended:
+            return
         call_id = message["call"]
         if self.call_filter and call_id != self.call_filter:
             return
@@ -139,21 +162,21 @@ class AppSessionStream(EventStream):
         return None, None
 
     def authorize(self):
-        from tenancy.selectors import apikey_from_token
         from tools.models import AgentSession
 
         token, self.subprotocol = self._token()
         api_key = apikey_from_token(token) if token else None
         if api_key is None or not api_key.has_scope("agent"):
             return None
-        filters = {"agent": api_key.agent} if api_key.agent else {}
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
         try:
-            session = AgentSession.objects.for_tenant(api_key.tenant).filter(**filters).filter(pk=session_id).first()
+            session = AgentSession.objects.for_tenant(api_key.tenant).filter(key_sessions(api_key)).filter(
+                pk=session_id).first()
         except Exception:  # a malformed id is simply not found
             session = None
         if session is None:
             return None
+        self.grant = grant_of_key(api_key)
         self.tenant_id, self.session_id = api_key.tenant_id, session.pk
         self.group = session_group(self.tenant_id, self.session_id)
         return session
@@ -177,8 +200,6 @@ class ConsoleStream(EventStream):
     explain_refusal = True
 
     def member_tenant(self):
-        from tenancy.selectors import access_tenant
-
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             return None
@@ -186,6 +207,7 @@ class ConsoleStream(EventStream):
             tenant, _ = access_tenant(user, self.scope["url_route"]["kwargs"]["tenant"])
         except Exception:
             return None
+        self.grant = grant_of_member(tenant.pk, user.pk)
         return tenant
 
 

@@ -63,6 +63,13 @@ class Scope(models.TextChoices):
 
 
 KEY_PREFIX = "tk_"
+# The agent of each tenant's system session, where work operators start runs: no app may use it.
+SYSTEM_AGENT = "toolkeeper"
+SYSTEM_AGENT_RESERVED = f"{SYSTEM_AGENT!r} is reserved for the tenant's system session"
+
+
+def is_system_agent(agent: str) -> bool:
+    return (agent or "").strip().casefold() == SYSTEM_AGENT
 
 
 def hash_secret(secret: str) -> str:

@@ -27,3 +27,12 @@ class HasTenant(permissions.BasePermission):
         if Scope.ADMIN in scopes and request.method in permissions.SAFE_METHODS:
             return True
         return membership.can_operate
+
+
+def sees_secrets(request) -> bool:
+    """Bound values can be secrets: operators, admins and admin-scoped keys see them; reviewers and
+    viewers see that a value is bound, not what it is (as in the console)."""
+    if isinstance(request.auth, ApiKey):
+        return request.auth.has_scope(Scope.ADMIN)
+    membership = getattr(request, "membership", None)
+    return membership is not None and membership.can_operate

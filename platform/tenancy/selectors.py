@@ -2,9 +2,10 @@
 import hmac
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Q
 from django.http import Http404
 
-from .models import ApiKey, Membership, Tenant, hash_secret, split_key
+from .models import SYSTEM_AGENT, ApiKey, Membership, Scope, Tenant, hash_secret, split_key
 
 
 def apikey_from_token(token: str) -> ApiKey | None:
@@ -19,6 +20,15 @@ def apikey_from_token(token: str) -> ApiKey | None:
     if not hmac.compare_digest(api_key.secret_hash, hash_secret(secret)):
         return None
     return api_key
+
+
+def key_sessions(api_key: ApiKey, prefix: str = "") -> Q:
+    """The agent sessions an API key may see (`prefix`: the path to them from another model): its locked
+    agent's only, and the tenant's system session (operators' work) only with the admin scope."""
+    condition = Q(**{f"{prefix}agent": api_key.agent}) if api_key.agent else Q()
+    if not api_key.has_scope(Scope.ADMIN):
+        condition &= ~Q(**{f"{prefix}agent": SYSTEM_AGENT})
+    return condition
 
 
 def memberships_of(user) -> list[Membership]:
@@ -44,9 +54,9 @@ def access_tenant(user, slug: str) -> tuple[Tenant, Membership]:
     return membership.tenant, membership
 
 
-def access_object(model, tenant: Tenant, pk, **filters):
+def access_object(model, tenant: Tenant, pk, *conditions: Q, **filters):
     """A tenant-owned row by primary key, or 404 (malformed ids are 404 too)."""
     try:
-        return model.objects.for_tenant(tenant).filter(**filters).get(pk=pk)
+        return model.objects.for_tenant(tenant).filter(*conditions, **filters).get(pk=pk)
     except (model.DoesNotExist, ValueError, TypeError, DjangoValidationError) as exc:
         raise Http404(f"no such {model._meta.verbose_name}") from exc

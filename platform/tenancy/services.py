@@ -8,7 +8,17 @@ from rest_framework.exceptions import ValidationError
 
 from audit.services import audit_record
 
-from .models import ApiKey, Membership, Role, Scope, Tenant, hash_secret, new_key_material
+from .models import (
+    SYSTEM_AGENT_RESERVED,
+    ApiKey,
+    Membership,
+    Role,
+    Scope,
+    Tenant,
+    hash_secret,
+    is_system_agent,
+    new_key_material,
+)
 from .signals import tenant_created
 
 
@@ -31,6 +41,14 @@ def membership_set(*, tenant: Tenant, user, role: str, actor=None) -> Membership
     return membership
 
 
+def membership_remove(*, tenant: Tenant, user, actor=None) -> bool:
+    """Take a user out of a tenant; their open console streams close within seconds (tenancy.grants)."""
+    removed, _ = Membership.objects.filter(user=user, tenant=tenant).delete()
+    if removed:
+        audit_record(tenant=tenant, actor=actor, verb="membership.removed", target=f"user:{user.username}")
+    return bool(removed)
+
+
 def user_create(*, username: str, password: str, email: str = ""):
     return get_user_model().objects.create_user(username=username, password=password, email=email)
 
@@ -46,6 +64,8 @@ def apikey_create(*, tenant: Tenant, name: str, scopes: list[str], agent: str = 
     if unknown or not scopes:
         got = ", ".join(unknown) or "none"
         raise ValidationError({"scopes": [f"choose from {', '.join(Scope.values)}; got {got}"]})
+    if is_system_agent(agent):
+        raise ValidationError({"agent": [SYSTEM_AGENT_RESERVED]})
     prefix, secret, key = new_key_material()
     api_key = ApiKey.objects.create(
         tenant=tenant, name=name, prefix=prefix, secret_hash=hash_secret(secret),

@@ -346,6 +346,28 @@ def test_escalation_keeps_the_first_reviewers(world, gov_shell, gov_queue, gov_r
     assert decide(reviewer_client(first, world), request.pk, "reject").status_code == 200
 
 
+def test_escalating_a_queue_without_named_reviewers_narrows_nobody(world, gov_shell, gov_queue, gov_rule,
+                                                                   gov_member):
+    """A queue that names no reviewers is open to every member who reviews (and to admin keys); escalation
+    adds its reviewers, so after it the same people may still decide."""
+    escalation = gov_member()
+    queue = gov_queue(name="open-escalating", escalation_reviewers=[escalation], escalate_after=timedelta(minutes=10))
+    gov_rule("ask", gov_shell.name, queue=queue)
+    calls = [ask_call(world, gov_shell, command=f"git push {n}") for n in range(3)]
+    requests = [ApprovalRequest.objects.for_tenant(world.a.tenant).get(call=call) for call in calls]
+    requests_expire_due(now=timezone.now() + timedelta(minutes=11))
+    for request in requests:
+        request.refresh_from_db()
+        assert request.escalated_at is not None and request.status == RequestStatus.PENDING
+
+    deciders = [reviewer_client(world.a.users[Role.REVIEWER], world), reviewer_client(gov_member(), world),
+                world.a.client("admin")]
+    for client, request in zip(deciders, requests, strict=True):
+        response = decide(client, request.pk, "reject", message="not now")
+        assert response.status_code == 200, response.content
+        assert response.json()["status"] == RequestStatus.REJECTED
+
+
 # --- edit re-validation ------------------------------------------------------------------------
 
 def test_schema_invalid_edit_is_refused_with_field_errors(world, gov_shell, asking, gov_member):

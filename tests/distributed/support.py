@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -175,3 +176,108 @@ async def ws_refused(url: str, headers: dict | None = None, subprotocols: list[s
         raise AssertionError(f"{url} was accepted and stayed open") from None
     await socket.close()
     raise AssertionError(f"{url} was accepted and sent {message!r}")
+
+
+# -- ending access ---------------------------------------------------------------------------------
+# Shared by the embedded live server (tests/live) and the distributed stack: `shell(code)` runs Python in
+# `manage.py shell -c` against the server's database (another process than the server) and returns the
+# JSON the code prints last.
+
+ACCESS_BOUND_S = 20  # far beyond the server's re-check of grants (1 s): only a broken close waits this long
+WAITED_S = 30
+
+NEW_KEY = """
+import json
+from tenancy.models import Tenant
+from tenancy.services import apikey_create
+issued = apikey_create(tenant=Tenant.objects.get(slug={slug!r}), name="revoke me", scopes=["agent"])
+print(json.dumps({{"key": issued.key, "id": issued.api_key.pk}}))
+"""
+REVOKE_KEY = """
+import json
+from tenancy.models import ApiKey
+from tenancy.services import apikey_revoke
+apikey_revoke(api_key=ApiKey.all_tenants.get(pk={id}))
+print(json.dumps({{"revoked": {id}}}))
+"""
+NEW_MEMBER = """
+import json
+from tenancy.models import Role, Tenant
+from tenancy.services import membership_set, user_create
+user = user_create(username={username!r}, password={password!r})
+membership_set(tenant=Tenant.objects.get(slug={slug!r}), user=user, role=Role.REVIEWER)
+print(json.dumps({{"user": user.pk}}))
+"""
+REMOVE_MEMBER = """
+import json
+from django.contrib.auth import get_user_model
+from tenancy.models import Tenant
+from tenancy.services import membership_remove
+user = get_user_model().objects.get(username={username!r})
+print(json.dumps({{"removed": membership_remove(tenant=Tenant.objects.get(slug={slug!r}), user=user)}}))
+"""
+
+
+async def ws_close_code(socket, bound_s: float = ACCESS_BOUND_S) -> int | None:
+    """Read the stream until the server closes it: the close code, or None if it stayed open `bound_s`."""
+    try:
+        async with asyncio.timeout(bound_s):
+            while True:
+                await socket.recv()
+    except ConnectionClosed as exc:
+        return exc.rcvd.code if exc.rcvd else None
+    except TimeoutError:
+        await socket.close()
+        return None
+
+
+def revoking_a_key_ends_its_socket_and_wait(url: str, shell, slug: str, tenant_key: str) -> None:
+    """A key with an open socket and a request waiting 30 s: revoked from another process, the socket
+    closes with 4401 and the request answers 401 in the envelope, both long before the wait would end."""
+    issued = shell(NEW_KEY.format(slug=slug))
+    ws_url = url.replace("http://", "ws://", 1)
+    with Api(url, issued["key"]) as api, Api(url, tenant_key) as tenant_api:
+        session = api.new_session("revoke-bot")
+        call = api.submit(session, "countdown", {"seconds": 60})
+
+        async def scenario():
+            socket = await ws_connect(f"{ws_url}/ws/api/sessions/{session}/?after=0",
+                                      headers={"Authorization": f"Bearer {issued['key']}"})
+            assert await ws_next(socket, 10) is not None, "the socket streams the call before the revocation"
+            waiting = asyncio.create_task(asyncio.to_thread(api.http.get, f"/api/v1/calls/{call['id']}",
+                                                            params={"wait": WAITED_S}))
+            await asyncio.sleep(2)  # the request is waiting by now
+            await asyncio.to_thread(shell, REVOKE_KEY.format(id=issued["id"]))
+            code = await ws_close_code(socket)
+            response = await asyncio.wait_for(waiting, ACCESS_BOUND_S)
+            return code, response
+
+        try:
+            code, response = asyncio.run(scenario())
+        finally:
+            tenant_api.cancel(call["id"])
+    assert code == 4401, f"the socket of a revoked key closed with {code}"
+    assert response.status_code == 401, response.text
+    assert response.json() == {"error": {"code": "authentication_failed", "message": "Invalid or revoked API key.",
+                                         "fields": {}}}
+
+
+def removing_a_member_closes_their_console_socket(url: str, shell, slug: str, tenant_key: str) -> None:
+    """A reviewer following the tenant's calls: taken out of the tenant from another process, their
+    console socket closes with 4401."""
+    username, password = f"leaver-{secrets.token_hex(4)}", secrets.token_urlsafe(12)
+    shell(NEW_MEMBER.format(username=username, password=password, slug=slug))
+    cookie = console_login(url, username, password)
+    ws_url = url.replace("http://", "ws://", 1)
+
+    async def scenario():
+        socket = await ws_connect(f"{ws_url}/ws/console/{slug}/calls/", headers={"Cookie": cookie, "Origin": url})
+        with Api(url, tenant_key) as api:
+            session = await asyncio.to_thread(api.new_session, "leaver-bot", False)
+            await asyncio.to_thread(api.submit, session, "current_time", {})
+        assert await ws_next(socket, 10) is not None, "the member's socket streams the tenant's calls"
+        removed = await asyncio.to_thread(shell, REMOVE_MEMBER.format(username=username, slug=slug))
+        assert removed == {"removed": True}
+        return await ws_close_code(socket)
+
+    assert asyncio.run(scenario()) == 4401

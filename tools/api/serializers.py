@@ -153,11 +153,21 @@ class GroupSerializer(serializers.ModelSerializer):
 
 class BindingSerializer(serializers.ModelSerializer):
     tool = TenantToolField()
-    value = serializers.JSONField()
+    value = serializers.JSONField(help_text="null (and value_hidden true) for reviewers and viewers")
+    value_hidden = serializers.SerializerMethodField()
 
     class Meta:
         model = BoundArgument
-        fields = ["id", "tool", "agent", "name", "value", "created_at"]
+        fields = ["id", "tool", "agent", "name", "value", "value_hidden", "created_at"]
         # binding_set replaces an existing binding; DRF's generated uniqueness check would also
         # query without the tenant.
         validators = []
+
+    def get_value_hidden(self, binding) -> bool:
+        return not self.context.get("sees_secrets", False)
+
+    def to_representation(self, binding) -> dict:
+        data = super().to_representation(binding)
+        if data["value_hidden"]:
+            data["value"] = None
+        return data

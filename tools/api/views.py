@@ -12,8 +12,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
+from tenancy.grants import Grant, grant_of, grant_watch
 from tenancy.models import ApiKey, Scope
-from tenancy.selectors import access_object
+from tenancy.permissions import sees_secrets
+from tenancy.selectors import access_object, key_sessions
+from toolkeeper.api import exception_handler
 from tools import selectors, services
 from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, ToolCall
 from tools.waiting import WATCH_RECHECK_S, call_statuses, call_watch, run_db, wait_for_calls
@@ -22,20 +25,16 @@ from . import serializers as s
 
 
 def access_session(request, session_id) -> AgentSession:
-    """The session, if it is the request's tenant's and (for an agent-locked key) its agent's."""
-    filters = {}
-    if isinstance(request.auth, ApiKey) and request.auth.agent:
-        filters["agent"] = request.auth.agent
-    session = access_object(AgentSession, request.tenant, session_id, **filters)
+    """The session, if it is the request's tenant's and one its API key may see (tenancy.selectors.key_sessions)."""
+    conditions = [key_sessions(request.auth)] if isinstance(request.auth, ApiKey) else []
+    session = access_object(AgentSession, request.tenant, session_id, *conditions)
     session.tenant = request.tenant  # already loaded with the key: save the query
     return session
 
 
 def access_call(request, call_id) -> ToolCall:
-    filters = {}
-    if isinstance(request.auth, ApiKey) and request.auth.agent:
-        filters["session__agent"] = request.auth.agent
-    return access_object(ToolCall, request.tenant, call_id, **filters)
+    conditions = [key_sessions(request.auth, prefix="session__")] if isinstance(request.auth, ApiKey) else []
+    return access_object(ToolCall, request.tenant, call_id, *conditions)
 
 
 def calls_payload(calls: list[ToolCall]) -> dict:
@@ -49,13 +48,15 @@ def serialize_calls(tenant_id: int, call_ids: list[str]) -> dict:
 
 @dataclass
 class WaitPlan:
-    """What a waiting request waits for: `calls` as the view left them, until each is in `until`."""
+    """What a waiting request waits for: `calls` as the view left them, until each is in `until`, as long
+    as its `grant` (the key or membership it came in with) lasts."""
     tenant_id: int
     session_ids: set
     calls: list[ToolCall]
     timeout: float
     until: frozenset
     single: bool
+    grant: Grant | None
 
     @property
     def call_ids(self) -> list[str]:
@@ -112,7 +113,7 @@ class CallSubmitView(AgentView):
         wait = batch.validated_data["wait"]
         calls = services.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
         plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls, timeout=wait,
-                        until=SETTLED_STATUSES, single=False)
+                        until=SETTLED_STATUSES, single=False, grant=grant_of(request))
         # A call still to settle is waited for; the async front then builds the answer itself.
         response = Response({} if wait > 0 and plan.pending() else {"calls": s.calls_data(calls)})
         response.wait_plan = plan
@@ -128,7 +129,8 @@ class CallDetailView(AgentView):
         query = s.WaitQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         plan = WaitPlan(tenant_id=call.tenant_id, session_ids={call.session_id}, calls=[call],
-                        timeout=query.validated_data["wait"], until=TERMINAL_STATUSES, single=True)
+                        timeout=query.validated_data["wait"], until=TERMINAL_STATUSES, single=True,
+                        grant=grant_of(request))
         response = Response({} if plan.timeout > 0 and plan.pending() else s.call_data(call))
         response.wait_plan = plan
         return response
@@ -166,6 +168,7 @@ def waiting(view_class):
 
     The embedded mode learns of settled calls in-process (`call_watch`, armed before the view runs,
     keyed by the session or call id in the URL); the distributed mode listens on the channel layer.
+    A wait ends early, refused, when the request's key is revoked or its user's membership removed.
     """
     inner = view_class.as_view()
 
@@ -175,22 +178,28 @@ def waiting(view_class):
             plan: WaitPlan | None = getattr(response, "wait_plan", None)
             if plan is None or plan.timeout <= 0 or response.status_code >= 300 or not plan.pending():
                 return response
-            if settings.TOOLKEEPER_EXECUTOR == "local":
-                async def recheck(pending: set[str]) -> set[str]:
-                    statuses = await run_db(call_statuses, plan.tenant_id, pending)
-                    return {cid for cid in pending if statuses.get(cid) not in plan.until}
+            with grant_watch.holding(plan.grant, on_end=watch.wake) as access_ended:
+                if settings.TOOLKEEPER_EXECUTOR == "local":
+                    async def recheck(pending: set[str]) -> set[str]:
+                        statuses = await run_db(call_statuses, plan.tenant_id, pending)
+                        return {cid for cid in pending if statuses.get(cid) not in plan.until}
 
-                pending = plan.pending()
-                await watch.wait(pending, plan.until, plan.timeout, recheck_s=WATCH_RECHECK_S, recheck=recheck)
-                settled_here = {cid: watch.settled.get(cid) for cid in pending}
-                if all(call is not None and call.status in plan.until for call in settled_here.values()):
-                    # As their settlers in this process left them: no need to read them back.
-                    final = [settled_here.get(str(c.pk), c) for c in plan.calls]
-                    payload = await run_db(calls_payload, final)
-                    return _json(payload["calls"][0] if plan.single else payload, response.status_code)
-            else:
-                await wait_for_calls(tenant_id=plan.tenant_id, session_ids=plan.session_ids,
-                                     call_ids=plan.pending(), until=plan.until, timeout=plan.timeout)
+                    pending = plan.pending()
+                    await watch.wait(pending, plan.until, plan.timeout, recheck_s=WATCH_RECHECK_S, recheck=recheck,
+                                     stop=access_ended)
+                    settled_here = {cid: watch.settled.get(cid) for cid in pending}
+                    if not access_ended.is_set() and all(
+                            call is not None and call.status in plan.until for call in settled_here.values()):
+                        # As their settlers in this process left them: no need to read them back.
+                        final = [settled_here.get(str(c.pk), c) for c in plan.calls]
+                        payload = await run_db(calls_payload, final)
+                        return _json(payload["calls"][0] if plan.single else payload, response.status_code)
+                else:
+                    await wait_for_calls(tenant_id=plan.tenant_id, session_ids=plan.session_ids,
+                                         call_ids=plan.pending(), until=plan.until, timeout=plan.timeout,
+                                         stop=access_ended)
+            if access_ended.is_set():
+                return _refusal(plan.grant)
         payload = await run_db(serialize_calls, plan.tenant_id, plan.call_ids)
         return _json(payload["calls"][0] if plan.single else payload, response.status_code)
 
@@ -202,6 +211,14 @@ def waiting(view_class):
 
 def _json(payload, status: int) -> HttpResponse:
     return HttpResponse(JSONRenderer().render(payload), status=status, content_type="application/json")
+
+
+def _refusal(grant: Grant) -> HttpResponse:
+    refused = exception_handler(grant.refusal(), {})
+    response = _json(refused.data, refused.status_code)
+    if refused.has_header("WWW-Authenticate"):
+        response["WWW-Authenticate"] = refused["WWW-Authenticate"]
+    return response
 
 
 # --- admin endpoints ---------------------------------------------------------------------------
@@ -253,6 +270,9 @@ class GroupViewSet(TenantModelViewSet):
 class BindingViewSet(TenantModelViewSet):
     serializer_class = s.BindingSerializer
     http_method_names = ["get", "post", "put", "patch", "delete"]
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "sees_secrets": sees_secrets(self.request)}
 
     @extend_schema(parameters=[OpenApiParameter("tool", str), OpenApiParameter("agent", str)])
     def list(self, request, *args, **kwargs):
