@@ -2,8 +2,10 @@
 import copy
 from dataclasses import dataclass, field
 
+from django.db.models import Count, Q
+
 from .catalog import GroupView, catalog_snapshot
-from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, Tool, ToolCall
+from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, CallStatus, Tool, ToolCall
 
 META_RESET_TOOLS = "reset_tools"
 FORMATS = ("openai", "anthropic", "mcp")
@@ -167,3 +169,18 @@ def call_history_day(*, tenant, start, end) -> list[dict]:
             .annotate(n=Count("id"), total=Sum(duration), timed=Count("finished_at")))
     return [{"tool_name": r["tool_name"], "status": r["status"], "n": r["n"], "timed": r["timed"],
              "total_ms": r["total"].total_seconds() * 1000 if r["total"] is not None else None} for r in rows]
+
+
+IN_FLIGHT_STATUSES = (CallStatus.RECEIVED, CallStatus.QUEUED, CallStatus.RUNNING)
+
+
+def calls_in_flight(*, tenant, api_key=None) -> tuple[int, int]:
+    """The tenant's calls received, queued or running, and how many of them are in sessions the key created.
+
+    One count over the (tenant, status) index: it reads only the calls in flight, which the limits keep few.
+    """
+    counts = {"tenant": Count("pk")}
+    if api_key is not None:
+        counts["key"] = Count("pk", filter=Q(session__api_key=api_key))
+    found = ToolCall.objects.for_tenant(tenant).filter(status__in=IN_FLIGHT_STATUSES).aggregate(**counts)
+    return found["tenant"], found.get("key", 0)

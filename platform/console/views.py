@@ -20,12 +20,13 @@ from audit.selectors import audit_events
 from tenancy import services as tenancy_services
 from tenancy.models import ApiKey
 from tenancy.selectors import memberships_of
+from tenancy.services import LIMIT_FIELDS
 from tools import services as tool_services
 from tools.models import AgentSession, BoundArgument, CallStatus, Tool, ToolCall, ToolGroup
 from tools.selectors import active_group_names, bindings_for, call_events, exposed_schema, groups_of, session_calls
 
-from .access import ADMIN, ISSUED_KEY, shows_issued_key, tenant_view
-from .forms import ApiKeyForm, BindingForm, CallFilterForm, GroupForm, ToolStateForm, add_service_errors
+from .access import ADMIN, ISSUED_KEY, OPERATE, shows_issued_key, tenant_view
+from .forms import ApiKeyForm, BindingForm, CallFilterForm, GroupForm, LimitsForm, ToolStateForm, add_service_errors
 
 PAGE_SIZE = 50
 LIVE_ROWS_MAX = 50  # call rows one live-list fragment request may ask for
@@ -260,6 +261,23 @@ def apikey_revoke(request, api_key):
     if was_active:
         messages.success(request, f"API key {api_key.name} revoked: it no longer authenticates.")
     return _back("apikey_list", request)
+
+
+# --- tenant settings ---------------------------------------------------------------------------
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def tenant_settings(request):
+    tenant = request.tenant
+    form = LimitsForm(request.POST or None, initial={name: getattr(tenant, name) for name in LIMIT_FIELDS})
+    if request.method == "POST" and form.is_valid():
+        try:
+            tenancy_services.tenant_limits_set(tenant=tenant, actor=request.user, **form.cleaned_data)
+        except ServiceValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, "Limits saved.")
+            return _back("tenant_settings", request)
+    return render(request, "console/tenant_settings.html", {"form": form})
 
 
 # --- sessions and calls ------------------------------------------------------------------------
