@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from rest_framework.exceptions import ValidationError as ServiceValidationError
 
-from audit.selectors import audit_events
+from audit.selectors import audit_check_recent, audit_events
 from tenancy import services as tenancy_services
 from tenancy.models import ApiKey
 from tenancy.selectors import memberships_of
@@ -59,6 +59,7 @@ def dashboard(request):
     by_status = dict(
         calls.filter(created_at__gte=since).order_by().values_list("status").annotate(n=Count("pk"))
     )
+    audit_check, audit_checked_at = audit_check_recent(tenant=tenant)
     return render(request, "console/dashboard.html", {
         "counts": {
             "tools": Tool.objects.for_tenant(tenant).count(),
@@ -70,6 +71,8 @@ def dashboard(request):
         "by_status": [(status, label, by_status[status]) for status, label in CallStatus.choices
                       if status in by_status],
         "recent_calls": calls.select_related("session")[:10],
+        "audit_check": audit_check,
+        "audit_checked_at": audit_checked_at,
     })
 
 

@@ -213,6 +213,8 @@ if TOOLKEEPER_EXECUTOR not in TOOLKEEPER_EXECUTORS:
     raise ImproperlyConfigured(f"TOOLKEEPER_EXECUTOR must be one of: {', '.join(TOOLKEEPER_EXECUTORS)}")
 TOOLKEEPER_LOCAL_WORKERS = int(os.environ.get("TOOLKEEPER_LOCAL_WORKERS", 8))
 TOOLKEEPER_MAX_WAIT_S = 60
+# With a key, the audit log's hash chain is keyed (HMAC-SHA256): database access alone cannot rewrite it.
+TOOLKEEPER_AUDIT_KEY = os.environ.get("TOOLKEEPER_AUDIT_KEY", "")
 TOOLKEEPER_MAX_BATCH = 64
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "memory://"
