@@ -2,7 +2,7 @@
 import copy
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Q
+from django.db import connection
 
 from .catalog import GroupView, catalog_snapshot
 from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, CallStatus, Tool, ToolCall
@@ -177,10 +177,24 @@ IN_FLIGHT_STATUSES = (CallStatus.RECEIVED, CallStatus.QUEUED, CallStatus.RUNNING
 def calls_in_flight(*, tenant, api_key=None) -> tuple[int, int]:
     """The tenant's calls received, queued or running, and how many of them are in sessions the key created.
 
-    One count over the (tenant, status) index: it reads only the calls in flight, which the limits keep few.
+    Checked on every submission, inside its transaction: one statement over the (tenant, status) index, in
+    SQL of its own (the ORM's aggregate took over half a millisecond to build), reading only the calls in
+    flight, which the limits keep few.
     """
-    counts = {"tenant": Count("pk")}
+    quote = connection.ops.quote_name
+    call, session = ToolCall._meta, AgentSession._meta
+    params: list = []
+    key_count, join = "0", ""
     if api_key is not None:
-        counts["key"] = Count("pk", filter=Q(session__api_key=api_key))
-    found = ToolCall.objects.for_tenant(tenant).filter(status__in=IN_FLIGHT_STATUSES).aggregate(**counts)
-    return found["tenant"], found.get("key", 0)
+        key_count = f"SUM(CASE WHEN s.{quote(session.get_field('api_key').column)} = %s THEN 1 ELSE 0 END)"
+        join = (f" JOIN {quote(session.db_table)} s ON s.{quote(session.pk.column)} = "
+                f"c.{quote(call.get_field('session').column)}")
+        params.append(api_key.pk)
+    sql = (f"SELECT COUNT(*), {key_count} FROM {quote(call.db_table)} c{join} "  # noqa: S608 (names from metadata)
+           f"WHERE c.{quote(call.get_field('tenant').column)} = %s AND c.{quote(call.get_field('status').column)} "
+           f"IN ({', '.join(['%s'] * len(IN_FLIGHT_STATUSES))})")
+    params += [getattr(tenant, "pk", tenant), *IN_FLIGHT_STATUSES]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        tenant_count, key_in_flight = cursor.fetchone()
+    return tenant_count, key_in_flight or 0
