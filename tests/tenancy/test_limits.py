@@ -7,6 +7,7 @@ from django.core.cache import cache
 from audit.models import Event
 from tenancy import limits
 from tenancy.services import apikey_create, tenant_limits_set
+from tests.api.test_api_key_path import as_json, call_app
 from tools.models import TERMINAL_STATUSES, ToolCall
 from tools.services import call_cancel
 
@@ -57,6 +58,16 @@ def test_a_key_past_its_requests_per_minute_gets_429_while_another_key_passes(wo
     assert "this API key may make 3 requests a minute" in message
     assert other.post("/api/v1/sessions", {"agent": "support-bot"}, format="json").status_code == 201
     assert world.b.client("agent").get(f"/api/v1/sessions/{world.b.session.pk}").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lean_api_key_path_answers_429_with_retry_after(world):
+    set_limits(world.a, key_requests_per_minute=1)
+    url = f"/api/v1/sessions/{world.a.session.pk}"
+    assert call_app("GET", url, key=world.a.keys["agent"])["status"] == 200
+    refused = call_app("GET", url, key=world.a.keys["agent"])
+    assert refused["status"] == 429 and refused["headers"]["retry-after"] == "45"
+    assert as_json(refused)["error"]["code"] == "rate_limited"
 
 
 def test_the_next_minute_opens_a_new_window(world, frozen_window):
