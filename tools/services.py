@@ -6,6 +6,7 @@ from django.db import IntegrityError, connection, transaction
 from rest_framework.exceptions import ValidationError
 
 from audit.services import audit_record
+from tenancy.limits import calls_admit
 from tenancy.models import SYSTEM_AGENT, SYSTEM_AGENT_RESERVED, is_system_agent
 from toolkeeper.api import Conflict
 
@@ -24,7 +25,7 @@ from .models import (
 from .registry import sources
 from .results import interrupted_result
 from .schemas import SchemaProblem, schema_check, tool_name_reserved
-from .selectors import groups_of, switchable_groups
+from .selectors import calls_in_flight, groups_of, switchable_groups
 from .signals import call_cancelled
 
 logger = logging.getLogger(__name__)
@@ -347,6 +348,8 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> l
             if prior is not None and not _same_request(prior, spec):
                 raise Conflict(f"call id {spec['id']!r} was already used for a different call in this session")
         fresh = [spec for spec in calls if spec.get("id") not in existing]
+        calls_admit(tenant=session.tenant, api_key=api_key, adding=len(fresh),
+                    in_flight=lambda: calls_in_flight(tenant=session.tenant, api_key=api_key))
         base = _count_calls(session, len(fresh)) - len(fresh)
         generated = _free_call_ids(session, first=base + 1, count=sum(1 for spec in fresh if not spec.get("id")),
                                    reserved=set(explicit))

@@ -19,6 +19,8 @@ class Event(TenantOwned):
     at = models.DateTimeField()
     prev_hash = models.CharField(max_length=64, blank=True, default="")
     hash = models.CharField(max_length=64)
+    # What made `hash` (audit.chain): rows written before the audit key was set stay plain SHA-256.
+    algorithm = models.CharField(max_length=16, default="sha256")
 
     class Meta:
         ordering = ["-id"]
@@ -34,3 +36,23 @@ class Event(TenantOwned):
 
     def delete(self, *args, **kwargs):
         raise AppendOnlyError("audit events are append-only")
+
+
+class ChainHead(TenantOwned):
+    """The newest state of a tenant's chain, updated in the transaction of every append.
+
+    A chain alone cannot show that its newest entries were removed; the head can: it records how many
+    entries there are and the newest one's id and hash. With the audit key, `signature` (an HMAC of the
+    head) keeps the head itself from being rewound.
+    """
+
+    count = models.PositiveBigIntegerField(default=0)
+    last_id = models.BigIntegerField(null=True, blank=True)
+    hash = models.CharField(max_length=64, blank=True, default="")
+    signature = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant"], name="one_audit_head_per_tenant")]
+
+    def __str__(self):
+        return f"{self.tenant_id}: {self.count} entries"

@@ -2,7 +2,8 @@
 from django import forms
 from rest_framework.exceptions import ValidationError as ServiceValidationError
 
-from tenancy.models import Scope
+from tenancy.models import Scope, Tenant
+from tenancy.services import LIMIT_FIELDS, LIMIT_MAX
 from toolkeeper.json_values import JSONValueField
 from tools.models import CallStatus, Tool, ToolCall
 
@@ -75,6 +76,17 @@ class ApiKeyForm(forms.Form):
 
     def clean_agent(self):
         return self.cleaned_data["agent"].strip()
+
+
+class LimitsForm(forms.Form):
+    """The tenant's rate limits, labelled and explained by the model's own fields."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in LIMIT_FIELDS:
+            field = Tenant._meta.get_field(name)
+            self.fields[name] = forms.IntegerField(min_value=0, max_value=LIMIT_MAX, help_text=field.help_text,
+                                                   label=field.verbose_name.capitalize())
 
 
 class CallFilterForm(forms.Form):

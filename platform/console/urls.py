@@ -25,6 +25,7 @@ tenant_pages = [
     path("sessions/<str:session_id>/", views.session_detail, name="session_detail"),
     path("calls/", views.call_list, name="call_list"),
     path("calls/<str:call_id>/", views.call_detail, name="call_detail"),
+    path("settings/", views.tenant_settings, name="tenant_settings"),
 ]
 
 urlpatterns = [

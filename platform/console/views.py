@@ -16,10 +16,11 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from rest_framework.exceptions import ValidationError as ServiceValidationError
 
-from audit.selectors import audit_events
+from audit.selectors import audit_check_recent, audit_events
 from tenancy import services as tenancy_services
 from tenancy.models import ApiKey
 from tenancy.selectors import memberships_of
+from tenancy.services import LIMIT_FIELDS
 from tools import services as tool_services
 from tools.models import AgentSession, BoundArgument, CallStatus, Tool, ToolCall, ToolGroup
 from tools.selectors import (
@@ -34,8 +35,8 @@ from tools.selectors import (
     session_calls,
 )
 
-from .access import ADMIN, ISSUED_KEY, shows_issued_key, tenant_view
-from .forms import ApiKeyForm, BindingForm, CallFilterForm, GroupForm, ToolStateForm, add_service_errors
+from .access import ADMIN, ISSUED_KEY, OPERATE, shows_issued_key, tenant_view
+from .forms import ApiKeyForm, BindingForm, CallFilterForm, GroupForm, LimitsForm, ToolStateForm, add_service_errors
 
 PAGE_SIZE = 50
 LIVE_ROWS_MAX = 50  # call rows one live-list fragment request may ask for
@@ -68,6 +69,7 @@ def dashboard(request):
     by_status = dict(
         calls.filter(created_at__gte=since).order_by().values_list("status").annotate(n=Count("pk"))
     )
+    audit_check, audit_checked_at = audit_check_recent(tenant=tenant)
     return render(request, "console/dashboard.html", {
         "counts": {
             "tools": Tool.objects.for_tenant(tenant).count(),
@@ -79,6 +81,8 @@ def dashboard(request):
         "by_status": [(status, label, by_status[status]) for status, label in CallStatus.choices
                       if status in by_status],
         "recent_calls": call_rows(calls)[:10],
+        "audit_check": audit_check,
+        "audit_checked_at": audit_checked_at,
     })
 
 
@@ -270,6 +274,23 @@ def apikey_revoke(request, api_key):
     if was_active:
         messages.success(request, f"API key {api_key.name} revoked: it no longer authenticates.")
     return _back("apikey_list", request)
+
+
+# --- tenant settings ---------------------------------------------------------------------------
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def tenant_settings(request):
+    tenant = request.tenant
+    form = LimitsForm(request.POST or None, initial={name: getattr(tenant, name) for name in LIMIT_FIELDS})
+    if request.method == "POST" and form.is_valid():
+        try:
+            tenancy_services.tenant_limits_set(tenant=tenant, actor=request.user, **form.cleaned_data)
+        except ServiceValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, "Limits saved.")
+            return _back("tenant_settings", request)
+    return render(request, "console/tenant_settings.html", {"form": form})
 
 
 # --- sessions and calls ------------------------------------------------------------------------

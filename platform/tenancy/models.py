@@ -20,6 +20,21 @@ class Tenant(models.Model):
     default_behavior = models.CharField(max_length=8, choices=Behavior.choices, default=Behavior.ASK)
     auto_allow_read_only = models.BooleanField(default=True)
     max_parallel_calls = models.PositiveIntegerField(default=8)
+    # Limits on what apps may ask of the platform (tenancy.limits); 0 means no limit.
+    key_requests_per_minute = models.PositiveIntegerField(
+        "requests a minute per API key",
+        default=60_000, help_text="API requests one API key may make in a minute (0: no limit).")
+    tenant_requests_per_minute = models.PositiveIntegerField(
+        "requests a minute for the tenant",
+        default=120_000,
+        help_text="API requests all of the tenant's keys and members may make in a minute (0: no limit).")
+    key_calls_in_flight = models.PositiveIntegerField(
+        "calls in flight per API key",
+        default=500, help_text="Calls of one API key's sessions that may be received, queued or running at once "
+                               "(0: no limit).")
+    tenant_calls_in_flight = models.PositiveIntegerField(
+        "calls in flight for the tenant",
+        default=2_000, help_text="Calls of the tenant that may be received, queued or running at once (0: no limit).")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

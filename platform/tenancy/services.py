@@ -32,6 +32,31 @@ def tenant_create(*, slug: str, name: str = "", admin=None, **options) -> Tenant
     return tenant
 
 
+LIMIT_FIELDS = ("key_requests_per_minute", "tenant_requests_per_minute", "key_calls_in_flight",
+                "tenant_calls_in_flight")
+LIMIT_MAX = 10_000_000
+
+
+def tenant_limits_set(*, tenant: Tenant, actor=None, **limits) -> Tenant:
+    """Change the tenant's rate limits (tenancy.limits; 0 is no limit). Only the named limits change."""
+    unknown = sorted(set(limits) - set(LIMIT_FIELDS))
+    if unknown:
+        raise ValidationError({name: ["not a limit"] for name in unknown})
+    errors = {name: [f"a whole number from 0 (no limit) to {LIMIT_MAX}"] for name, value in limits.items()
+              if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= LIMIT_MAX}
+    if errors:
+        raise ValidationError(errors)
+    changed = {name: value for name, value in limits.items() if getattr(tenant, name) != value}
+    if changed:
+        with transaction.atomic():
+            for name, value in changed.items():
+                setattr(tenant, name, value)
+            tenant.save(update_fields=list(changed))
+            audit_record(tenant=tenant, actor=actor, verb="tenant.limits_set", target=f"tenant:{tenant.slug}",
+                         data=changed)
+    return tenant
+
+
 def membership_set(*, tenant: Tenant, user, role: str, actor=None) -> Membership:
     if role not in Role.values:
         raise ValidationError({"role": [f"must be one of {', '.join(Role.values)}"]})

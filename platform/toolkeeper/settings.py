@@ -139,6 +139,18 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "realtime.layers.InProcessChannelLayer"}}
 
+# The rate limits' counters (tenancy.limits): shared by every server process through Redis in the
+# distributed mode, in-process otherwise. Short timeouts: a slow Redis must not hold requests up.
+if REDIS_URL:
+    CACHES = {"default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "toolkeeper",
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+    }}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -170,6 +182,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["toolkeeper.api.LimitedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "toolkeeper.api.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["tenancy.limits.RequestRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "toolkeeper.api.Pagination",
     "PAGE_SIZE": 50,
@@ -204,6 +217,8 @@ TOOLKEEPER_LOCAL_WORKERS = int(os.environ.get("TOOLKEEPER_LOCAL_WORKERS", 8))
 # Idle child processes kept ready for tools declared with @tool(isolation="process"), per server process.
 TOOLKEEPER_TOOL_PROCESSES = int(os.environ.get("TOOLKEEPER_TOOL_PROCESSES", 2))
 TOOLKEEPER_MAX_WAIT_S = 60
+# With a key, the audit log's hash chain is keyed (HMAC-SHA256): database access alone cannot rewrite it.
+TOOLKEEPER_AUDIT_KEY = os.environ.get("TOOLKEEPER_AUDIT_KEY", "")
 TOOLKEEPER_MAX_BATCH = 64
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "memory://"

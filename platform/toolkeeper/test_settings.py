@@ -46,3 +46,4 @@ if not TEST_REDIS_URL and REQUIRE_SERVICES:
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # noqa: S105 (fast logins in tests)
 TOOLKEEPER_EXECUTOR = "local"
 CHANNEL_LAYERS = {"default": {"BACKEND": "realtime.layers.InProcessChannelLayer"}}
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from audit.api.views import AuditViewSet
+from audit.api.views import AuditVerifyView, AuditViewSet
 from tenancy.api.urls import urlpatterns as tenancy_api
 
 api_v1 = [
@@ -12,6 +12,7 @@ api_v1 = [
     path("", include("knowledge.api.urls")),
     *tenancy_api,
     path("audit", AuditViewSet.as_view({"get": "list"}), name="audit-list"),
+    path("audit/verify", AuditVerifyView.as_view(), name="audit-verify"),
 ]
 
 urlpatterns = [

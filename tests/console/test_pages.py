@@ -9,7 +9,7 @@ pytestmark = pytest.mark.django_db
 # Pages a member of each role may open with GET (the rest are POST-only or need a higher role).
 READ_PAGES = ["dashboard", "tool_list", "tool_detail", "group_list", "binding_list", "apikey_list", "session_list",
               "session_detail", "call_list", "call_detail"]
-OPERATOR_PAGES = ["group_create", "group_edit", "group_delete", "binding_create"]
+OPERATOR_PAGES = ["group_create", "group_edit", "group_delete", "binding_create", "tenant_settings"]
 ADMIN_PAGES = ["apikey_create", "apikey_created"]
 POST_ONLY = ["binding_delete", "apikey_revoke"]
 

@@ -142,11 +142,7 @@ class DistributedStack:
             self.redis.start()
             self._exit.callback(self.redis.stop)
             self.database_name, self.database_url = self._exit.enter_context(temporary_pg_database("tk_dist"))
-            self.server = LiveServer(
-                database_url=self.database_url, database_name=self.database_name, redis_url=self.redis.url(0),
-                settings_module=self.settings_module, extra_pythonpath=self.extra_pythonpath,
-                extra_env={"TOOLKEEPER_EXECUTOR": "celery", **self.extra_env}, daphne_args=self.daphne_args,
-            )
+            self.server = self._daphne()
             self._exit.enter_context(self.server)
             self._exit.callback(self._stop_celery)
             self.start_worker()
@@ -177,6 +173,22 @@ class DistributedStack:
         self.kill_worker(signal.SIGKILL)
 
     # -- processes --------------------------------------------------------------------------
+    def _daphne(self) -> LiveServer:
+        return LiveServer(
+            database_url=self.database_url, database_name=self.database_name, redis_url=self.redis.url(0),
+            settings_module=self.settings_module, extra_pythonpath=self.extra_pythonpath,
+            extra_env={"TOOLKEEPER_EXECUTOR": "celery", **self.extra_env}, daphne_args=self.daphne_args,
+        )
+
+    @contextlib.contextmanager
+    def another_daphne(self):
+        """A second daphne process of the deployment (the same database, Redis and settings), while in the block."""
+        server = self._daphne().join()
+        try:
+            yield server
+        finally:
+            server.stop()
+
     def env(self) -> dict[str, str]:
         return self.server.env()
 

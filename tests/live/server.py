@@ -132,6 +132,19 @@ class LiveServer:
             raise
         return self
 
+    def join(self) -> LiveServer:
+        """Serve a database that another server already migrated and seeded: one more server process of the
+        same deployment (its own data dir and port)."""
+        self.data_dir = Path(tempfile.mkdtemp(prefix="tk-live-"))
+        for _ in range(3):
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            if self._serve():
+                return self
+        log = self.log_tail()
+        self.stop()
+        raise ServerError(f"daphne did not start:\n{log}")
+
     def _serve(self) -> bool:
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop())
         self.process = subprocess.Popen(

@@ -1,7 +1,12 @@
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from audit.models import Event
+from audit.selectors import BROKEN, INTACT, UNSIGNED, UNVERIFIABLE, audit_check
 from tenancy.api.base import TenantScopedViewSet
+from tenancy.models import Scope
 
 
 class EventSerializer(serializers.ModelSerializer):
@@ -19,3 +24,34 @@ class AuditViewSet(mixins.ListModelMixin, TenantScopedViewSet):
         if target := self.request.query_params.get("target"):
             queryset = queryset.filter(target=target)
         return queryset
+
+
+class HeadSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    hash = serializers.CharField()
+    signed = serializers.BooleanField()
+
+
+class ChainCheckSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=[INTACT, BROKEN, UNSIGNED, UNVERIFIABLE])
+    intact = serializers.BooleanField()
+    entries = serializers.IntegerField(help_text="Entries checked.")
+    entry = serializers.IntegerField(allow_null=True, help_text="The first bad entry's id, when broken.")
+    message = serializers.CharField()
+    keyed = serializers.BooleanField()
+    head = HeadSerializer(help_text="Note the head's count and hash elsewhere to pin the log as it stands.")
+
+
+class AuditVerifyView(APIView):
+    """Verify the tenant's audit chain (the same check as `manage.py verify_audit`)."""
+
+    required_scope = Scope.ADMIN
+
+    @extend_schema(responses=ChainCheckSerializer)
+    def get(self, request):
+        check = audit_check(tenant=request.tenant)
+        return Response({
+            "status": check.status, "intact": check.intact, "entries": check.entries, "entry": check.entry,
+            "message": check.summary(), "keyed": check.keyed or check.head_signed,
+            "head": {"count": check.head_count, "hash": check.head_hash, "signed": check.head_signed},
+        })

@@ -1,0 +1,270 @@
+"""Rate limits (tenancy.limits): requests per minute and calls in flight, per API key and per tenant."""
+from types import SimpleNamespace
+
+import pytest
+from django.core.cache import cache
+
+from audit.models import Event
+from tenancy import limits
+from tenancy.services import apikey_create, tenant_limits_set
+from tests.api.test_api_key_path import as_json, call_app
+from tools.models import TERMINAL_STATUSES, ToolCall
+from tools.services import call_cancel
+
+pytestmark = pytest.mark.django_db
+
+WINDOW_START = 1_800_000_000 - 1_800_000_000 % 60  # a minute's first second
+NOW = WINDOW_START + 15  # 45 s left in the window
+
+
+@pytest.fixture(autouse=True)
+def frozen_window(monkeypatch):
+    """The limits' clock stands still 15 s into a minute, so a test never straddles two windows."""
+    cache.clear()
+    clock = SimpleNamespace(time=lambda: NOW)
+    monkeypatch.setattr(limits, "time", clock)
+    return clock
+
+
+def set_limits(tenant_world, **values):
+    tenant_limits_set(tenant=tenant_world.tenant, **values)
+
+
+def assert_rate_limited(response, *, retry_after: int):
+    assert response.status_code == 429, response.content
+    assert response["Retry-After"] == str(retry_after)
+    error = response.json()["error"]
+    assert error["code"] == "rate_limited"
+    assert set(error) == {"code", "message", "fields"}
+    return error["message"]
+
+
+def new_agent_client(world, name: str):
+    issued = apikey_create(tenant=world.a.tenant, name=name, scopes=["agent"])
+    client = type(world.a.client())()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.key}")
+    return client
+
+
+# --- requests per minute ---------------------------------------------------------------------------
+
+def test_a_key_past_its_requests_per_minute_gets_429_while_another_key_passes(world):
+    set_limits(world.a, key_requests_per_minute=3)
+    agent, other = world.a.client("agent"), world.a.client("locked")
+    session_url = f"/api/v1/sessions/{world.a.session.pk}"
+    for _ in range(3):
+        assert agent.get(session_url).status_code == 200
+    message = assert_rate_limited(agent.get(session_url), retry_after=45)
+    assert "this API key may make 3 requests a minute" in message
+    assert other.post("/api/v1/sessions", {"agent": "support-bot"}, format="json").status_code == 201
+    assert world.b.client("agent").get(f"/api/v1/sessions/{world.b.session.pk}").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lean_api_key_path_answers_429_with_retry_after(world):
+    set_limits(world.a, key_requests_per_minute=1)
+    url = f"/api/v1/sessions/{world.a.session.pk}"
+    assert call_app("GET", url, key=world.a.keys["agent"])["status"] == 200
+    refused = call_app("GET", url, key=world.a.keys["agent"])
+    assert refused["status"] == 429 and refused["headers"]["retry-after"] == "45"
+    assert as_json(refused)["error"]["code"] == "rate_limited"
+
+
+def test_the_next_minute_opens_a_new_window(world, frozen_window):
+    set_limits(world.a, key_requests_per_minute=1)
+    agent = world.a.client("agent")
+    assert agent.get("/api/v1/sessions/" + str(world.a.session.pk)).status_code == 200
+    assert agent.get("/api/v1/sessions/" + str(world.a.session.pk)).status_code == 429
+    frozen_window.time = lambda: NOW + 60
+    assert agent.get("/api/v1/sessions/" + str(world.a.session.pk)).status_code == 200
+
+
+def test_the_tenant_limit_counts_every_key(world):
+    set_limits(world.a, key_requests_per_minute=0, tenant_requests_per_minute=4)
+    agent, admin = world.a.client("agent"), world.a.client("admin")
+    assert agent.get(f"/api/v1/sessions/{world.a.session.pk}").status_code == 200
+    assert admin.get("/api/v1/tools").status_code == 200
+    assert agent.get(f"/api/v1/sessions/{world.a.session.pk}").status_code == 200
+    assert admin.get("/api/v1/tools").status_code == 200
+    message = assert_rate_limited(admin.get("/api/v1/tools"), retry_after=45)
+    assert "this tenant may make 4 requests a minute" in message
+    assert_rate_limited(agent.get(f"/api/v1/sessions/{world.a.session.pk}"), retry_after=45)
+    assert world.b.client("admin").get("/api/v1/tools").status_code == 200  # another tenant's count
+
+
+def test_console_logins_are_limited_through_the_api_too(world):
+    set_limits(world.a, key_requests_per_minute=2)
+    console = world.a.console("operator")
+    for _ in range(2):
+        assert console.get("/api/v1/tools", HTTP_X_TENANT="acme").status_code == 200
+    response = console.get("/api/v1/tools", HTTP_X_TENANT="acme")
+    assert "your console login may make 2 requests a minute" in assert_rate_limited(response, retry_after=45)
+    assert world.a.console("admin").get("/api/v1/tools", HTTP_X_TENANT="acme").status_code == 200
+
+
+def test_zero_means_no_limit(world):
+    set_limits(world.a, key_requests_per_minute=0, tenant_requests_per_minute=0)
+    agent = world.a.client("agent")
+    for _ in range(30):
+        assert agent.get(f"/api/v1/sessions/{world.a.session.pk}").status_code == 200
+
+
+# --- calls in flight -------------------------------------------------------------------------------
+# The calls endpoint does its database work on threads of its own, and the calls really run: these tests
+# are transactional, and cancel what they left running.
+
+def in_flight_test(test):
+    return pytest.mark.django_db(transaction=True)(pytest.mark.usefixtures("drain_calls", "cancel_leftovers")(test))
+
+
+@pytest.fixture
+def cancel_leftovers(world):
+    yield
+    for tenant in (world.a.tenant, world.b.tenant):
+        for call in ToolCall.objects.for_tenant(tenant).exclude(status__in=TERMINAL_STATUSES):
+            call_cancel(call=call)
+
+
+def new_session(client) -> str:
+    """A session whose `ops` group (countdown, a slow tool) is active."""
+    response = client.post("/api/v1/sessions", {"agent": "limits-bot"}, format="json")
+    assert response.status_code == 201, response.content
+    session = response.json()["id"]
+    activated = client.post(f"/api/v1/sessions/{session}/calls",
+                            {"name": "reset_tools", "input": {"ops": True}}, format="json")
+    assert activated.json()["calls"][0]["status"] == "succeeded"
+    return session
+
+
+def submit(client, session: str, *calls: dict):
+    return client.post(f"/api/v1/sessions/{session}/calls", {"calls": list(calls)}, format="json")
+
+
+def slow(call_id: str) -> dict:
+    return {"id": call_id, "name": "countdown", "input": {"seconds": 30}}
+
+
+def calls_in(tenant) -> int:
+    return ToolCall.objects.for_tenant(tenant).count()
+
+
+@in_flight_test
+def test_a_key_past_its_calls_in_flight_gets_429_and_the_batch_is_refused_whole(world):
+    set_limits(world.a, key_calls_in_flight=3)
+    agent = world.a.client("agent")
+    session = new_session(agent)
+    first = submit(agent, session, slow("a"), slow("b"))
+    assert first.status_code == 200, first.content
+    assert {c["status"] for c in first.json()["calls"]} <= {"queued", "running"}
+    before = calls_in(world.a.tenant)
+    message = assert_rate_limited(submit(agent, session, slow("c"), slow("d")), retry_after=2)
+    assert "this API key has 2 calls received, queued or running, and may have 3" in message
+    assert calls_in(world.a.tenant) == before  # nothing of the batch was recorded
+    assert submit(agent, session, slow("c")).status_code == 200  # the last slot
+    assert_rate_limited(submit(agent, session, slow("d")), retry_after=2)
+    # Resending a call the session already has adds nothing, so it is answered as before.
+    assert submit(agent, session, slow("a")).status_code == 200
+    # Another key of the tenant has calls of its own.
+    other = new_agent_client(world, "second agent")
+    assert submit(other, new_session(other), slow("x")).status_code == 200
+    # A finished call frees its slot.
+    cancelled = agent.post(f"/api/v1/calls/{first.json()['calls'][0]['id']}/cancel")
+    assert cancelled.json()["status"] in ("cancelled", "interrupted")
+    assert submit(agent, session, slow("d")).status_code == 200
+
+
+@in_flight_test
+def test_the_tenant_limit_on_calls_in_flight_counts_every_key(world):
+    set_limits(world.a, key_calls_in_flight=0, tenant_calls_in_flight=3)
+    agent, other = world.a.client("agent"), new_agent_client(world, "second agent")
+    session, other_session = new_session(agent), new_session(other)
+    assert submit(agent, session, slow("a"), slow("b")).status_code == 200
+    assert submit(other, other_session, slow("a")).status_code == 200
+    message = assert_rate_limited(submit(other, other_session, slow("b")), retry_after=2)
+    assert "this tenant has 3 calls received, queued or running, and may have 3" in message
+    assert_rate_limited(submit(agent, session, slow("c")), retry_after=2)
+    b_session = new_session(world.b.client("agent"))
+    assert submit(world.b.client("agent"), b_session, slow("a")).status_code == 200
+
+
+@in_flight_test
+def test_calls_waiting_for_a_human_are_not_in_flight(world):
+    from approvals.services import rule_create
+
+    rule_create(tenant=world.a.tenant, behavior="ask", tool_pattern="countdown")
+    set_limits(world.a, key_calls_in_flight=1)
+    agent = world.a.client("agent")
+    session = new_session(agent)
+    for call_id in ("a", "b", "c"):
+        response = submit(agent, session, slow(call_id))
+        assert response.status_code == 200, response.content
+        assert response.json()["calls"][0]["status"] == "awaiting_approval"
+
+
+# --- who sets the limits -------------------------------------------------------------------------
+
+LIMITS_FORM = {"key_requests_per_minute": "2", "tenant_requests_per_minute": "100", "key_calls_in_flight": "5",
+               "tenant_calls_in_flight": "50"}
+
+
+@pytest.mark.parametrize("role", ["admin", "operator"])
+def test_operators_set_the_limits_in_the_console_and_they_take_effect(world, role):
+    console = world.a.console(role)
+    dashboard = console.get("/t/acme/").content.decode()
+    assert 'href="/t/acme/settings/"' in dashboard  # reachable from the navigation
+    page = console.get("/t/acme/settings/")
+    assert page.status_code == 200 and 'name="key_requests_per_minute" value="60000"' in page.content.decode()
+    response = console.post("/t/acme/settings/", LIMITS_FORM)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    world.a.tenant.refresh_from_db()
+    assert world.a.tenant.key_requests_per_minute == 2 and world.a.tenant.tenant_calls_in_flight == 50
+    event = Event.objects.for_tenant(world.a.tenant).get(verb="tenant.limits_set")
+    assert event.actor_label == world.a.users[role].username
+    assert event.data == {"key_requests_per_minute": 2, "tenant_requests_per_minute": 100,
+                          "key_calls_in_flight": 5, "tenant_calls_in_flight": 50}
+    agent = world.a.client("agent")
+    assert agent.get("/api/v1/tools").status_code == 403  # scope refusals are not counted...
+    for _ in range(2):
+        assert agent.get(f"/api/v1/sessions/{world.a.session.pk}").status_code == 200
+    assert_rate_limited(agent.get(f"/api/v1/sessions/{world.a.session.pk}"), retry_after=45)
+
+
+@pytest.mark.parametrize("role", ["reviewer", "viewer"])
+def test_reviewers_and_viewers_cannot_change_the_limits(world, role):
+    console = world.a.console(role)
+    assert 'href="/t/acme/settings/"' not in console.get("/t/acme/").content.decode()
+    assert console.get("/t/acme/settings/").status_code == 403
+    assert console.post("/t/acme/settings/", LIMITS_FORM).status_code == 403
+    patched = console.patch("/api/v1/limits", {"key_requests_per_minute": 1}, content_type="application/json",
+                            HTTP_X_TENANT="acme")
+    assert patched.status_code == 403
+    world.a.tenant.refresh_from_db()
+    assert world.a.tenant.key_requests_per_minute == 60_000
+    assert not Event.objects.for_tenant(world.a.tenant).filter(verb="tenant.limits_set").exists()
+
+
+def test_the_admin_api_reads_and_sets_the_limits(world):
+    admin = world.a.client("admin")
+    assert admin.get("/api/v1/limits").json() == {
+        "key_requests_per_minute": 60_000, "tenant_requests_per_minute": 120_000,
+        "key_calls_in_flight": 500, "tenant_calls_in_flight": 2_000}
+    patched = admin.patch("/api/v1/limits", {"tenant_calls_in_flight": 10}, format="json")
+    assert patched.status_code == 200 and patched.json()["tenant_calls_in_flight"] == 10
+    assert patched.json()["key_calls_in_flight"] == 500  # the others as they were
+    event = Event.objects.for_tenant(world.a.tenant).get(verb="tenant.limits_set")
+    assert event.actor_label == "apikey:admin" and event.data == {"tenant_calls_in_flight": 10}
+    bad = admin.patch("/api/v1/limits", {"key_calls_in_flight": -1, "tenant_calls_in_flight": "many"}, format="json")
+    assert bad.status_code == 400 and set(bad.json()["error"]["fields"]) == {"key_calls_in_flight",
+                                                                             "tenant_calls_in_flight"}
+    assert world.a.client("agent").patch("/api/v1/limits", {"tenant_calls_in_flight": 0},
+                                         format="json").status_code == 403
+    world.b.tenant.refresh_from_db()
+    assert world.b.tenant.tenant_calls_in_flight == 2_000
+
+
+def test_the_console_form_refuses_bad_values(world):
+    response = world.a.console("admin").post("/t/acme/settings/", {**LIMITS_FORM, "key_calls_in_flight": "-3"})
+    assert response.status_code == 200
+    assert "greater than or equal to 0" in response.content.decode()
+    world.a.tenant.refresh_from_db()
+    assert world.a.tenant.key_calls_in_flight == 500
