@@ -1,10 +1,12 @@
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from approvals.models import ApprovalRequest, PermissionRule, Queue, VoteDecision
 from tenancy.models import Behavior, Membership
+from toolkeeper import serializers as strict
 
 
 class TenantQueueField(serializers.SlugRelatedField):
@@ -26,10 +28,14 @@ class MemberField(serializers.SlugRelatedField):
         return get_user_model().objects.filter(pk__in=members)
 
 
+MAX_SECONDS = 90 * 86400
+
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_SECONDS, "nullable": True})
 class SecondsField(serializers.IntegerField):
     """A duration as whole seconds, 1 s to 90 days."""
 
-    MAX_S = 90 * 86400
+    MAX_S = MAX_SECONDS
 
     def __init__(self, **kwargs):
         super().__init__(allow_null=True, required=False, **kwargs)
@@ -46,9 +52,26 @@ class SecondsField(serializers.IntegerField):
         return timedelta(seconds=seconds)
 
 
-class RuleSerializer(serializers.ModelSerializer):
+GLOBS = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}
+
+
+@extend_schema_field({"type": "object", "additionalProperties": GLOBS,
+                      "description": "argument name → glob, or → list of globs; every entry must match"})
+class ArgMatchField(serializers.DictField):
+    """Checked in full by the rule service."""
+
+
+def names_field(help_text: str) -> serializers.ListField:
+    return serializers.ListField(child=serializers.CharField(trim_whitespace=False), required=False,
+                                 help_text=help_text)
+
+
+class RuleSerializer(strict.ModelSerializer):
     queue = TenantQueueField(required=False, allow_null=True)
     behavior = serializers.ChoiceField(choices=Behavior.choices)
+    arg_match = ArgMatchField(required=False)
+    agents = names_field("agent names; empty means every agent")
+    users = names_field("session users; empty means every user")
 
     class Meta:
         model = PermissionRule
@@ -56,20 +79,14 @@ class RuleSerializer(serializers.ModelSerializer):
                   "note", "created_at", "updated_at"]
 
 
-class EvaluateSerializer(serializers.Serializer):
+class EvaluateSerializer(strict.Serializer):
     tool = serializers.CharField(max_length=128)
     input = serializers.DictField(required=False, default=dict)
     agent = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     user = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 
-class DecisionSerializer(serializers.Serializer):
-    behavior = serializers.CharField()
-    rule = serializers.IntegerField(allow_null=True)
-    reason = serializers.CharField()
-
-
-class QueueSerializer(serializers.ModelSerializer):
+class QueueSerializer(strict.ModelSerializer):
     reviewers = MemberField(many=True, required=False)
     escalation_reviewers = MemberField(many=True, required=False)
     expires_after = SecondsField()
@@ -103,7 +120,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
                  "at": v.at} for v in request.votes.all()]
 
 
-class DecideSerializer(serializers.Serializer):
+class DecideSerializer(strict.Serializer):
     decision = serializers.ChoiceField(choices=VoteDecision.choices)
     input = serializers.JSONField(required=False, allow_null=True, default=None)
     message = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000)
@@ -112,9 +129,15 @@ class DecideSerializer(serializers.Serializer):
     narrow_to_input = serializers.BooleanField(required=False, default=False)
 
 
-class ResultSerializer(serializers.Serializer):
+@extend_schema_field({"type": "object", "properties": {"type": {"type": "string", "enum": ["text"]},
+                                                        "text": {"type": "string"}}, "required": ["type", "text"]})
+class TextPartField(serializers.DictField):
+    """Checked by ResultSerializer.validate_content."""
+
+
+class ResultSerializer(strict.Serializer):
     state = serializers.ChoiceField(choices=["success", "error"])
-    content = serializers.ListField(child=serializers.DictField(), required=False, default=list, max_length=100)
+    content = serializers.ListField(child=TextPartField(), required=False, default=list, max_length=100)
     structured = serializers.JSONField(required=False, allow_null=True, default=None)
 
     def validate_content(self, value):

@@ -10,7 +10,8 @@ from approvals import selectors, services
 from approvals.models import ApprovalRequest, RequestStatus, Vote
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.models import ApiKey, Scope
-from tools.api.serializers import call_data
+from toolkeeper.openapi import CONFLICT
+from tools.api.serializers import CallSerializer, DecisionSerializer, call_data
 from tools.api.views import access_call
 
 from . import serializers as s
@@ -37,7 +38,7 @@ class RuleViewSet(TenantModelViewSet):
     def perform_destroy(self, instance):
         services.rule_delete(rule=instance, actor=_actor(self.request))
 
-    @extend_schema(request=s.EvaluateSerializer, responses=s.DecisionSerializer)
+    @extend_schema(request=s.EvaluateSerializer, responses=DecisionSerializer)
     @action(detail=False, methods=["post"])
     def evaluate(self, request):
         """Decide a hypothetical call with the engine that decides real ones (bound arguments applied)."""
@@ -84,7 +85,7 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
         votes = Prefetch("votes", queryset=Vote.objects.for_tenant(self.tenant).order_by("at"))
         return queryset.select_related("queue", "call", "call__session").prefetch_related(votes)
 
-    @extend_schema(request=s.DecideSerializer, responses=s.ApprovalSerializer)
+    @extend_schema(request=s.DecideSerializer, responses={200: s.ApprovalSerializer, 409: CONFLICT})
     @action(detail=True, methods=["post"])
     def decide(self, request, pk=None):
         approval: ApprovalRequest = self.get_object()
@@ -113,7 +114,7 @@ class CallResultView(APIView):
 
     required_scope = Scope.EXTERNAL
 
-    @extend_schema(request=s.ResultSerializer, responses={200: dict})
+    @extend_schema(request=s.ResultSerializer, responses={200: CallSerializer, 409: CONFLICT})
     def post(self, request, call_id):
         call = access_call(request, call_id)
         body = s.ResultSerializer(data=request.data)

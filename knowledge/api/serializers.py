@@ -1,10 +1,15 @@
+from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
 from knowledge.models import Dataset, Document
 from knowledge.services import MAX_TITLE_CHARS
+from toolkeeper import serializers as strict
+from tools.api.serializers import CallSerializer
+
+MAX_DOCUMENTS_PER_REQUEST = 1000
 
 
-class DatasetSerializer(serializers.ModelSerializer):
+class DatasetSerializer(strict.ModelSerializer):
     document_count = serializers.IntegerField(read_only=True, default=0)
 
     class Meta:
@@ -30,7 +35,7 @@ class DocumentDetailSerializer(DocumentSerializer):
         read_only_fields = fields
 
 
-class DocumentInputSerializer(serializers.Serializer):
+class DocumentInputSerializer(strict.Serializer):
     """One document of a bulk ingest. Limits are checked by the ingest service, all documents first."""
 
     dataset = serializers.CharField(max_length=100)
@@ -40,6 +45,13 @@ class DocumentInputSerializer(serializers.Serializer):
     metadata = serializers.DictField(required=False, default=dict)
 
 
+DOCUMENTS_REQUEST = PolymorphicProxySerializer(
+    component_name="DocumentsIngest", resource_type_field_name=None,
+    serializers=[DocumentInputSerializer(many=True, min_length=1, max_length=MAX_DOCUMENTS_PER_REQUEST),
+                 DocumentInputSerializer],
+    many=False)
+
+
 class IngestedSerializer(serializers.Serializer):
     id = serializers.IntegerField(source="document.pk")
     dataset = serializers.CharField(source="document.dataset.name")
@@ -47,3 +59,16 @@ class IngestedSerializer(serializers.Serializer):
     title = serializers.CharField(source="document.title")
     chunk_count = serializers.IntegerField(source="document.chunk_count")
     status = serializers.CharField()
+
+
+class IngestSummarySerializer(serializers.Serializer):
+    created = serializers.IntegerField()
+    updated = serializers.IntegerField()
+    unchanged = serializers.IntegerField()
+    batches = serializers.IntegerField()
+    batch_size = serializers.IntegerField()
+    documents = IngestedSerializer(many=True)
+
+
+class IngestWorkSerializer(serializers.Serializer):
+    work = CallSerializer(many=True, help_text="a `knowledge_ingest` call per dataset: follow it at /api/v1/calls/{id}")

@@ -4,7 +4,7 @@ larger ingests run as work that reports progress (a `knowledge_ingest` call), in
 transaction. Bodies are capped by the API parser (413 beyond
 TOOLKEEPER_MAX_BODY_BYTES)."""
 from django.db.models import Count
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -18,7 +18,7 @@ from tools.api.serializers import calls_data
 
 from . import serializers as s
 
-MAX_DOCUMENTS_PER_REQUEST = 1000
+MAX_DOCUMENTS_PER_REQUEST = s.MAX_DOCUMENTS_PER_REQUEST
 
 
 def _actor(request):
@@ -64,7 +64,11 @@ class DocumentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.D
                 queryset = queryset.filter(dataset__name=name)
         return queryset
 
-    @extend_schema(request=s.DocumentInputSerializer(many=True), responses={200: dict})
+    @extend_schema(request=s.DOCUMENTS_REQUEST, responses={
+        201: OpenApiResponse(s.IngestSummarySerializer, "Ingested; at least one document was created."),
+        200: OpenApiResponse(s.IngestSummarySerializer, "Ingested; every document was updated or unchanged."),
+        202: OpenApiResponse(s.IngestWorkSerializer, "Too many documents for one request: ingesting as work."),
+    })
     def create(self, request):
         """Ingest documents: a list of {dataset, title, text, external_id?, metadata?} (or one such object).
 

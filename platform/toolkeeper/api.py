@@ -54,7 +54,39 @@ class LimitedJSONParser(JSONParser):
 
 
 class Pagination(LimitOffsetPagination):
+    """`limit` (larger ones are cut to `max_limit`) and `offset`; a value that is no such number is a 400,
+    where DRF would silently use the default."""
+
     max_limit = 500
+    max_offset = 10**9
+
+    def get_limit(self, request):
+        return self._query_int(request, self.limit_query_param, self.default_limit, minimum=1, cutoff=self.max_limit)
+
+    def get_offset(self, request):
+        return self._query_int(request, self.offset_query_param, 0, minimum=0, maximum=self.max_offset)
+
+    def _query_int(self, request, name, default, *, minimum, maximum=None, cutoff=None):
+        if name not in request.query_params:
+            return default
+        text = request.query_params[name]
+        value = -1  # not a whole number
+        if text.isascii() and text.isdecimal():
+            digits = text.lstrip("0")
+            value = int(digits or "0") if len(digits) <= 18 else 10**18  # past any bound, without a huge int
+        if value < minimum or maximum is not None and value > maximum:
+            bound = f" and at most {maximum}" if maximum is not None else ""
+            raise exceptions.ValidationError({name: [f"must be a whole number of at least {minimum}{bound}"]})
+        return min(value, cutoff) if cutoff else value
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.limit_query_param:
+                parameter["schema"]["minimum"] = 1
+            elif parameter["name"] == self.offset_query_param:
+                parameter["schema"].update(minimum=0, maximum=self.max_offset)
+        return parameters
 
 
 def error_body(code: str, message: str, fields: dict | None = None) -> dict:

@@ -58,6 +58,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "toolkeeper.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "toolkeeper.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -183,7 +184,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "toolkeeper.api.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["tenancy.limits.RequestRateThrottle"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "toolkeeper.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "toolkeeper.api.Pagination",
     "PAGE_SIZE": 50,
     "UNAUTHENTICATED_USER": None,
@@ -195,6 +196,7 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": "/api/v1",  # tags and operation ids from what follows: sessions, calls, …
     # Swagger UI's files come from the installed package, not from a CDN at page load.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ..browser import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
+from ..browser import chromium_context, chromium_or_skip
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 
@@ -49,7 +49,7 @@ def _app_submits_and_waits(server, outcome: dict) -> None:
 
 def test_reviewer_edits_and_approves_in_chromium_and_the_waiting_app_gets_the_result(inbox_live_server):
     chromium_or_skip()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     server = inbox_live_server
     admin = httpx.Client(base_url=server.url, headers=server.headers(server.admin_api_key), timeout=30)
@@ -66,52 +66,48 @@ def test_reviewer_edits_and_approves_in_chromium_and_the_waiting_app_gets_the_re
         assert outcome["submitted"]["status"] == "awaiting_approval", outcome["submitted"]
 
         reviewer = server.credentials["reviewer"]
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 1000})
-                page.set_default_timeout(STEP_MS)
-                page.goto(f"{server.url}/t/demo/inbox/")
-                # Not logged in: the login page, then back to the inbox.
-                page.fill("#id_username", reviewer["username"])
-                page.fill("#id_password", reviewer["password"])
-                page.click("button[type=submit]")
-                page.wait_for_url("**/t/demo/inbox/")
-                rows = page.locator("#requests tr[data-href]")
-                expect(rows).to_have_count(1)
-                expect(rows.first).to_contain_text("calculate")
-                expect(rows.first).to_contain_text("support-bot")
-                expect(rows.first).to_contain_text("alice@example.com")
-                expect(page.locator("#pending-count")).to_have_text("1")
-                page.screenshot(path="/tmp/inbox-list.png", full_page=True)
+        with chromium_context(server.url, step_ms=STEP_MS, height=1000) as (context, csp):
+            page = context.new_page()
+            page.goto(f"{server.url}/t/demo/inbox/")
+            # Not logged in: the login page, then back to the inbox.
+            page.fill("#id_username", reviewer["username"])
+            page.fill("#id_password", reviewer["password"])
+            page.click("button[type=submit]")
+            page.wait_for_url("**/t/demo/inbox/")
+            rows = page.locator("#requests tr[data-href]")
+            expect(rows).to_have_count(1)
+            expect(rows.first).to_contain_text("calculate")
+            expect(rows.first).to_contain_text("support-bot")
+            expect(rows.first).to_contain_text("alice@example.com")
+            expect(page.locator("#pending-count")).to_have_text("1")
+            page.screenshot(path="/tmp/inbox-list.png", full_page=True)
 
-                # Enter opens the selected request.
-                page.keyboard.press("Enter")
-                page.wait_for_url("**/t/demo/inbox/*/")
-                expect(page.locator("h1")).to_contain_text("calculate")
-                expect(page.locator("#input-readable")).to_contain_text('"expression": "1 + 1"')
-                expect(page.get_by_text("arithmetic by hand").first).to_be_visible()
-                expect(page.get_by_text("T-1042")).to_be_visible()  # the session's context
+            # Enter opens the selected request.
+            page.keyboard.press("Enter")
+            page.wait_for_url("**/t/demo/inbox/*/")
+            expect(page.locator("h1")).to_contain_text("calculate")
+            expect(page.locator("#input-readable")).to_contain_text('"expression": "1 + 1"')
+            expect(page.get_by_text("arithmetic by hand").first).to_be_visible()
+            expect(page.get_by_text("T-1042")).to_be_visible()  # the session's context
 
-                # `e` focuses the JSON editor; a broken edit is flagged before sending.
-                page.keyboard.press("e")
-                editor = page.locator("#id_input")
-                expect(editor).to_be_focused()
-                editor.fill('{"expression": "6 * 7"')
-                expect(page.locator("#json-state")).to_have_class("jsonstate bad")
-                editor.fill('{\n  "expression": "6 * 7"\n}')
-                expect(page.locator("#json-state")).to_have_text("✓ valid JSON")
-                page.screenshot(path=str(SCREENSHOT), full_page=True)
+            # `e` focuses the JSON editor; a broken edit is flagged before sending.
+            page.keyboard.press("e")
+            editor = page.locator("#id_input")
+            expect(editor).to_be_focused()
+            editor.fill('{"expression": "6 * 7"')
+            expect(page.locator("#json-state")).to_have_class("jsonstate bad")
+            editor.fill('{\n  "expression": "6 * 7"\n}')
+            expect(page.locator("#json-state")).to_have_text("✓ valid JSON")
+            page.screenshot(path=str(SCREENSHOT), full_page=True)
 
-                assert app.is_alive(), "the app's wait returned before anyone decided"
-                # Esc leaves the editor, `a` approves (the changed input makes it an edit).
-                page.keyboard.press("Escape")
-                page.keyboard.press("a")
-                page.wait_for_url("**/t/demo/inbox/")
-                expect(page.locator(".messages")).to_contain_text("approved with your edit")
-                expect(page.locator("#pending-count")).to_have_text("0")
-            finally:
-                browser.close()
+            assert app.is_alive(), "the app's wait returned before anyone decided"
+            # Esc leaves the editor, `a` approves (the changed input makes it an edit).
+            page.keyboard.press("Escape")
+            page.keyboard.press("a")
+            page.wait_for_url("**/t/demo/inbox/")
+            expect(page.locator(".messages")).to_contain_text("approved with your edit")
+            expect(page.locator("#pending-count")).to_have_text("0")
+            csp.assert_clean()
 
         app.join(WAIT_S + 30)
         assert not app.is_alive(), "the app's waiting request did not return"

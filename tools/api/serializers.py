@@ -1,14 +1,26 @@
+from django.conf import settings
+from django.core.validators import RegexValidator
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from toolkeeper import serializers as strict
+from toolkeeper.openapi import NOT_NULL
 from tools.models import AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolGroup
 from tools.registry import annotate_calls
 from tools.selectors import FORMATS
 
 
-class SessionCreateSerializer(serializers.Serializer):
-    agent = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+class SessionCreateSerializer(strict.Serializer):
+    agent = serializers.CharField(max_length=100, help_text="may be left out with an API key locked to an agent")
     user = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     context = serializers.DictField(required=False, default=dict)
+
+    def __init__(self, *args, agent_locked: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        if agent_locked:  # the key's agent is the session's
+            agent = self.fields["agent"]
+            agent.required, agent.allow_blank, agent.default = False, True, ""
 
 
 class SessionSerializer(serializers.ModelSerializer):
@@ -21,10 +33,33 @@ class ToolsQuerySerializer(serializers.Serializer):
     format = serializers.ChoiceField(choices=FORMATS, default="openai")
 
 
-class CallSpecSerializer(serializers.Serializer):
-    id = serializers.CharField(max_length=128, required=False, allow_blank=False)
-    name = serializers.CharField(max_length=128)
-    input = serializers.JSONField(required=False, default=dict)
+@extend_schema_field({"type": "object", "additionalProperties": {}})
+class JSONObjectField(serializers.JSONField):
+    """A JSON object (checked by the serializer, with its own message)."""
+
+
+class BoundValueField(serializers.JSONField):
+    """A bound argument's value: any JSON value but null when sent; null in answers to those who may
+    not see it."""
+
+    def to_internal_value(self, data):
+        if data is None:
+            raise serializers.ValidationError("may not be null")
+        return super().to_internal_value(data)
+
+
+class BoundValueFieldSchema(OpenApiSerializerFieldExtension):
+    target_class = BoundValueField
+
+    def map_serializer_field(self, auto_schema, direction):
+        return NOT_NULL if direction == "request" else {**NOT_NULL, "nullable": True}
+
+
+class CallSpecSerializer(strict.Serializer):
+    id = serializers.CharField(max_length=128, required=False, allow_blank=False,
+                               help_text="the model's call id; defaults to call_<n>")
+    name = serializers.CharField(max_length=128, help_text="the tool's name")
+    input = JSONObjectField(required=False, default=dict)
 
     def validate_input(self, value):
         if not isinstance(value, dict):
@@ -32,18 +67,21 @@ class CallSpecSerializer(serializers.Serializer):
         return value
 
 
-class CallBatchSerializer(serializers.Serializer):
+def wait_field() -> serializers.FloatField:
+    return serializers.FloatField(required=False, default=0, min_value=0, max_value=60,
+                                  help_text="seconds to hold the answer until every call settles")
+
+
+class CallBatchSerializer(strict.Serializer):
     """One call, or a batch under `calls`, with an optional `wait` in seconds."""
 
     calls = CallSpecSerializer(many=True, required=False)
     id = serializers.CharField(max_length=128, required=False)
     name = serializers.CharField(max_length=128, required=False)
     input = serializers.JSONField(required=False)
-    wait = serializers.FloatField(required=False, default=0, min_value=0, max_value=60)
+    wait = wait_field()
 
     def validate(self, attrs):
-        from django.conf import settings
-
         if "calls" in attrs:
             if any(key in attrs for key in ("id", "name", "input")):
                 raise serializers.ValidationError("send either one call or a `calls` list, not both")
@@ -59,15 +97,80 @@ class CallBatchSerializer(serializers.Serializer):
         return {"calls": [dict(call) for call in calls], "wait": attrs.get("wait", 0)}
 
 
+class DecisionSerializer(serializers.Serializer):
+    behavior = serializers.ChoiceField(choices=["allow", "deny", "ask"])
+    rule = serializers.IntegerField(allow_null=True, help_text="the deciding rule's id; null for a default")
+    reason = serializers.CharField()
+
+
+class ContentPartSerializer(serializers.Serializer):
+    type = serializers.CharField(help_text="`text`")
+    text = serializers.CharField(required=False)
+
+
+class CallResultSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=["success", "error", "interrupted"])
+    content = ContentPartSerializer(many=True)
+    structured = serializers.JSONField(required=False, allow_null=True)
+
+
+class CallErrorSerializer(serializers.Serializer):
+    errorType = serializers.CharField()  # noqa: N815 (the name of API.md)
+    error = serializers.CharField()
+    tool = serializers.CharField()
+    callId = serializers.CharField()  # noqa: N815
+
+
+class VoteSerializer(serializers.Serializer):
+    reviewer = serializers.CharField()
+    decision = serializers.ChoiceField(choices=["approve", "edit", "reject", "respond"])
+    message = serializers.CharField(allow_blank=True)
+    input = serializers.JSONField(allow_null=True)
+    at = serializers.DateTimeField()
+
+
+class CallApprovalSerializer(serializers.Serializer):
+    """The approval request of a call that asked (added by the approvals app)."""
+
+    id = serializers.IntegerField()
+    queue = serializers.CharField(allow_null=True)
+    status = serializers.CharField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    votes = VoteSerializer(many=True)
+
+
+class CallSubmitOneSerializer(CallSpecSerializer):
+    """One call."""
+
+    wait = wait_field()
+
+
+class CallSubmitBatchSerializer(serializers.Serializer):
+    """A batch of calls, answered in request order."""
+
+    calls = CallSpecSerializer(many=True, min_length=1, max_length=settings.TOOLKEEPER_MAX_BATCH)
+    wait = wait_field()
+
+
+CALL_SUBMIT_REQUEST = PolymorphicProxySerializer(component_name="CallSubmit", resource_type_field_name=None,
+                                                 serializers=[CallSubmitOneSerializer, CallSubmitBatchSerializer])
+
+
 class CallSerializer(serializers.ModelSerializer):
     tool = serializers.CharField(source="tool_name")
     approval = serializers.SerializerMethodField()
+    # Declared for the OpenAPI document; to_representation below builds the values.
+    input = serializers.DictField(help_text="as the model sent it; bound values are never echoed")
+    decision = DecisionSerializer(allow_null=True)
+    result = CallResultSerializer(allow_null=True)
+    error = CallErrorSerializer(allow_null=True)
 
     class Meta:
         model = ToolCall
         fields = ["id", "call_id", "session", "tool", "input", "status", "decision", "result", "error",
                   "approval", "created_at", "finished_at"]
 
+    @extend_schema_field(CallApprovalSerializer(allow_null=True))
     def get_approval(self, call) -> dict | None:
         return self.context.get("extras", {}).get(call.pk, {}).get("approval")
 
@@ -105,15 +208,62 @@ class CallEventSerializer(serializers.ModelSerializer):
         fields = ["seq", "kind", "data", "at"]
 
 
+class CallListSerializer(serializers.Serializer):
+    calls = CallSerializer(many=True, help_text="in request order")
+
+
+class EventListSerializer(serializers.Serializer):
+    events = CallEventSerializer(many=True)
+
+
+class PromptSerializer(serializers.Serializer):
+    text = serializers.CharField(allow_blank=True, help_text="a system-prompt fragment: group notes, skills")
+
+
+class OpenAIFunctionSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    parameters = serializers.DictField(help_text="JSON Schema; bound argument names never appear")
+
+
+class OpenAIToolSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["function"])
+    function = OpenAIFunctionSerializer()
+
+
+class AnthropicToolSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    input_schema = serializers.DictField()
+
+
+class McpToolSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    inputSchema = serializers.DictField()  # noqa: N815 (MCP's name)
+    annotations = serializers.DictField()
+
+
+@extend_schema_field(PolymorphicProxySerializer(
+    component_name="SessionTool", resource_type_field_name=None,
+    serializers=[OpenAIToolSerializer, AnthropicToolSerializer, McpToolSerializer]))
+class SessionToolField(serializers.DictField):
+    """A tool in the requested format."""
+
+
+class ToolListSerializer(serializers.Serializer):
+    tools = serializers.ListField(child=SessionToolField())
+
+
 class WaitQuerySerializer(serializers.Serializer):
     wait = serializers.FloatField(required=False, default=0, min_value=0, max_value=60)
 
 
 class EventsQuerySerializer(serializers.Serializer):
-    after = serializers.IntegerField(required=False, default=0, min_value=0)
+    after = serializers.IntegerField(required=False, default=0, min_value=0, max_value=2**31 - 1)
 
 
-class ToolSerializer(serializers.ModelSerializer):
+class ToolSerializer(strict.ModelSerializer):
     class Meta:
         model = Tool
         fields = ["id", "name", "description", "input_schema", "output_schema", "source", "source_ref",
@@ -123,8 +273,9 @@ class ToolSerializer(serializers.ModelSerializer):
         extra_kwargs = {"timeout_s": {"min_value": 0.1, "max_value": 86400}}
 
 
-class ExternalToolSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=64)
+class ExternalToolSerializer(strict.Serializer):
+    name = serializers.CharField(max_length=64, validators=[
+        RegexValidator(r"^[a-zA-Z0-9_-]+\Z", "1-64 letters, digits, '_' or '-'")])
     description = serializers.CharField(allow_blank=True, default="", max_length=4000)
     input_schema = serializers.DictField()
     read_only = serializers.BooleanField(default=False)
@@ -143,7 +294,7 @@ class TenantToolField(serializers.SlugRelatedField):
         return Tool.objects.for_tenant(self.context["tenant"])
 
 
-class GroupSerializer(serializers.ModelSerializer):
+class GroupSerializer(strict.ModelSerializer):
     tools = TenantToolField(many=True, required=False)
 
     class Meta:
@@ -151,9 +302,9 @@ class GroupSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "description", "notes", "default_active", "switchable", "tools", "created_at"]
 
 
-class BindingSerializer(serializers.ModelSerializer):
+class BindingSerializer(strict.ModelSerializer):
     tool = TenantToolField()
-    value = serializers.JSONField(help_text="null (and value_hidden true) for reviewers and viewers")
+    value = BoundValueField(help_text="null (and value_hidden true) for reviewers and viewers")
     value_hidden = serializers.SerializerMethodField()
 
     class Meta:

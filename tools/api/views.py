@@ -17,6 +17,7 @@ from tenancy.models import ApiKey, Scope
 from tenancy.permissions import sees_secrets
 from tenancy.selectors import access_object, key_sessions
 from toolkeeper.api import exception_handler
+from toolkeeper.openapi import CONFLICT
 from tools import selectors, services
 from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, ToolCall
 from tools.waiting import WATCH_RECHECK_S, call_statuses, call_watch, run_db, wait_for_calls
@@ -73,9 +74,9 @@ class AgentView(APIView):
 class SessionCreateView(AgentView):
     @extend_schema(request=s.SessionCreateSerializer, responses={201: s.SessionSerializer})
     def post(self, request):
-        serializer = s.SessionCreateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
         api_key = request.auth if isinstance(request.auth, ApiKey) else None
+        serializer = s.SessionCreateSerializer(data=request.data, agent_locked=bool(api_key and api_key.agent))
+        serializer.is_valid(raise_exception=True)
         session = services.session_create(tenant=request.tenant, api_key=api_key, **serializer.validated_data)
         return Response(s.SessionSerializer(session).data, status=201)
 
@@ -87,22 +88,23 @@ class SessionDetailView(AgentView):
 
 
 class SessionToolsView(AgentView):
-    @extend_schema(parameters=[s.ToolsQuerySerializer], responses={200: dict})
+    @extend_schema(parameters=[s.ToolsQuerySerializer], responses=s.ToolListSerializer)
     def get(self, request, session_id):
         session = access_session(request, session_id)
-        query = s.ToolsQuerySerializer(data=request.query_params)
+        # A plain dict: DRF would read an empty parameter (`?format=`) as absent, as for an HTML form.
+        query = s.ToolsQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         return Response({"tools": selectors.session_tools(session, query.validated_data["format"])})
 
 
 class SessionPromptView(AgentView):
-    @extend_schema(responses={200: dict})
+    @extend_schema(responses=s.PromptSerializer)
     def get(self, request, session_id):
         return Response({"text": selectors.session_prompt(access_session(request, session_id))})
 
 
 class CallSubmitView(AgentView):
-    @extend_schema(request=s.CallBatchSerializer, responses={200: s.CallSerializer(many=True)})
+    @extend_schema(request=s.CALL_SUBMIT_REQUEST, responses={200: s.CallListSerializer, 409: CONFLICT})
     def post(self, request, session_id):
         session = access_session(request, session_id)
         if not isinstance(request.data, dict):
@@ -126,7 +128,7 @@ class CallDetailView(AgentView):
     @extend_schema(parameters=[s.WaitQuerySerializer], responses=s.CallSerializer)
     def get(self, request, call_id):
         call = access_call(request, call_id)
-        query = s.WaitQuerySerializer(data=request.query_params)
+        query = s.WaitQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         plan = WaitPlan(tenant_id=call.tenant_id, session_ids={call.session_id}, calls=[call],
                         timeout=query.validated_data["wait"], until=TERMINAL_STATUSES, single=True,
@@ -139,17 +141,17 @@ class CallDetailView(AgentView):
 class CallEventsView(AgentView):
     required_scope = (Scope.AGENT, Scope.ADMIN)
 
-    @extend_schema(parameters=[s.EventsQuerySerializer], responses={200: dict})
+    @extend_schema(parameters=[s.EventsQuerySerializer], responses=s.EventListSerializer)
     def get(self, request, call_id):
         call = access_call(request, call_id)
-        query = s.EventsQuerySerializer(data=request.query_params)
+        query = s.EventsQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         events = selectors.call_events(call, after=query.validated_data["after"])[:1000]
         return Response({"events": s.CallEventSerializer(events, many=True).data})
 
 
 class CallCancelView(AgentView):
-    @extend_schema(request=None, responses=s.CallSerializer)
+    @extend_schema(request=None, responses={200: s.CallSerializer, 409: CONFLICT})
     def post(self, request, call_id):
         call = access_call(request, call_id)
         actor = request.user if not isinstance(request.auth, ApiKey) else f"apikey:{request.auth.name}"
