@@ -5,7 +5,13 @@ or come from a related manager of a row that is itself tenant-owned. Evaluating 
 raises TenantScopeError: a forgotten filter fails loudly instead of leaking another tenant's rows.
 Code that must see every tenant (periodic jobs, migrations) says so with `Model.all_tenants`.
 """
+from contextvars import ContextVar
+
 from django.db import models
+
+# Set while a row checks its own uniqueness: Django asks "does another row hold these values?" across the
+# table, which is what the database's constraint enforces anyway and answers only yes or no.
+_checking_uniqueness: ContextVar[bool] = ContextVar("checking_uniqueness", default=False)
 
 
 class TenantScopeError(RuntimeError):
@@ -38,7 +44,7 @@ class TenantQuerySet(models.QuerySet):
         return clone
 
     def _require_scope(self):
-        if not self._tenant_scoped:
+        if not self._tenant_scoped and not _checking_uniqueness.get():
             raise TenantScopeError(f"unscoped query on {self.model.__name__}: name the tenant")
 
     def _fetch_all(self):
@@ -91,3 +97,17 @@ class TenantOwned(models.Model):
     class Meta:
         abstract = True
         base_manager_name = "all_tenants"
+
+    def validate_unique(self, exclude=None):
+        token = _checking_uniqueness.set(True)
+        try:
+            super().validate_unique(exclude=exclude)
+        finally:
+            _checking_uniqueness.reset(token)
+
+    def validate_constraints(self, exclude=None):
+        token = _checking_uniqueness.set(True)
+        try:
+            super().validate_constraints(exclude=exclude)
+        finally:
+            _checking_uniqueness.reset(token)

@@ -61,3 +61,16 @@ def test_staff_without_superuser_cannot_use_it(world):
     client.force_login(user)
     for model in MODELS:
         assert client.get(f"/admin/tools/{model._meta.model_name}/").status_code == 403
+
+
+def test_admin_adds_a_binding_and_refuses_a_duplicate(world, superuser_client):
+    """Uniqueness checks of tenant-owned rows (tool, agent, name) run in the admin without a 500."""
+    tool = world.a.tools["current_time"]
+    form = {"tenant": world.a.tenant.pk, "tool": tool.pk, "agent": "", "name": "timezone", "value": '"UTC"'}
+    response = superuser_client.post("/admin/tools/boundargument/add/", form)
+    assert response.status_code == 302
+    assert BoundArgument.objects.for_tenant(world.a.tenant).get(tool=tool, agent="", name="timezone").value == "UTC"
+    again = superuser_client.post("/admin/tools/boundargument/add/", {**form, "value": '"Europe/Berlin"'})
+    assert again.status_code == 200
+    assert "already exists" in again.content.decode()
+    assert BoundArgument.objects.for_tenant(world.a.tenant).filter(tool=tool, agent="", name="timezone").count() == 1
