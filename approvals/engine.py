@@ -3,11 +3,13 @@
 Order (DESIGN §5): deny rules → ask rules → read-only auto-allow → allow rules → tenant default.
 Within a behaviour the highest priority, then the oldest rule, decides. Rules are compiled into an
 index per tenant: exact tool names in a dict, patterns filed by their literal prefix, so deciding
-looks at the few rules that can match rather than at all of them.
+looks at the few rules that can match rather than at all of them. Each process keeps a tenant's index
+as long as the tenant's policy version stays (`index_cache`, a `tenancy.versions.VersionedCache`).
 """
-import threading
 from bisect import insort
 from dataclasses import dataclass
+
+from tenancy.versions import VersionedCache
 
 from .matching import (
     MAX_MATCHED_CHARS,
@@ -20,6 +22,7 @@ from .matching import (
     compile_glob,
     pattern_prefix,
 )
+from .models import PolicyVersion
 
 BEHAVIOR_RANK = {"deny": 0, "ask": 1, "allow": 2}
 
@@ -149,25 +152,4 @@ def decide(index: RuleIndex, *, tool_name: str, effective_input: dict, agent: st
     return Decision(default_behavior, None, f"no rule matched: the tenant's default is {default_behavior}")
 
 
-class IndexCache:
-    """Compiled indexes per tenant, rebuilt when the tenant's policy version moves."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._entries: dict[int, tuple[int, RuleIndex]] = {}
-
-    def get(self, tenant_id: int, version: int, load) -> RuleIndex:
-        entry = self._entries.get(tenant_id)
-        if entry is not None and entry[0] == version:
-            return entry[1]
-        index = RuleIndex(load())
-        with self._lock:
-            self._entries[tenant_id] = (version, index)
-        return index
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-index_cache = IndexCache()
+index_cache: VersionedCache[RuleIndex] = VersionedCache(PolicyVersion)

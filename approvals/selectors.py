@@ -1,21 +1,21 @@
 """Reads: decisions, the inbox, requests."""
 from django.db.models import Count, Prefetch
 
-from tenancy.fastread import tenant_scalar
 from tenancy.models import Tenant
 from tools.models import CallStatus, Tool, ToolCall, ToolSource
 from tools.selectors import CALL_PAYLOADS, SESSION_PAYLOADS, TOOL_PAYLOADS, bindings_for, related
 
-from .engine import Decision, decide, index_cache
+from .engine import Decision, RuleIndex, decide, index_cache
 from .matching import canonical_json
-from .models import ApprovalRequest, PermissionRule, PolicyVersion, RequestStatus, Vote, VoteDecision
+from .models import ApprovalRequest, PermissionRule, RequestStatus, Vote, VoteDecision
 
 
-def rule_index(tenant: Tenant):
-    version = tenant_scalar(PolicyVersion, "version", tenant.pk) or 0
-    return index_cache.get(
-        tenant.pk, version, lambda: list(PermissionRule.objects.for_tenant(tenant).filter(enabled=True)),
-    )
+def _rule_index_build(tenant_id: int, version: int) -> RuleIndex:
+    return RuleIndex(list(PermissionRule.objects.for_tenant(tenant_id).filter(enabled=True)))
+
+
+def rule_index(tenant: Tenant) -> RuleIndex:
+    return index_cache.get(tenant.pk, _rule_index_build)
 
 
 def read_only_trusted(tool: Tool | None) -> bool:

@@ -1,6 +1,4 @@
 """Writes for rules, queues and approval requests; the reviewer's decisions."""
-import secrets
-
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rest_framework.exceptions import PermissionDenied, ValidationError
@@ -9,11 +7,12 @@ from audit.services import audit_record
 from realtime.broadcast import publish_on_commit
 from realtime.groups import inbox_group
 from tenancy.models import Membership
+from tenancy.versions import version_bump
 from toolkeeper.api import Conflict
-from tools.events import call_transition
+from tools.events import call_fail, call_transition
 from tools.models import CallStatus, ToolCall, ToolSource
 from tools.pipeline import input_problems, pipeline_resume
-from tools.results import call_error, error_result, tool_result
+from tools.results import tool_result
 from tools.selectors import visible_tool
 
 from .engine import Decision
@@ -37,18 +36,8 @@ RULE_FIELDS = ("behavior", "tool_pattern", "arg_match", "agents", "users", "queu
 # --- rules -------------------------------------------------------------------------------------
 
 def policy_bump(*, tenant) -> None:
-    """Invalidate every process's compiled rules for this tenant (in the caller's transaction).
-
-    The new version is random, not +1: after a rolled-back change, a counter would hand out the
-    same number again and a process could keep the index it compiled inside that transaction.
-    """
-    version = secrets.randbits(62)
-    if not PolicyVersion.objects.for_tenant(tenant).update(version=version):
-        try:
-            with transaction.atomic():
-                PolicyVersion.objects.create(tenant=tenant, version=version)
-        except IntegrityError:
-            PolicyVersion.objects.for_tenant(tenant).update(version=version)
+    """Invalidate every process's compiled rules for this tenant (in the caller's transaction)."""
+    version_bump(PolicyVersion, tenant.pk)
 
 
 def _check_rule(tenant, values: dict) -> None:
@@ -284,10 +273,9 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
         elif decision == VoteDecision.REJECT:
             if not _finish(request, RequestStatus.REJECTED):
                 raise Conflict("another decision settled the request first")
-            error = call_error(error_type="Rejected", message=message or "a reviewer rejected this call",
-                               tool=call.tool_name, call_id=call.call_id)
-            call_transition(call=call, from_statuses=[call.status], to_status=CallStatus.REJECTED, error=error,
-                            result=error_result(error), event_data={"error": error, "reviewer": str(reviewer.username)})
+            call_fail(call=call, error_type="Rejected", message=message or "a reviewer rejected this call",
+                      status=CallStatus.REJECTED, from_statuses=[call.status],
+                      event_data={"reviewer": str(reviewer.username)})
         else:
             if not _finish(request, RequestStatus.RESPONDED):
                 raise Conflict("another decision settled the request first")
@@ -352,14 +340,15 @@ def call_respond(*, call: ToolCall, actor, message: str = "", structured=None, s
     """A human's (or an external system's) answer becomes the call's result."""
     result = tool_result({"state": state, "content": content if content is not None else (
         [{"type": "text", "text": message}] if message else []), "structured": structured})
-    to_status = CallStatus.SUCCEEDED if state == "success" else CallStatus.FAILED
-    error = None
-    if state != "success":
+    waiting = [CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_EXTERNAL]
+    responder = {"responder": getattr(actor, "username", str(actor))}
+    if state == "success":
+        moved = call_transition(call=call, from_statuses=waiting, to_status=CallStatus.SUCCEEDED, result=result,
+                                error=None, event_data=responder)
+    else:
         text = " ".join(part.get("text", "") for part in result["content"] if isinstance(part, dict)) or "failed"
-        error = call_error(error_type="ExternalError", message=text, tool=call.tool_name, call_id=call.call_id)
-    moved = call_transition(call=call, from_statuses=[CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_EXTERNAL],
-                            to_status=to_status, result=result, error=error,
-                            event_data={"responder": getattr(actor, "username", str(actor))})
+        moved = call_fail(call=call, error_type="ExternalError", message=text, from_statuses=waiting, result=result,
+                          event_data=responder)
     if not moved:
         raise Conflict(f"the call is {call.status}, not waiting for a result")
     audit_record(tenant=call.session.tenant, actor=actor, verb="call.responded", target=f"call:{call.pk}",
@@ -385,10 +374,8 @@ def request_expire(*, request: ApprovalRequest) -> bool:
     if not _finish(request, RequestStatus.EXPIRED):
         return False
     call = request.call
-    error = call_error(error_type="ApprovalExpired", message="no reviewer decided before the request expired",
-                       tool=call.tool_name, call_id=call.call_id)
-    call_transition(call=call, from_statuses=[CallStatus.AWAITING_APPROVAL], to_status=CallStatus.EXPIRED,
-                    error=error, result=error_result(error), event_data={"error": error})
+    call_fail(call=call, error_type="ApprovalExpired", message="no reviewer decided before the request expired",
+              status=CallStatus.EXPIRED, from_statuses=[CallStatus.AWAITING_APPROVAL])
     audit_record(tenant=call.tenant, verb="approval.expired", target=f"call:{call.pk}")
     return True
 
@@ -421,12 +408,9 @@ def external_calls_expire(*, now) -> int:
         calls = ToolCall.objects.for_tenant(queue.tenant).filter(
             status=CallStatus.AWAITING_EXTERNAL, tool__source=ToolSource.EXTERNAL, created_at__lte=cutoff)[:500]
         for call in calls:
-            error = call_error(error_type="ExternalExpired", message="no result arrived before the deadline",
-                               tool=call.tool_name, call_id=call.call_id)
             with transaction.atomic():
-                if call_transition(call=call, from_statuses=[CallStatus.AWAITING_EXTERNAL],
-                                   to_status=CallStatus.EXPIRED, error=error, result=error_result(error),
-                                   event_data={"error": error}):
+                if call_fail(call=call, error_type="ExternalExpired", message="no result arrived before the deadline",
+                             status=CallStatus.EXPIRED, from_statuses=[CallStatus.AWAITING_EXTERNAL]):
                     audit_record(tenant=queue.tenant, verb="call.expired", target=f"call:{call.pk}",
                                  data={"reason": "no external result before the deadline"})
                     count += 1

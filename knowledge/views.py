@@ -15,7 +15,7 @@ from rest_framework.exceptions import ValidationError as ServiceValidationError
 from console.access import MEMBER, OPERATE, tenant_view
 from console.forms import add_service_errors
 from tenancy.selectors import access_object
-from tools import services as tools_services
+from tools.calls import work_start
 from tools.decorators import python_tool
 from tools.models import BoundArgument, Tool
 from tools.selectors import bindings_for
@@ -121,7 +121,7 @@ def dataset_upload(request, dataset):
         except ServiceValidationError as exc:
             problems.extend(f"{key}: {' '.join(map(str, value))}" for key, value in exc.detail.items())
         else:
-            work = tools_services.work_start(tenant=request.tenant, tool_name="knowledge_ingest", actor=request.user,
+            work = work_start(tenant=request.tenant, tool_name="knowledge_ingest", actor=request.user,
                                              arguments={"dataset_id": dataset.pk, "documents": documents})
             messages.success(request, f"Ingesting {len(documents)} files: follow the progress here.")
             return redirect("console:call_detail", tenant=request.tenant.slug, call_id=work.pk)

@@ -11,8 +11,9 @@ from rest_framework.test import APIClient
 
 from tenancy.models import Role
 from tenancy.services import apikey_create, membership_set, tenant_create
+from tools.calls import calls_submit
 from tools.models import CallStatus, Tool, ToolGroup
-from tools.services import binding_set, calls_submit, group_update, session_create
+from tools.services import binding_set, group_update, session_create
 
 PASSWORD = "correct horse battery staple"
 
@@ -99,9 +100,9 @@ def drain_calls(db):
     yield
     import time
 
-    from tools import executors
+    from tools.runtime import runtime
 
-    executor = executors._executor
+    executor = runtime()._executor
     if executor is None or not hasattr(executor, "_running"):
         return  # only the local executor runs calls inside the test process
     deadline = time.monotonic() + 10

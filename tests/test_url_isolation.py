@@ -19,8 +19,9 @@ from audit.models import Event
 from tenancy.models import ApiKey
 from tenancy.scoping import TenantOwned
 from tenancy.services import apikey_create
+from tools.calls import calls_submit
 from tools.models import AgentSession, BoundArgument, Tool, ToolCall, ToolGroup
-from tools.services import binding_set, calls_submit, group_create, session_create
+from tools.services import binding_set, group_create, session_create
 
 SKIPPED_PREFIXES = ("admin/", "api/schema/", "api/docs/", "login/", "logout/")
 API_PREFIX = "api/"

@@ -5,28 +5,18 @@ class ToolsConfig(AppConfig):
     name = "tools"
 
     def ready(self):
-        from django.conf import settings
-        from django.db.models.signals import post_migrate
+        from django.db.models.signals import m2m_changed, post_delete, post_migrate, post_save
 
         from tenancy.signals import tenant_created
 
         from . import builtins, examples, sources  # noqa: F401  (registers the shipped Python tools)
+        from .catalog import bump_on_change
+        from .models import BoundArgument, Tool, ToolGroup
         from .services import catalog_sync_all, tenant_seed_catalog
 
         tenant_created.connect(tenant_seed_catalog, dispatch_uid="tools.seed_catalog")
-        from django.db.models.signals import m2m_changed, post_delete, post_save
-
-        from .catalog import bump_on_change
-        from .models import BoundArgument, Tool, ToolGroup
-
         for model in (Tool, ToolGroup, BoundArgument):
             post_save.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.save.{model.__name__}")
             post_delete.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.delete.{model.__name__}")
         m2m_changed.connect(bump_on_change, sender=ToolGroup.tools.through, dispatch_uid="tools.catalog.members")
-        if settings.TOOLKEEPER_EXECUTOR == "celery":
-            from .registry import register_periodic
-            from .worker import calls_dispatch_pending, calls_reap
-
-            register_periodic("tools.reap", calls_reap, every_s=5)
-            register_periodic("tools.dispatch_pending", calls_dispatch_pending, every_s=5)
         post_migrate.connect(catalog_sync_all, sender=self, dispatch_uid="tools.sync_catalog")

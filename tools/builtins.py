@@ -1,11 +1,14 @@
-"""Built-in tools every tenant has."""
-from datetime import datetime
+"""Built-in tools every tenant has. Loaded by the app's `ready`; they use the services like any other code."""
+from datetime import datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.utils import timezone as django_timezone
 from pydantic import BaseModel, Field
 
 from .decorators import ToolContext, ToolError, tool
+from .selectors import call_history_day
+from .services import session_todos_replace
 
 
 @tool(kind="builtin", read_only=True, idempotent=True, timeout=5, groups=("basic",))
@@ -47,8 +50,6 @@ def todo_write(todos: list[Todo], ctx: ToolContext) -> dict:
     Args:
         todos: The complete, updated task list.
     """
-    from .services import session_todos_replace
-
     if sum(1 for todo in todos if todo.status == "in_progress") > 1:
         raise ToolError("at most one task may be in_progress", error_type="InvalidInput")
     saved = session_todos_replace(session=ctx.session, todos=[todo.model_dump() for todo in todos])
@@ -66,12 +67,6 @@ def call_history_report(days: int = 7, ctx: ToolContext = None) -> dict:
     Args:
         days: How many days back to cover, 1 to 90.
     """
-    from datetime import timedelta
-
-    from django.utils import timezone as django_timezone
-
-    from .selectors import call_history_day
-
     if not 1 <= days <= 90:
         raise ToolError("days must be between 1 and 90", error_type="InvalidInput")
     today = django_timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)

@@ -1,19 +1,17 @@
 """A per-process snapshot of each tenant's catalog: tools, groups and bound arguments.
 
 Every call asks which tools its session may see. Rebuilding that from the database costs several
-queries; the snapshot costs one (the tenant's catalog version) and is rebuilt only when a tool,
-group or binding of the tenant changes — signals bump the version for every write, including the
-Django admin's.
+queries; the snapshot costs one (the tenant's catalog version, `tenancy.versions`) and is rebuilt only
+when a tool, group or binding of the tenant changes — signals bump the version for every write,
+including the Django admin's. Also the one rule of which bound value wins (`bound_values`) and what a
+tool looks like on a session's surface (`ExposedTool`).
 """
-import secrets
-import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.db import IntegrityError, transaction
+from tenancy.versions import VersionedCache, version_bump
 
-from tenancy.fastread import tenant_scalar
-
-from .models import BoundArgument, CatalogVersion, Tool, ToolGroup
+from .models import RESERVED_GROUP, BoundArgument, CatalogVersion, Tool, ToolGroup
 from .schemas import InputValidator
 
 
@@ -28,6 +26,21 @@ class GroupView:
     tool_names: tuple[str, ...]
 
 
+def switchable_groups(groups: list[GroupView]) -> list[GroupView]:
+    """The groups a session may switch on and off itself (with `reset_tools`)."""
+    return [g for g in groups if g.switchable and g.name != RESERVED_GROUP]
+
+
+def bound_values(bindings: Iterable[tuple[str, str, object]], agent: str) -> dict:
+    """The bound arguments that apply to `agent`, from (agent, name, value) bindings of one tool: an
+    agent-specific value beats the tenant-wide one (agent "")."""
+    values: dict = {}
+    for binding_agent, name, value in sorted(bindings, key=lambda b: b[0] != ""):
+        if binding_agent in ("", agent):
+            values[name] = value
+    return values
+
+
 @dataclass
 class CatalogSnapshot:
     version: int
@@ -38,12 +51,7 @@ class CatalogSnapshot:
     validators: dict[tuple, InputValidator] = field(default_factory=dict)
 
     def bound_values(self, tool: Tool, agent: str) -> dict:
-        """The tool's bound arguments for this agent: an agent-specific value beats the tenant-wide one."""
-        values: dict = {}
-        for binding_agent, name, value in sorted(self.bindings.get(tool.pk, ()), key=lambda b: b[0] != ""):
-            if binding_agent in ("", agent):
-                values[name] = value
-        return values
+        return bound_values(self.bindings.get(tool.pk, ()), agent)
 
     def validator(self, tool_name: str, bound_names, schema: dict) -> InputValidator:
         """The tool's input validator for `schema`, its schema without `bound_names`: compiled on first use,
@@ -53,6 +61,29 @@ class CatalogSnapshot:
         if validator is None:
             validator = self.validators.setdefault(key, InputValidator(schema))
         return validator
+
+
+@dataclass
+class ExposedTool:
+    """A tool as one session's model sees it."""
+    name: str
+    description: str
+    schema: dict  # as the model sees it: bound argument names removed
+    tool: Tool | None = None  # None for meta tools
+    bound: dict = field(default_factory=dict)  # name -> server value; never shown to the model
+    annotations: dict = field(default_factory=dict)
+    catalog: CatalogSnapshot | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def is_meta(self) -> bool:
+        return self.tool is None
+
+    @property
+    def validator(self) -> InputValidator:
+        """`schema` compiled, once per catalog version (and set of bound names)."""
+        if self.catalog is None:
+            return InputValidator(self.schema)
+        return self.catalog.validator(self.name, self.bound, self.schema)
 
 
 def _load(tenant_id: int, version: int) -> CatalogSnapshot:
@@ -76,36 +107,16 @@ def _load(tenant_id: int, version: int) -> CatalogSnapshot:
     return snapshot
 
 
-_cache: dict[int, CatalogSnapshot] = {}
-_lock = threading.Lock()
-
-
-def catalog_version(tenant_id: int) -> int:
-    return tenant_scalar(CatalogVersion, "version", tenant_id) or 0
+_snapshots: VersionedCache[CatalogSnapshot] = VersionedCache(CatalogVersion)
 
 
 def catalog_snapshot(tenant_id: int) -> CatalogSnapshot:
-    version = catalog_version(tenant_id)
-    snapshot = _cache.get(tenant_id)
-    if snapshot is not None and snapshot.version == version:
-        return snapshot
-    snapshot = _load(tenant_id, version)
-    with _lock:
-        _cache[tenant_id] = snapshot
-    return snapshot
+    return _snapshots.get(tenant_id, _load)
 
 
 def catalog_bump(tenant_id: int) -> None:
-    """Mark the tenant's catalog changed (inside the caller's transaction). Random, never +1: a
-    rolled-back change must not leave a snapshot behind under a number that will be reused."""
-    version = secrets.randbits(62)
-    if CatalogVersion.objects.for_tenant(tenant_id).update(version=version):
-        return
-    try:
-        with transaction.atomic():
-            CatalogVersion.objects.create(tenant_id=tenant_id, version=version)
-    except IntegrityError:
-        CatalogVersion.objects.for_tenant(tenant_id).update(version=version)
+    """Mark the tenant's catalog changed (inside the caller's transaction)."""
+    version_bump(CatalogVersion, tenant_id)
 
 
 def bump_on_change(sender, instance, **kwargs) -> None:

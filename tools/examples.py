@@ -4,6 +4,7 @@ import math
 import operator
 
 from .decorators import ToolContext, ToolError, tool
+from .services import session_note_append
 
 _OPERATORS = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -109,8 +110,6 @@ def slow_write(text: str, seconds: int = 5, ctx: ToolContext = None) -> dict:
         text: The note to append.
         seconds: How long the write takes, 1 to 60.
     """
-    from .services import session_note_append
-
     if not 1 <= seconds <= 60:
         raise ToolError("seconds must be between 1 and 60", error_type="InvalidInput")
     for done in range(seconds):

@@ -1,21 +1,21 @@
-"""Running one call: claim it, invoke its source, store the outcome. Shared by every executor."""
+"""Running one call on an executor: claim it, invoke its source, store the outcome; time it out; settle
+it when the process that ran it died. Shared by both executors (`tools.executors` in the server process,
+`tools.worker` in Celery workers), which decide when and where a call runs, not how.
+"""
 import logging
 import threading
 
 from django.utils import timezone
 
 from .decorators import CallCancelled, ToolContext, ToolError
-from .events import call_event_append, call_transition
+from .events import call_event_append, call_fail, call_transition
 from .models import AgentSession, CallStatus, EventKind, ToolCall
 from .registry import source_for
-from .results import call_error, error_result, tool_result
+from .results import tool_result
 
 logger = logging.getLogger("toolkeeper.calls")
 
-
-def _fail_fields(call: ToolCall, error_type: str, message: str) -> dict:
-    error = call_error(error_type=error_type, message=message, tool=call.tool_name, call_id=call.call_id)
-    return {"error": error, "result": error_result(error)}
+MAX_ATTEMPTS = 3  # runs of an idempotent tool's call whose process died, before it fails with WorkerLost
 
 
 def call_claim(*, call: ToolCall) -> ToolCall | None:
@@ -46,39 +46,34 @@ def call_execute(*, call: ToolCall, cancelled: threading.Event) -> None:
     try:
         if source is None:
             raise ToolError(f"no executor handles {call.tool_name}", error_type="ToolUnavailable")
-        value = source.invoke(tool, call.effective_input, ctx)
-        outcome = {"to_status": CallStatus.SUCCEEDED, "result": tool_result(value), "error": None}
+        result = tool_result(source.invoke(tool, call.effective_input, ctx))
     except CallCancelled:
         return  # whoever cancelled (or timed out) the call already settled it
     except ToolError as exc:
-        outcome = {"to_status": CallStatus.FAILED, **_fail_fields(call, exc.error_type, str(exc))}
+        call_fail(call=call, error_type=exc.error_type, message=str(exc), from_statuses=[CallStatus.RUNNING])
+        return
     except Exception:
         logger.exception("tool %s raised on call %s", call.tool_name, call.pk)
-        outcome = {"to_status": CallStatus.FAILED,
-                   **_fail_fields(call, "ToolFailed", "the tool failed with an unexpected error")}
-    event = {"error": outcome["error"]} if outcome["error"] else None
-    call_transition(call=call, from_statuses=[CallStatus.RUNNING], event_data=event, **outcome)
+        call_fail(call=call, error_type="ToolFailed", message="the tool failed with an unexpected error",
+                  from_statuses=[CallStatus.RUNNING])
+        return
+    call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.SUCCEEDED,
+                    result=result, error=None)
 
 
 def call_time_out(*, call: ToolCall, timeout_s: float) -> bool:
-    fields = _fail_fields(call, "TimedOut", f"the tool did not finish within {timeout_s:g} s")
-    return call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.TIMED_OUT,
-                           event_data={"error": fields["error"]}, **fields)
+    return call_fail(call=call, error_type="TimedOut", message=f"the tool did not finish within {timeout_s:g} s",
+                     status=CallStatus.TIMED_OUT, from_statuses=[CallStatus.RUNNING])
 
 
-def run_meta_tool(ctx) -> None:
-    """Meta tools change the session itself; they run inline, in the request."""
-    from .selectors import META_RESET_TOOLS
-    from .services import session_groups_reset
-
-    call = ctx.call
-    ctx.transition(CallStatus.RUNNING, started_at=timezone.now())
-    if call.tool_name == META_RESET_TOOLS:
-        try:
-            value = session_groups_reset(session=ctx.session, choices=call.effective_input)
-        except ToolError as exc:
-            call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.FAILED,
-                            **_fail_fields(call, exc.error_type, str(exc)))
-            return
-        call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.SUCCEEDED,
-                        result=tool_result(value))
+def call_settle_orphan(call: ToolCall, reason: str) -> str:
+    """A running call whose process died: re-queue it if its tool is idempotent, else fail it (WorkerLost)."""
+    idempotent = call.tool is not None and call.tool.idempotent
+    if idempotent and call.attempts < MAX_ATTEMPTS:
+        if call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.QUEUED,
+                           lease_until=None, dispatched_at=None, event_data={"retry": call.attempts + 1}):
+            return "requeued"
+    elif call_fail(call=call, error_type="WorkerLost", message=reason, from_statuses=[CallStatus.RUNNING],
+                   lease_until=None, event_data={"reason": reason}):
+        return "failed"
+    return "unchanged"

@@ -1,9 +1,12 @@
-"""Executors run queued calls. `local`: a thread pool in the server process (embedded mode);
-`celery`: Celery workers (distributed mode, see tools.worker).
+"""Executors take queued calls and have them run. The runtime (`tools.runtime`) builds the one named by
+`settings.TOOLKEEPER_EXECUTOR_CLASS`; both take `submit(call)` and `cancel(call_id)`.
 
-The local executor keeps each tenant under its `max_parallel_calls`, runs a session's
-`concurrency_safe=False` calls one at a time in the order they arrived, enforces each tool's
-timeout, and stops a call's tool when the call times out or is cancelled (tools.isolation).
+- `LocalExecutor`: a thread pool in the server process (the embedded mode). It keeps each tenant under
+  its `max_parallel_calls`, runs a session's `concurrency_safe=False` calls one at a time in the order
+  they arrived, enforces each tool's timeout, and stops a call's tool when the call times out or is
+  cancelled (tools.isolation).
+- `CeleryExecutor`: sends each call to the Celery workers as a `tools.run_call` task, by name (the
+  worker's side is `tools.worker`), and sends again what a failed or lost dispatch left queued.
 """
 import copy
 import logging
@@ -11,13 +14,19 @@ import threading
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import close_old_connections
+from django.db.models import Q
+from django.utils import timezone
 
 from .execution import call_claim, call_execute, call_time_out
 from .isolation import CallStop
-from .models import ToolCall
+from .models import CallStatus, ToolCall
+
+RUN_CALL_TASK = "tools.run_call"
 
 logger = logging.getLogger("toolkeeper.calls")
 
@@ -35,7 +44,8 @@ class Job:
 
 
 class LocalExecutor:
-    def __init__(self, workers: int):
+    def __init__(self, workers: int | None = None):
+        workers = settings.TOOLKEEPER_LOCAL_WORKERS if workers is None else workers
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolkeeper-call")
         self._lock = threading.Lock()
         self._waiting: deque[Job] = deque()
@@ -123,17 +133,13 @@ class LocalExecutor:
 
 class CeleryExecutor:
     """Hands calls to Celery workers. A failed dispatch (broker down) leaves the call queued; the
-    periodic dispatcher sends it once the broker is back."""
+    periodic dispatcher (`dispatch_pending`) sends it once the broker is back."""
 
     def submit(self, call: ToolCall) -> bool:
-        from django.utils import timezone
-
-        from .tasks import run_call
-
         timeout = call.tool.timeout_s if call.tool else 30.0
         try:
-            run_call.apply_async(args=[str(call.pk)], retry=False, soft_time_limit=timeout + 5,
-                                 time_limit=timeout + 30)
+            current_app.send_task(RUN_CALL_TASK, args=[str(call.pk)], retry=False, soft_time_limit=timeout + 5,
+                                  time_limit=timeout + 30)
         except Exception:
             logger.warning("could not dispatch call %s; it stays queued", call.pk, exc_info=True)
             return False
@@ -143,18 +149,12 @@ class CeleryExecutor:
     def cancel(self, call_id) -> None:
         """Workers notice cancel requests themselves (their watchdog reads the call)."""
 
-
-_executor = None
-_executor_lock = threading.Lock()
-
-
-def get_executor():
-    global _executor
-    if _executor is None:
-        with _executor_lock:
-            if _executor is None:
-                if settings.TOOLKEEPER_EXECUTOR == "celery":
-                    _executor = CeleryExecutor()
-                else:
-                    _executor = LocalExecutor(settings.TOOLKEEPER_LOCAL_WORKERS)
-    return _executor
+    def dispatch_pending(self, *, min_age_s: float = 2.0, redispatch_after_s: float = 60.0) -> int:
+        """Periodic: (re)send queued calls whose dispatch failed (broker down) or whose message was lost."""
+        now = timezone.now()
+        never_or_long_ago = Q(dispatched_at__isnull=True) | Q(
+            dispatched_at__lt=now - timedelta(seconds=redispatch_after_s))
+        pending = ToolCall.all_tenants.select_related("tool", "tenant").filter(
+            never_or_long_ago, status=CallStatus.QUEUED, created_at__lte=now - timedelta(seconds=min_age_s),
+        ).order_by("created_at")[:1000]
+        return sum(bool(self.submit(call)) for call in pending)

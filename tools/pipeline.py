@@ -1,8 +1,11 @@
 """The governed call pipeline (DESIGN §4): steps from settings.TOOLKEEPER_CALL_MIDDLEWARE.
 
 Each step looks at the call and either lets it continue or settles it (failed, denied, waiting).
-Apps add steps through the setting (the permission step comes from `approvals`); an approved
-call re-enters the chain after the step that held it.
+This module holds the chain and the steps before the executor (normalize, validate, bind, external);
+apps add steps through the setting (the permission step comes from `approvals`), and the last step,
+dispatch, lives with submission in `tools.calls`, above the runtime whose executor it hands calls to.
+An approved call re-enters the chain after the step that held it. `input_refusal` is the one check
+of a call's input, for the chain and for a reviewer's edit alike.
 """
 from dataclasses import dataclass, field
 from functools import cache
@@ -11,11 +14,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from .events import call_transition
+from .catalog import ExposedTool
+from .events import call_fail, call_transition
 from .models import AgentSession, CallStatus, ToolCall, ToolSource
-from .results import call_error, error_result
 from .schemas import ToolMisconfigured, bound_overrides
-from .selectors import ExposedTool, visible_tool
+from .selectors import visible_tool
 
 NO_POLICY_DECISION = {"behavior": "allow", "rule": None, "reason": "no permission policy is installed"}
 
@@ -49,10 +52,16 @@ class CallContext:
             ToolCall.objects.for_tenant(self.call.tenant_id).filter(pk=self.call.pk).update(**changes)
 
     def fail(self, error_type: str, message: str, status: str = CallStatus.FAILED) -> bool:
-        error = call_error(error_type=error_type, message=message, tool=self.call.tool_name,
-                           call_id=self.call.call_id)
-        self.transition(status, error=error, result=error_result(error), event_data={"error": error})
+        """Settle the call with this error, with the changes the steps collected; False ends the chain."""
+        changes, self.pending = self.pending, {}
+        call_fail(call=self.call, error_type=error_type, message=message, status=status,
+                  from_statuses=[self.call.status], **changes)
         return False
+
+    def ensure_decision(self) -> None:
+        """A call that reaches the executor without the permission step was allowed by no policy."""
+        if self.call.decision is None:
+            self.set(decision=NO_POLICY_DECISION)
 
 
 class Step:
@@ -110,38 +119,16 @@ class Bind(Step):
         return True
 
 
-def _ensure_decision(ctx: CallContext) -> None:
-    if ctx.call.decision is None:
-        ctx.set(decision=NO_POLICY_DECISION)
-
-
 class External(Step):
     name = "external"
 
     def process(self, ctx):
         tool = ctx.exposed.tool
         if tool is not None and tool.source == ToolSource.EXTERNAL:
-            _ensure_decision(ctx)
+            ctx.ensure_decision()
             ctx.transition(CallStatus.AWAITING_EXTERNAL)
             return False
         return True
-
-
-class Dispatch(Step):
-    name = "dispatch"
-
-    def process(self, ctx):
-        from .execution import run_meta_tool
-        from .executors import get_executor
-
-        _ensure_decision(ctx)
-        if ctx.exposed.is_meta:
-            run_meta_tool(ctx)
-            return False
-        if ctx.transition(CallStatus.QUEUED):
-            call = ctx.call
-            transaction.on_commit(lambda: get_executor().submit(call))
-        return False
 
 
 @cache

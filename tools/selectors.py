@@ -1,37 +1,14 @@
-"""Reads: what a session's model may see, in the formats apps ask for."""
+"""Reads: what a session's model may see, in the formats apps ask for; calls and their events for lists."""
 import copy
-from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Sum
 
-from .catalog import CatalogSnapshot, GroupView, catalog_snapshot
-from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, CallStatus, Tool, ToolCall
+from .catalog import CatalogSnapshot, ExposedTool, GroupView, bound_values, catalog_snapshot, switchable_groups
+from .meta import meta_tools
+from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, Tool, ToolCall
 from .registry import META_RESET_TOOLS
-from .schemas import InputValidator
 
 FORMATS = ("openai", "anthropic", "mcp")
-
-
-@dataclass
-class ExposedTool:
-    name: str
-    description: str
-    schema: dict  # as the model sees it: bound argument names removed
-    tool: Tool | None = None  # None for meta tools
-    bound: dict = field(default_factory=dict)  # name -> server value; never shown to the model
-    annotations: dict = field(default_factory=dict)
-    catalog: CatalogSnapshot | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def is_meta(self) -> bool:
-        return self.tool is None
-
-    @property
-    def validator(self) -> InputValidator:
-        """`schema` compiled, once per catalog version (and set of bound names)."""
-        if self.catalog is None:
-            return InputValidator(self.schema)
-        return self.catalog.validator(self.name, self.bound, self.schema)
 
 
 def groups_of(tenant) -> list[GroupView]:
@@ -50,17 +27,13 @@ def active_group_names(session: AgentSession, groups: list[GroupView]) -> list[s
     ]
 
 
-def switchable_groups(groups: list[GroupView]) -> list[GroupView]:
-    return [g for g in groups if g.switchable and g.name != RESERVED_GROUP]
-
-
 def bindings_for(tenant, agent: str, tool_ids) -> dict[int, dict]:
     """Bound values per tool for this agent: an agent-specific binding beats the tenant-wide one."""
-    result: dict[int, dict] = {}
-    rows = BoundArgument.objects.for_tenant(tenant).filter(tool_id__in=list(tool_ids), agent__in=["", agent])
-    for binding in sorted(rows, key=lambda b: b.agent != ""):
-        result.setdefault(binding.tool_id, {})[binding.name] = binding.value
-    return result
+    rows: dict[int, list] = {}
+    for tool_id, binding_agent, name, value in BoundArgument.objects.for_tenant(tenant).filter(
+            tool_id__in=list(tool_ids), agent__in=["", agent]).values_list("tool_id", "agent", "name", "value"):
+        rows.setdefault(tool_id, []).append((binding_agent, name, value))
+    return {tool_id: bound_values(bindings, agent) for tool_id, bindings in rows.items()}
 
 
 def exposed_schema(schema: dict, bound_names) -> dict:
@@ -85,17 +58,6 @@ def tool_annotations(tool: Tool) -> dict:
     }
 
 
-def reset_tools_schema(groups: list[GroupView]) -> dict:
-    return {
-        "type": "object",
-        "properties": {
-            group.name: {"type": "boolean", "description": group.description or f"The {group.name} tools."}
-            for group in groups
-        },
-        "additionalProperties": False,
-    }
-
-
 def _expose(catalog: CatalogSnapshot, tool: Tool, agent: str) -> ExposedTool:
     bound = catalog.bound_values(tool, agent)
     return ExposedTool(name=tool.name, description=tool.description, tool=tool, bound=bound, catalog=catalog,
@@ -106,26 +68,14 @@ def visible_tools(session: AgentSession) -> list[ExposedTool]:
     catalog = catalog_snapshot(session.tenant_id)
     active = set(active_group_names(session, catalog.groups))
     names = sorted({name for group in catalog.groups if group.name in active for name in group.tool_names})
-    exposed = [_expose(catalog, catalog.tools[name], session.agent) for name in names]
-    switchable = switchable_groups(catalog.groups)
-    if switchable:
-        exposed.append(ExposedTool(
-            name=META_RESET_TOOLS,
-            description=(
-                "Choose which optional tool groups are active. Send the complete desired state: "
-                "a group not set to true is deactivated. Returns the notes of newly activated groups."
-            ),
-            schema=reset_tools_schema(switchable), catalog=catalog,
-            annotations={"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True},
-        ))
-    return exposed
+    return [_expose(catalog, catalog.tools[name], session.agent) for name in names] + meta_tools(catalog)
 
 
 def visible_tool(session: AgentSession, name: str) -> ExposedTool | None:
     """One tool as this session's model sees it, or None when it is not visible now."""
-    if name == META_RESET_TOOLS:
-        return next((exposed for exposed in visible_tools(session) if exposed.name == name), None)
     catalog = catalog_snapshot(session.tenant_id)
+    if name == META_RESET_TOOLS:
+        return next((exposed for exposed in meta_tools(catalog) if exposed.name == name), None)
     tool = catalog.tools.get(name)
     if tool is None or not active_group_names(session, catalog.groups_of_tool.get(name, [])):
         return None
@@ -186,40 +136,9 @@ def call_events(call: ToolCall, after: int = 0):
 
 def call_history_day(*, tenant, start, end) -> list[dict]:
     """Calls created in [start, end) grouped by tool and status, with their summed run time."""
-    from django.db.models import Count, DurationField, ExpressionWrapper, F, Sum
-
     duration = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
     rows = (ToolCall.objects.for_tenant(tenant).filter(created_at__gte=start, created_at__lt=end)
             .values("tool_name", "status")
             .annotate(n=Count("id"), total=Sum(duration), timed=Count("finished_at")))
     return [{"tool_name": r["tool_name"], "status": r["status"], "n": r["n"], "timed": r["timed"],
              "total_ms": r["total"].total_seconds() * 1000 if r["total"] is not None else None} for r in rows]
-
-
-IN_FLIGHT_STATUSES = (CallStatus.RECEIVED, CallStatus.QUEUED, CallStatus.RUNNING)
-
-
-def calls_in_flight(*, tenant, api_key=None) -> tuple[int, int]:
-    """The tenant's calls received, queued or running, and how many of them are in sessions the key created.
-
-    Checked on every submission, inside its transaction: one statement over the (tenant, status) index, in
-    SQL of its own (the ORM's aggregate took over half a millisecond to build), reading only the calls in
-    flight, which the limits keep few.
-    """
-    quote = connection.ops.quote_name
-    call, session = ToolCall._meta, AgentSession._meta
-    params: list = []
-    key_count, join = "0", ""
-    if api_key is not None:
-        key_count = f"SUM(CASE WHEN s.{quote(session.get_field('api_key').column)} = %s THEN 1 ELSE 0 END)"
-        join = (f" JOIN {quote(session.db_table)} s ON s.{quote(session.pk.column)} = "
-                f"c.{quote(call.get_field('session').column)}")
-        params.append(api_key.pk)
-    sql = (f"SELECT COUNT(*), {key_count} FROM {quote(call.db_table)} c{join} "  # noqa: S608 (names from metadata)
-           f"WHERE c.{quote(call.get_field('tenant').column)} = %s AND c.{quote(call.get_field('status').column)} "
-           f"IN ({', '.join(['%s'] * len(IN_FLIGHT_STATUSES))})")
-    params += [getattr(tenant, "pk", tenant), *IN_FLIGHT_STATUSES]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        tenant_count, key_in_flight = cursor.fetchone()
-    return tenant_count, key_in_flight or 0

@@ -1,15 +1,16 @@
-"""Celery tasks: thin wrappers that fetch by id and call the services."""
+"""Celery tasks of the distributed mode: thin wrappers that take ids or names and call the worker's side
+(`tools.worker`) or the runtime's periodic jobs (`tools.runtime`)."""
 from celery import shared_task
 from celery.signals import worker_process_init
 
-from .decorators import tool_processes_warm
-from .registry import periodic_jobs
+from .executors import RUN_CALL_TASK
+from .runtime import PERIODIC_TASK, runtime
 from .worker import ClaimOutcome, worker_run_call
 
 WAIT_RETRY_S = 0.2
 
 
-@shared_task(name="tools.run_call", bind=True, acks_late=True, max_retries=None, ignore_result=True)
+@shared_task(name=RUN_CALL_TASK, bind=True, acks_late=True, max_retries=None, ignore_result=True)
 def run_call(self, call_id: str) -> str:
     outcome = worker_run_call(call_id=call_id)
     if outcome == ClaimOutcome.WAIT:
@@ -17,14 +18,13 @@ def run_call(self, call_id: str) -> str:
     return outcome
 
 
-@shared_task(name="tools.periodic", ignore_result=True)
+@shared_task(name=PERIODIC_TASK, ignore_result=True)
 def run_periodic(name: str) -> None:
-    job = periodic_jobs().get(name)
+    job = runtime().periodic_jobs().get(name)
     if job is not None:
         job[0]()
 
 
 @worker_process_init.connect
-def warm_tool_processes(**kwargs) -> None:
-    """Each worker process starts its own tool processes (tools declared with isolation="process")."""
-    tool_processes_warm()
+def start_worker_process(**kwargs) -> None:
+    runtime().worker_process_start()

@@ -1,8 +1,19 @@
 """Waiting for calls without holding a thread or a database connection (DESIGN §4).
 
-Database work of waiting requests runs on a small, fixed pool of threads, so however many apps
-wait, the server holds at most that many connections for them. The wait itself is a coroutine
-listening on the channel layer for the calls' status events.
+A request that waits declares what for (`WaitPlan`: which calls, until which statuses, how long, under
+which grant, how to render the answer); the runtime's waiter (`tools.runtime`) does the rest through one
+entry point, `Waiter.answer`:
+
+- `InProcessWaiter` (embedded mode): every status change happens in this process, so a watch armed
+  before the view runs (`call_watch`) hears each call settle after its commit (`settle_notify`, from
+  `tools.events`) and the answer is built from the calls as their settlers left them, with a re-read of
+  the statuses once a second for a call moved by another process (a management command).
+- `ChannelLayerWaiter` (distributed mode): a coroutine listens on the channel layer for the calls'
+  status events (polling the database if the layer is unreachable), then the calls are read back.
+
+Either way the wait ends early, refused, when the request's grant (its key or membership) ends.
+Database work of waiting requests runs on a small, fixed pool of threads (`run_db`), so however many
+apps wait, the server holds at most that many connections for them.
 """
 import asyncio
 import contextlib
@@ -11,6 +22,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 
 from asgiref.sync import sync_to_async
@@ -19,6 +31,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections
 
 from realtime.groups import session_group
+from tenancy.grants import Grant, grant_watch
 
 from .models import ToolCall
 
@@ -194,3 +207,87 @@ def settle_notify(call) -> None:
     for key in (str(call.session_id), str(call.pk)):
         for watch in list(_watches.get(key, ())):
             watch.notify(call)
+
+
+# --- what a request waits for, and the waiters of the two modes ---------------------------------
+
+@dataclass
+class WaitPlan:
+    """What a waiting request waits for: `calls` as the view left them, until each is in `until`, for at
+    most `timeout` seconds, as long as its `grant` (the key or membership it came in with) lasts. `render`
+    builds the answer from the calls as they ended up (run on the database pool)."""
+    tenant_id: int
+    session_ids: set
+    calls: list[ToolCall]
+    timeout: float
+    until: frozenset
+    grant: Grant | None
+    render: Callable[[list[ToolCall]], object]
+
+    @property
+    def call_ids(self) -> list[str]:
+        return [str(c.pk) for c in self.calls]
+
+    def pending(self) -> set[str]:
+        return {str(c.pk) for c in self.calls if c.status not in self.until}
+
+    def waits(self) -> bool:
+        return self.timeout > 0 and bool(self.pending())
+
+
+@dataclass(frozen=True)
+class WaitAnswer:
+    payload: object = None
+    refused: bool = False  # the grant ended while the request waited: answer `grant.refusal()`
+
+
+def _read_back(plan: WaitPlan):
+    by_id = {str(c.pk): c for c in ToolCall.objects.for_tenant(plan.tenant_id).filter(pk__in=plan.call_ids)}
+    return plan.render([by_id[cid] for cid in plan.call_ids])
+
+
+class Waiter:
+    """How a request waits for its calls. `watching` is armed before the request's view runs;
+    `answer` waits as the plan says and renders what it found."""
+
+    def watching(self, key):
+        return call_watch(key)
+
+    async def settled(self, plan: WaitPlan, watch: CallWatch, stop: asyncio.Event) -> list[ToolCall] | None:
+        """Wait; the plan's calls as their settlers left them, or None when they must be read back."""
+        raise NotImplementedError
+
+    async def answer(self, plan: WaitPlan, watch: CallWatch) -> WaitAnswer:
+        with grant_watch.holding(plan.grant, on_end=watch.wake) as access_ended:
+            settled = await self.settled(plan, watch, access_ended)
+            if access_ended.is_set():
+                return WaitAnswer(refused=True)
+            if settled is not None:
+                return WaitAnswer(payload=await run_db(plan.render, settled))
+        return WaitAnswer(payload=await run_db(_read_back, plan))
+
+
+class InProcessWaiter(Waiter):
+    """The embedded mode: calls settle in this process, and their settlers tell the watch."""
+
+    async def settled(self, plan, watch, stop):
+        async def recheck(pending: set[str]) -> set[str]:
+            statuses = await run_db(call_statuses, plan.tenant_id, pending)
+            return {cid for cid in pending if statuses.get(cid) not in plan.until}
+
+        pending = plan.pending()
+        await watch.wait(pending, plan.until, plan.timeout, recheck_s=WATCH_RECHECK_S, recheck=recheck, stop=stop)
+        settled_here = {cid: watch.settled.get(cid) for cid in pending}
+        if stop.is_set() or not all(call is not None and call.status in plan.until
+                                    for call in settled_here.values()):
+            return None
+        return [settled_here.get(str(c.pk), c) for c in plan.calls]
+
+
+class ChannelLayerWaiter(Waiter):
+    """The distributed mode: calls settle in workers, whose status events come over the channel layer."""
+
+    async def settled(self, plan, watch, stop):
+        await wait_for_calls(tenant_id=plan.tenant_id, session_ids=plan.session_ids, call_ids=plan.pending(),
+                             until=plan.until, timeout=plan.timeout, stop=stop)
+        return None

@@ -1,10 +1,11 @@
-"""Running calls in Celery workers (the distributed mode).
+"""The Celery worker's side of a call (the distributed mode): claim, lease, watchdog, reaper.
 
-A worker claims a queued call by a conditional UPDATE that also takes a lease, then runs it with a
-watchdog thread beside it that renews the lease, enforces the tool's timeout and notices cancel
-requests. A reaper settles calls whose lease ran out (their worker died): idempotent tools are
-re-queued, the others fail with WorkerLost, so nothing runs twice by accident and nothing stays
-`running` forever.
+A worker claims a queued call by a conditional UPDATE that also takes a lease, under a per-tenant row
+lock that keeps the tenant's parallel cap and the per-session order of unsafe tools; then runs it
+(`tools.execution`) with a watchdog thread beside it that renews the lease, enforces the tool's timeout
+and notices cancel requests. The reaper settles calls whose lease ran out (their worker died):
+idempotent tools are re-queued, the others fail with WorkerLost, so nothing runs twice by accident and
+nothing stays `running` forever. The thin Celery tasks around these are in `tools.tasks`.
 """
 import logging
 import threading
@@ -12,13 +13,12 @@ import time
 from datetime import timedelta
 
 from django.db import connections, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from tenancy.models import Tenant
 
 from .events import call_transition
-from .execution import _fail_fields, call_execute, call_time_out
+from .execution import call_execute, call_settle_orphan, call_time_out
 from .isolation import CallStop
 from .models import CallStatus, ToolCall
 
@@ -26,7 +26,6 @@ logger = logging.getLogger("toolkeeper.calls")
 
 LEASE_S = 15.0
 WATCH_S = 0.25
-MAX_ATTEMPTS = 3
 
 
 class ClaimOutcome:
@@ -99,21 +98,9 @@ def worker_run_call(*, call_id) -> str:
     return ClaimOutcome.CLAIMED
 
 
-def call_settle_orphan(call: ToolCall, reason: str) -> str:
-    """A running call whose process died: re-queue it if its tool is idempotent, else fail it."""
-    idempotent = call.tool is not None and call.tool.idempotent
-    if idempotent and call.attempts < MAX_ATTEMPTS:
-        if call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.QUEUED,
-                           lease_until=None, dispatched_at=None, event_data={"retry": call.attempts + 1}):
-            return "requeued"
-    elif call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.FAILED,
-                         lease_until=None, event_data={"reason": reason}, **_fail_fields(call, "WorkerLost", reason)):
-        return "failed"
-    return "unchanged"
-
-
 def calls_reap() -> dict:
-    """Periodic: settle running calls whose worker stopped renewing the lease."""
+    """Periodic: settle running calls whose worker stopped renewing the lease. Re-queued calls still need
+    dispatching (the distributed runtime does that next)."""
     counts = {"requeued": 0, "failed": 0}
     stale = ToolCall.all_tenants.select_related("tool").filter(
         status=CallStatus.RUNNING, lease_until__lt=timezone.now())[:500]
@@ -121,21 +108,4 @@ def calls_reap() -> dict:
         outcome = call_settle_orphan(call, "the worker running this call stopped")
         if outcome in counts:
             counts[outcome] += 1
-    if counts["requeued"]:
-        calls_dispatch_pending(min_age_s=0)
     return counts
-
-
-def calls_dispatch_pending(*, min_age_s: float = 2.0, redispatch_after_s: float = 60.0) -> int:
-    """Periodic: (re)send queued calls whose dispatch failed (broker down) or whose message was lost."""
-    from .executors import get_executor
-
-    now = timezone.now()
-    never_or_long_ago = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - timedelta(seconds=redispatch_after_s))
-    pending = ToolCall.all_tenants.select_related("tool", "tenant").filter(
-        never_or_long_ago, status=CallStatus.QUEUED, created_at__lte=now - timedelta(seconds=min_age_s),
-    ).order_by("created_at")[:1000]
-    sent = 0
-    for call in pending:
-        sent += bool(get_executor().submit(call))
-    return sent

@@ -13,8 +13,8 @@ from knowledge import services
 from knowledge.models import Dataset, Document
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.models import ApiKey
-from tools import services as tools_services
 from tools.api.serializers import calls_data
+from tools.calls import work_start
 
 from . import serializers as s
 
@@ -106,7 +106,7 @@ class DocumentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.D
                 raise ValidationError({f"{name}: {key}": value for key, value in exc.detail.items()}) from exc
         if len(body.validated_data) > services.BATCH_SIZE:
             # Large: run as work that reports progress (GET /api/v1/calls/{id} and …/events follow it).
-            work = [tools_services.work_start(tenant=self.tenant, tool_name="knowledge_ingest", actor=_actor(request),
+            work = [work_start(tenant=self.tenant, tool_name="knowledge_ingest", actor=_actor(request),
                                               arguments={"dataset_id": datasets[name].pk, "documents": documents})
                     for name, documents in by_dataset.items()]
             return Response({"work": calls_data(work)}, status=202)

@@ -32,12 +32,10 @@ if "daphne.server" in sys.modules:
 
     use_in_daphne()
 from toolkeeper.routing import websocket_urlpatterns  # noqa: E402
+from tools.runtime import runtime  # noqa: E402
 
-if settings.TOOLKEEPER_EXECUTOR == "local":
-    # Embedded mode: this one process also recovers orphaned calls and runs the periodic jobs.
-    from tools.embedded import start_embedded_runtime
-
-    start_embedded_runtime()
+# The mode's duties of a server process (embedded: recover orphaned calls, run the periodic jobs).
+runtime().start()
 
 # Everything loaded so far lives as long as the process: keep it out of the garbage collector's
 # full passes, which otherwise rescan it and show up as latency spikes.

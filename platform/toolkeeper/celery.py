@@ -4,6 +4,7 @@ import os
 
 from celery import Celery
 from celery.signals import task_prerun, worker_process_init
+from django.db import close_old_connections, connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolkeeper.settings")
 
@@ -16,8 +17,6 @@ app.autodiscover_tasks()
 def prepare_worker_process(**kwargs):
     """A worker process runs one task at a time on one thread: it keeps its database connection between
     tasks (see CELERY_DB_REUSE_MAX), checked before each task like a request's."""
-    from django.db import connections
-
     for connection in connections.all():
         connection.settings_dict["CONN_MAX_AGE"] = 60
         connection.settings_dict["CONN_HEALTH_CHECKS"] = True
@@ -30,16 +29,12 @@ def prepare_worker_process(**kwargs):
 def refresh_database_connections(**kwargs):
     """Before each task, as before each request: a broken or aged connection is closed (and reopened on
     first use); a kept one is pinged once before use (CONN_HEALTH_CHECKS)."""
-    from django.db import close_old_connections
-
     close_old_connections()
 
 
 @app.on_after_finalize.connect
 def schedule_periodic_jobs(sender, **kwargs):
-    """Beat runs every periodic job the apps registered (expiry, reaper, dispatcher, …)."""
-    from tools.registry import periodic_jobs
-    from tools.tasks import run_periodic
+    """Beat runs every periodic job of the runtime (expiry, reaper, dispatcher, …)."""
+    from tools.runtime import runtime  # Django is set up by now, not when this module loads
 
-    for name, (_func, every_s) in periodic_jobs().items():
-        sender.add_periodic_task(every_s, run_periodic.s(name), name=name)
+    runtime().beat_schedule(sender)

@@ -209,12 +209,18 @@ TOOLKEEPER_CALL_MIDDLEWARE = [
     "tools.pipeline.Bind",
     "approvals.pipeline.Permission",
     "tools.pipeline.External",
-    "tools.pipeline.Dispatch",
+    "tools.calls.Dispatch",
 ]
+# The mode, decided here once: the runtime (tools.runtime) owns what differs between the modes (the
+# executor, how requests wait for calls, the periodic jobs, start-up recovery); code asks it, not this.
 TOOLKEEPER_EXECUTOR = os.environ.get("TOOLKEEPER_EXECUTOR", "local")
-TOOLKEEPER_EXECUTORS = ("local", "celery")
-if TOOLKEEPER_EXECUTOR not in TOOLKEEPER_EXECUTORS:
-    raise ImproperlyConfigured(f"TOOLKEEPER_EXECUTOR must be one of: {', '.join(TOOLKEEPER_EXECUTORS)}")
+TOOLKEEPER_MODES = {
+    "local": ("tools.runtime.EmbeddedRuntime", "tools.executors.LocalExecutor"),
+    "celery": ("tools.runtime.DistributedRuntime", "tools.executors.CeleryExecutor"),
+}
+if TOOLKEEPER_EXECUTOR not in TOOLKEEPER_MODES:
+    raise ImproperlyConfigured(f"TOOLKEEPER_EXECUTOR must be one of: {', '.join(TOOLKEEPER_MODES)}")
+TOOLKEEPER_RUNTIME, TOOLKEEPER_EXECUTOR_CLASS = TOOLKEEPER_MODES[TOOLKEEPER_EXECUTOR]
 TOOLKEEPER_LOCAL_WORKERS = int(os.environ.get("TOOLKEEPER_LOCAL_WORKERS", 8))
 # Idle child processes kept ready for tools declared with @tool(isolation="process"), per server process.
 TOOLKEEPER_TOOL_PROCESSES = int(os.environ.get("TOOLKEEPER_TOOL_PROCESSES", 2))

@@ -45,5 +45,6 @@ if not TEST_REDIS_URL and REQUIRE_SERVICES:
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # noqa: S105 (fast logins in tests)
 TOOLKEEPER_EXECUTOR = "local"
+TOOLKEEPER_RUNTIME, TOOLKEEPER_EXECUTOR_CLASS = TOOLKEEPER_MODES[TOOLKEEPER_EXECUTOR]  # noqa: F405
 CHANNEL_LAYERS = {"default": {"BACKEND": "realtime.layers.InProcessChannelLayer"}}
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

@@ -184,7 +184,7 @@ def test_locked_key_cannot_read_another_agents_session(world):
 
 def test_locked_key_cannot_see_another_agents_calls(world):
     other = session_create(tenant=world.a.tenant, agent="sales-bot")
-    from tools.services import calls_submit
+    from tools.calls import calls_submit
 
     [call] = calls_submit(session=other, calls=[{"name": "reset_tools", "input": {}}])
     client = world.a.client("locked")

@@ -1,8 +1,9 @@
 """The app-facing session API (API.md): shapes apps depend on."""
 import pytest
 
+from tools.calls import calls_submit
 from tools.models import ToolGroup
-from tools.services import calls_submit, group_update, session_create
+from tools.services import group_update, session_create
 
 
 def test_create_and_read_a_session(world):

@@ -160,7 +160,7 @@ def inbox_pending(world, gov_shell, gov_rule, gov_session):
     `make(n, agent=..., user=..., queue=..., command=..., by_default=...)` returns the ApprovalRequests,
     oldest first.
     """
-    from tools.services import calls_submit
+    from tools.calls import calls_submit
 
     rules = {}
 

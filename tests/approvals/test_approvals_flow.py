@@ -15,8 +15,9 @@ from approvals.services import requests_expire_due
 from audit.models import Event
 from tenancy.models import Role
 from tools.api.serializers import call_data
+from tools.calls import calls_submit
 from tools.models import CallStatus, ToolCall
-from tools.services import binding_set, calls_submit
+from tools.services import binding_set
 
 from ..tools.support import poll
 from .conftest import call_row, console_api, request_of, submit

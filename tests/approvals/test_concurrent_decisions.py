@@ -13,8 +13,8 @@ from approvals.models import ApprovalRequest, RequestStatus, Vote
 from approvals.services import request_decide
 from tenancy.services import apikey_create
 from toolkeeper.api import Conflict
+from tools.calls import calls_submit
 from tools.models import CallStatus, ToolCall
-from tools.services import calls_submit
 
 from ..tools.support import wait_terminal
 

@@ -3,8 +3,9 @@ edit check and the pipeline refuse the same names, with the same function."""
 import pytest
 
 from approvals.models import ApprovalRequest, RequestStatus, Vote
+from tools.calls import calls_submit
 from tools.models import CallStatus, ToolCall
-from tools.services import binding_set, calls_submit
+from tools.services import binding_set
 
 from .conftest import console_api
 

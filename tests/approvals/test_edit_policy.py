@@ -12,9 +12,10 @@ from django.urls import reverse
 from approvals.models import ApprovalRequest, PermissionRule, RequestStatus, Vote
 from tenancy.models import Role
 from tools.api.serializers import call_data
+from tools.calls import calls_submit
 from tools.decorators import ToolContext
 from tools.models import CallStatus, ToolCall
-from tools.services import binding_set, calls_submit
+from tools.services import binding_set
 
 from ..tools.support import install_tool, registered_tool, unique_name
 from .conftest import console_api

@@ -12,8 +12,9 @@ from approvals import selectors
 from approvals.engine import RuleIndex, compile_rule, decide
 from approvals.models import PermissionRule
 from approvals.services import policy_bump, rule_delete, rule_update
+from tools.calls import calls_submit
 from tools.models import CallStatus, Tool, ToolGroup, ToolSource
-from tools.services import binding_set, calls_submit
+from tools.services import binding_set
 
 # --- in-memory rules ---------------------------------------------------------------------------
 

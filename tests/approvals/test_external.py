@@ -10,8 +10,8 @@ from approvals.services import call_respond, queue_save, requests_expire_due
 from audit.models import Event
 from tenancy.models import Role
 from tools.api.serializers import call_data
+from tools.calls import calls_submit
 from tools.models import CallStatus, Tool, ToolCall, ToolGroup, ToolSource
-from tools.services import calls_submit
 
 from ..tools.support import poll
 from .conftest import console_api

@@ -10,8 +10,9 @@ from django.urls import reverse
 from approvals.models import ApprovalRequest, PermissionRule, RequestStatus, Vote
 from approvals.services import request_decide
 from tenancy.models import Role
+from tools.calls import calls_submit
 from tools.models import AgentSession, CallStatus, Tool, ToolCall, ToolGroup
-from tools.services import binding_set, calls_submit, tool_external_create
+from tools.services import binding_set, tool_external_create
 
 from ..tools.support import wait_terminal
 

@@ -9,8 +9,8 @@ from approvals.models import ApprovalRequest, Queue, RequestStatus
 from approvals.selectors import inbox_count, inbox_requests, pending_counts_by_queue
 from approvals.services import queue_save, rule_create
 from tenancy.models import Role
+from tools.calls import calls_submit
 from tools.models import CallStatus
-from tools.services import calls_submit
 
 from .conftest import console_api
 

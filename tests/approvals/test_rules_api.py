@@ -7,8 +7,8 @@ from approvals import selectors
 from approvals.models import PermissionRule, Queue
 from approvals.services import rule_create
 from tenancy.models import Role
+from tools.calls import calls_submit
 from tools.models import CallStatus
-from tools.services import calls_submit
 
 from .conftest import console_api
 

@@ -4,8 +4,9 @@ from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from tools.calls import calls_submit
 from tools.models import AgentSession, CallStatus, Tool, ToolCall
-from tools.services import calls_submit, group_create, session_create
+from tools.services import group_create, session_create
 
 pytestmark = pytest.mark.django_db
 

@@ -4,8 +4,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from knowledge.models import Document
 from knowledge.services import BATCH_SIZE, dataset_create
+from tools.calls import calls_submit
 from tools.models import CallEvent, CallStatus, ToolCall
-from tools.services import calls_submit, session_create
+from tools.services import session_create
 
 from ..tools.support import wait_terminal
 

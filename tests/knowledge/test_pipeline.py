@@ -3,8 +3,9 @@ arguments, and calls that really run on the executor."""
 import pytest
 
 from knowledge.models import Document
+from tools.calls import calls_submit
 from tools.models import CallStatus, ToolCall, ToolGroup
-from tools.services import binding_delete, binding_set, calls_submit, session_create
+from tools.services import binding_delete, binding_set, session_create
 
 from ..tools.support import wait_terminal
 from .conftest import B_SECRET, search_tool

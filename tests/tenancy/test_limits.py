@@ -8,8 +8,8 @@ from audit.models import Event
 from tenancy import limits
 from tenancy.services import apikey_create, tenant_limits_set
 from tests.api.test_api_key_path import as_json, call_app
+from tools.calls import call_cancel
 from tools.models import TERMINAL_STATUSES, ToolCall
-from tools.services import call_cancel
 
 pytestmark = pytest.mark.django_db
 

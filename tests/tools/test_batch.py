@@ -326,9 +326,9 @@ def test_cancel_of_a_queued_call_means_it_never_runs(world, make_tool, session):
     assert wait_terminal(first["id"], tenant=world.a.tenant).status == CallStatus.SUCCEEDED
     assert wait_terminal(second["id"], tenant=world.a.tenant).status == CallStatus.CANCELLED
     # the executor has dropped it: once idle, the cancelled call has still not run
-    from tools.executors import get_executor
+    from tools.runtime import runtime
 
-    executor = get_executor()
+    executor = runtime().executor
 
     def idle():
         with executor._lock:
@@ -339,9 +339,9 @@ def test_cancel_of_a_queued_call_means_it_never_runs(world, make_tool, session):
 
 
 def _executor_idle():
-    from tools.executors import get_executor
+    from tools.runtime import runtime
 
-    executor = get_executor()
+    executor = runtime().executor
     with executor._lock:
         return not executor._running and not executor._waiting
 

@@ -14,11 +14,12 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from tools import registry
+from tools.calls import calls_submit
 from tools.models import CallStatus, Tool, ToolCall, ToolGroup, ToolSource
 from tools.pipeline import input_problems
 from tools.registry import ToolDefinition
 from tools.schemas import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
-from tools.services import binding_set, calls_submit, catalog_sync, tool_external_create, tool_update
+from tools.services import binding_set, catalog_sync, tool_external_create, tool_update
 
 # The API reads rows on connections of its own: tests that call through it commit what they write.
 transactional = pytest.mark.django_db(transaction=True)

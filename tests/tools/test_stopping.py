@@ -8,6 +8,7 @@ import pytest
 
 from tests.distributed.stack import process_gone
 from tools import executors
+from tools.runtime import runtime
 from tools.decorators import ToolContext
 from tools.models import CallStatus
 from tools.services import session_create
@@ -34,7 +35,7 @@ def session(world):
 def one_worker(monkeypatch):
     """The local executor with a single worker thread: a thread never freed would block every later call."""
     executor = executors.LocalExecutor(1)
-    monkeypatch.setattr(executors, "_executor", executor)
+    monkeypatch.setattr(runtime(), "executor", executor)
     yield executor
     executor._pool.shutdown(wait=False)
 

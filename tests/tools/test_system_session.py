@@ -12,8 +12,9 @@ from rest_framework.test import APIClient
 from tenancy.models import SYSTEM_AGENT, ApiKey
 from tenancy.services import apikey_create
 from toolkeeper.routing import websocket_urlpatterns
+from tools.calls import work_start
 from tools.models import AgentSession
-from tools.services import session_create, work_start
+from tools.services import session_create
 
 RESERVED_SPELLINGS = [SYSTEM_AGENT, "Toolkeeper", " toolkeeper ", "TOOLKEEPER"]
 

@@ -1,7 +1,4 @@
 """The app-facing API of ../shared/API.md, and the admin endpoints for tools, groups and bindings."""
-from dataclasses import dataclass
-
-from django.conf import settings
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -12,15 +9,17 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
-from tenancy.grants import Grant, grant_of, grant_watch
+from tenancy.grants import Grant, grant_of
 from tenancy.models import ApiKey, Scope
 from tenancy.permissions import sees_secrets
 from tenancy.selectors import access_object, key_sessions
 from toolkeeper.api import exception_handler
 from toolkeeper.openapi import CONFLICT
+from tools import calls as tool_calls
 from tools import selectors, services
 from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, ToolCall
-from tools.waiting import WATCH_RECHECK_S, call_statuses, call_watch, run_db, wait_for_calls
+from tools.runtime import runtime
+from tools.waiting import WaitPlan, run_db
 
 from . import serializers as s
 
@@ -42,29 +41,8 @@ def calls_payload(calls: list[ToolCall]) -> dict:
     return {"calls": s.calls_data(calls)}  # reads what other apps add (approval requests)
 
 
-def serialize_calls(tenant_id: int, call_ids: list[str]) -> dict:
-    by_id = {str(c.pk): c for c in ToolCall.objects.for_tenant(tenant_id).filter(pk__in=call_ids)}
-    return calls_payload([by_id[cid] for cid in call_ids])
-
-
-@dataclass
-class WaitPlan:
-    """What a waiting request waits for: `calls` as the view left them, until each is in `until`, as long
-    as its `grant` (the key or membership it came in with) lasts."""
-    tenant_id: int
-    session_ids: set
-    calls: list[ToolCall]
-    timeout: float
-    until: frozenset
-    single: bool
-    grant: Grant | None
-
-    @property
-    def call_ids(self) -> list[str]:
-        return [str(c.pk) for c in self.calls]
-
-    def pending(self) -> set[str]:
-        return {str(c.pk) for c in self.calls if c.status not in self.until}
+def call_payload(calls: list[ToolCall]) -> dict:
+    return s.calls_data(calls)[0]
 
 
 class AgentView(APIView):
@@ -113,11 +91,11 @@ class CallSubmitView(AgentView):
         batch.is_valid(raise_exception=True)
         api_key = request.auth if isinstance(request.auth, ApiKey) else None
         wait = batch.validated_data["wait"]
-        calls = services.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
+        calls = tool_calls.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
         plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls, timeout=wait,
-                        until=SETTLED_STATUSES, single=False, grant=grant_of(request))
+                        until=SETTLED_STATUSES, grant=grant_of(request), render=calls_payload)
         # A call still to settle is waited for; the async front then builds the answer itself.
-        response = Response({} if wait > 0 and plan.pending() else {"calls": s.calls_data(calls)})
+        response = Response({} if plan.waits() else {"calls": s.calls_data(calls)})
         response.wait_plan = plan
         return response
 
@@ -131,9 +109,9 @@ class CallDetailView(AgentView):
         query = s.WaitQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         plan = WaitPlan(tenant_id=call.tenant_id, session_ids={call.session_id}, calls=[call],
-                        timeout=query.validated_data["wait"], until=TERMINAL_STATUSES, single=True,
-                        grant=grant_of(request))
-        response = Response({} if plan.timeout > 0 and plan.pending() else s.call_data(call))
+                        timeout=query.validated_data["wait"], until=TERMINAL_STATUSES, grant=grant_of(request),
+                        render=call_payload)
+        response = Response({} if plan.waits() else s.call_data(call))
         response.wait_plan = plan
         return response
 
@@ -155,7 +133,7 @@ class CallCancelView(AgentView):
     def post(self, request, call_id):
         call = access_call(request, call_id)
         actor = request.user if not isinstance(request.auth, ApiKey) else f"apikey:{request.auth.name}"
-        return Response(s.call_data(services.call_cancel(call=call, actor=actor)))
+        return Response(s.call_data(tool_calls.call_cancel(call=call, actor=actor)))
 
 
 def _render(view, request, *args, **kwargs):
@@ -166,44 +144,25 @@ def _render(view, request, *args, **kwargs):
 
 
 def waiting(view_class):
-    """An async front for a DRF view whose response may say which calls to wait for.
+    """An async front for a DRF view whose response may declare calls to wait for (`response.wait_plan`).
 
-    The embedded mode learns of settled calls in-process (`call_watch`, armed before the view runs,
-    keyed by the session or call id in the URL); the distributed mode listens on the channel layer.
-    A wait ends early, refused, when the request's key is revoked or its user's membership removed.
+    The runtime's waiter (`tools.waiting`) arms its watch before the view runs, keyed by the session or
+    call id in the URL, then waits and renders the answer; a wait refused because the request's key was
+    revoked or its user's membership removed answers as that refusal.
     """
     inner = view_class.as_view()
 
     async def view(request, *args, **kwargs):
-        with call_watch(kwargs.get("session_id") or kwargs.get("call_id")) as watch:
+        waiter = runtime().waiter
+        with waiter.watching(kwargs.get("session_id") or kwargs.get("call_id")) as watch:
             response = await run_db(_render, inner, request, *args, **kwargs)
             plan: WaitPlan | None = getattr(response, "wait_plan", None)
-            if plan is None or plan.timeout <= 0 or response.status_code >= 300 or not plan.pending():
+            if plan is None or response.status_code >= 300 or not plan.waits():
                 return response
-            with grant_watch.holding(plan.grant, on_end=watch.wake) as access_ended:
-                if settings.TOOLKEEPER_EXECUTOR == "local":
-                    async def recheck(pending: set[str]) -> set[str]:
-                        statuses = await run_db(call_statuses, plan.tenant_id, pending)
-                        return {cid for cid in pending if statuses.get(cid) not in plan.until}
-
-                    pending = plan.pending()
-                    await watch.wait(pending, plan.until, plan.timeout, recheck_s=WATCH_RECHECK_S, recheck=recheck,
-                                     stop=access_ended)
-                    settled_here = {cid: watch.settled.get(cid) for cid in pending}
-                    if not access_ended.is_set() and all(
-                            call is not None and call.status in plan.until for call in settled_here.values()):
-                        # As their settlers in this process left them: no need to read them back.
-                        final = [settled_here.get(str(c.pk), c) for c in plan.calls]
-                        payload = await run_db(calls_payload, final)
-                        return _json(payload["calls"][0] if plan.single else payload, response.status_code)
-                else:
-                    await wait_for_calls(tenant_id=plan.tenant_id, session_ids=plan.session_ids,
-                                         call_ids=plan.pending(), until=plan.until, timeout=plan.timeout,
-                                         stop=access_ended)
-            if access_ended.is_set():
-                return _refusal(plan.grant)
-        payload = await run_db(serialize_calls, plan.tenant_id, plan.call_ids)
-        return _json(payload["calls"][0] if plan.single else payload, response.status_code)
+            answer = await waiter.answer(plan, watch)
+        if answer.refused:
+            return _refusal(plan.grant)
+        return _json(answer.payload, response.status_code)
 
     view.cls = view_class  # lets the schema generator describe the DRF view behind it
     view.initkwargs = {}

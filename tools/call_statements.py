@@ -1,0 +1,106 @@
+"""The SQL a call's hot path runs outside the ORM, in one place.
+
+Each statement runs at least once per call, where building and compiling the ORM's version cost more than
+the statement itself. Identifiers come from model metadata and every value is a parameter. The tenant id
+is in the WHERE of each. Generic helpers (one value of a tenant's row, appending a row) stay in
+`tenancy.fastread`.
+"""
+from django.db import connection
+
+from tenancy.fastread import insert_row
+
+from .models import AgentSession, CallEvent, CallStatus, ToolCall
+
+INCREMENTS = frozenset({"attempts"})  # call fields an update may bump by one: pass `attempts=1`
+IN_FLIGHT_STATUSES = (CallStatus.RECEIVED, CallStatus.QUEUED, CallStatus.RUNNING)
+
+
+def call_update(call: ToolCall, *, from_statuses=None, fields: dict | None = None) -> int | None:
+    """UPDATE the call (if still in `from_statuses`) and bump its event counter in the same statement;
+    returns the new event number, or None when the call was not in one of those statuses."""
+    meta = ToolCall._meta
+    quote = connection.ops.quote_name
+    sets, params = [], []
+    for name, value in (fields or {}).items():
+        field = meta.get_field(name)
+        column = quote(field.column)
+        if name in INCREMENTS:
+            sets.append(f"{column} = {column} + %s")
+            params.append(int(value))
+        else:
+            sets.append(f"{column} = %s")
+            if field.is_relation and hasattr(value, "pk"):
+                value = value.pk
+            params.append(field.get_db_prep_save(value, connection))
+    seq_column = quote(meta.get_field("event_seq").column)
+    sets.append(f"{seq_column} = {seq_column} + 1")
+    where = [f"{quote(meta.pk.column)} = %s", f"{quote(meta.get_field('tenant').column)} = %s"]
+    params += [meta.pk.get_db_prep_value(call.pk, connection), call.tenant_id]
+    if from_statuses is not None:
+        statuses = list(from_statuses)
+        where.append(f"{quote(meta.get_field('status').column)} IN ({', '.join(['%s'] * len(statuses))})")
+        params += [str(status) for status in statuses]
+    sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)} WHERE {' AND '.join(where)} RETURNING {seq_column}"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def event_insert(event: CallEvent) -> int:
+    """INSERT a call's event (append-only; no save machinery); returns its id."""
+    return insert_row(CallEvent, tenant=event.tenant_id, call=event.call_id, seq=event.seq, kind=event.kind,
+                      data=event.data, at=event.at)
+
+
+def session_call_count_add(session: AgentSession, added: int) -> int:
+    """Add to the session's call counter in one statement; returns the new count."""
+    meta = AgentSession._meta
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(meta.db_table)} SET call_count = call_count + %s "  # noqa: S608 (identifiers from metadata)
+            f"WHERE {quote(meta.pk.column)} = %s AND tenant_id = %s RETURNING call_count",
+            [added, meta.pk.get_db_prep_value(session.pk, connection), session.tenant_id],
+        )
+        return cursor.fetchone()[0]
+
+
+def session_call_ids_taken(session: AgentSession, candidates: list[str]) -> set[str]:
+    """Which of these call ids the session already has."""
+    meta = ToolCall._meta
+    quote = connection.ops.quote_name
+    marks = ", ".join(["%s"] * len(candidates))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {quote('call_id')} FROM {quote(meta.db_table)} "  # noqa: S608 (identifiers from metadata)
+            f"WHERE {quote('tenant_id')} = %s AND {quote('session_id')} = %s AND {quote('call_id')} IN ({marks})",
+            [session.tenant_id, AgentSession._meta.pk.get_db_prep_value(session.pk, connection), *candidates],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def calls_in_flight(*, tenant, api_key=None) -> tuple[int, int]:
+    """The tenant's calls received, queued or running, and how many of them are in sessions the key created.
+
+    Checked on every submission, inside its transaction: one statement over the (tenant, status) index (the
+    ORM's aggregate took over half a millisecond to build), reading only the calls in flight, which the
+    limits keep few.
+    """
+    quote = connection.ops.quote_name
+    call, session = ToolCall._meta, AgentSession._meta
+    params: list = []
+    key_count, join = "0", ""
+    if api_key is not None:
+        key_count = f"SUM(CASE WHEN s.{quote(session.get_field('api_key').column)} = %s THEN 1 ELSE 0 END)"
+        join = (f" JOIN {quote(session.db_table)} s ON s.{quote(session.pk.column)} = "
+                f"c.{quote(call.get_field('session').column)}")
+        params.append(api_key.pk)
+    sql = (f"SELECT COUNT(*), {key_count} FROM {quote(call.db_table)} c{join} "  # noqa: S608 (names from metadata)
+           f"WHERE c.{quote(call.get_field('tenant').column)} = %s AND c.{quote(call.get_field('status').column)} "
+           f"IN ({', '.join(['%s'] * len(IN_FLIGHT_STATUSES))})")
+    params += [getattr(tenant, "pk", tenant), *IN_FLIGHT_STATUSES]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        tenant_count, key_in_flight = cursor.fetchone()
+    return tenant_count, key_in_flight or 0

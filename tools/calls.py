@@ -1,0 +1,153 @@
+"""Submitting and cancelling calls: the services behind the API's call endpoints, the MCP endpoint and
+operator-started work.
+
+`calls_submit` records a batch and runs each call through the pipeline (`tools.pipeline`); the pipeline's
+last step, `Dispatch`, is here: it runs meta tools inline (`tools.meta`) and hands every other call to
+the runtime's executor after commit. `call_cancel` stops a call wherever it is. This module sits above
+the pipeline and the runtime, so neither of them imports an executor.
+"""
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from rest_framework.exceptions import ValidationError
+
+from audit.services import audit_record
+from tenancy.limits import calls_admit
+from tenancy.models import SYSTEM_AGENT
+from toolkeeper.api import Conflict
+
+from .call_statements import calls_in_flight, session_call_count_add, session_call_ids_taken
+from .events import call_transition
+from .meta import meta_run
+from .models import AgentSession, CallStatus, Tool, ToolCall
+from .pipeline import CallContext, Step, pipeline_run
+from .results import interrupted_result
+from .runtime import runtime
+from .signals import call_cancelled
+
+
+class Dispatch(Step):
+    """The pipeline's last step: meta tools run now, in the request; other calls are queued for the executor."""
+
+    name = "dispatch"
+
+    def process(self, ctx: CallContext) -> bool:
+        ctx.ensure_decision()
+        if ctx.exposed.is_meta:
+            ctx.transition(CallStatus.RUNNING, started_at=timezone.now())
+            meta_run(call=ctx.call, session=ctx.session)
+            return False
+        if ctx.transition(CallStatus.QUEUED):
+            call = ctx.call
+            transaction.on_commit(lambda: runtime().executor.submit(call))
+        return False
+
+
+def _same_request(call: ToolCall, spec: dict) -> bool:
+    return call.tool_name == spec["name"] and call.input == spec.get("input", {})
+
+
+def _free_call_ids(session: AgentSession, *, first: int, count: int, reserved: set) -> list[str]:
+    """`call_<n>` ids from n = first on, skipping any the app already chose for itself."""
+    ids: list[str] = []
+    n = first
+    while len(ids) < count:
+        candidates = [f"call_{n + i}" for i in range(count - len(ids))]
+        n += len(candidates)
+        taken = session_call_ids_taken(session, candidates) | reserved
+        ids += [candidate for candidate in candidates if candidate not in taken]
+    return ids
+
+
+def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> list[ToolCall]:
+    """Record and govern a batch of calls, in request order.
+
+    Resending a call_id the session already has returns that call, not a second execution;
+    reusing it for a different call is a conflict.
+    """
+    explicit = [spec["id"] for spec in calls if spec.get("id")]
+    if len(explicit) != len(set(explicit)):
+        raise ValidationError({"calls": ["call ids must be unique within a batch"]})
+    with transaction.atomic():
+        existing = {
+            call.call_id: call
+            for call in ToolCall.objects.for_tenant(session.tenant_id).filter(session=session, call_id__in=explicit)
+        } if explicit else {}  # most calls name no id: skip building a query that cannot match
+        for spec in calls:
+            prior = existing.get(spec.get("id"))
+            if prior is not None and not _same_request(prior, spec):
+                raise Conflict(f"call id {spec['id']!r} was already used for a different call in this session")
+        fresh = [spec for spec in calls if spec.get("id") not in existing]
+        calls_admit(tenant=session.tenant, api_key=api_key, adding=len(fresh),
+                    in_flight=lambda: calls_in_flight(tenant=session.tenant, api_key=api_key))
+        base = session_call_count_add(session, len(fresh)) - len(fresh)
+        generated = _free_call_ids(session, first=base + 1, count=sum(1 for spec in fresh if not spec.get("id")),
+                                   reserved=set(explicit))
+        results: list[ToolCall] = []
+        created: list[ToolCall] = []
+        for spec in calls:
+            if spec.get("id") in existing:
+                results.append(existing[spec["id"]])
+                continue
+            call = ToolCall(
+                tenant=session.tenant, session=session, call_id=spec.get("id") or generated.pop(0),
+                tool_name=spec["name"], input=spec.get("input", {}),
+            )
+            try:
+                call.save(force_insert=True)
+            except IntegrityError as exc:  # the whole batch rolls back with this error
+                raise Conflict(f"call id {call.call_id!r} is already used in this session") from exc
+            results.append(call)
+            created.append(call)
+        for call in created:
+            audit_record(tenant=session.tenant, actor=api_key and f"apikey:{api_key.name}", verb="call.received",
+                         target=f"call:{call.pk}", data={"tool": call.tool_name, "call_id": call.call_id})
+            pipeline_run(CallContext(call=call, session=session))
+    return results
+
+
+def work_start(*, tenant, tool_name: str, arguments: dict, actor) -> ToolCall:
+    """Operator-started work on a built-in tool (a large ingest, a report): a call in the tenant's system
+    session, run by the executor like any other and streamed live, so its progress shows on its call page.
+    Such tools belong to no group, so no model is ever offered them."""
+    tool = Tool.objects.for_tenant(tenant).filter(name=tool_name, enabled=True).first()
+    if tool is None:
+        raise ValidationError({"tool": [f"{tool_name} is not available"]})
+    label = str(getattr(actor, "username", actor or "system"))
+    with transaction.atomic():
+        session = AgentSession.objects.for_tenant(tenant).filter(agent=SYSTEM_AGENT, api_key=None).first() or \
+            AgentSession.objects.create(tenant=tenant, agent=SYSTEM_AGENT, user="", context={"system": True})
+        number = session_call_count_add(session, 1)
+        call = ToolCall.objects.create(
+            tenant=tenant, session=session, call_id=f"work_{number}", tool=tool, tool_name=tool.name,
+            input={key: value for key, value in arguments.items() if key != "documents"} | (
+                {"documents": f"{len(arguments['documents'])} documents"} if "documents" in arguments else {}),
+            effective_input=arguments,
+            decision={"behavior": "allow", "rule": None, "reason": f"work started by {label}"},
+        )
+        audit_record(tenant=tenant, actor=actor, verb="work.started", target=f"call:{call.pk}",
+                     data={"tool": tool.name})
+        if call_transition(call=call, from_statuses=[CallStatus.RECEIVED], to_status=CallStatus.QUEUED):
+            transaction.on_commit(lambda: runtime().executor.submit(call))
+    return call
+
+
+@transaction.atomic
+def call_cancel(*, call: ToolCall, actor=None) -> ToolCall:
+    """Stop a call: not yet started → cancelled; running → interrupted (the tool is told to stop)."""
+    not_started = [CallStatus.RECEIVED, CallStatus.QUEUED, CallStatus.AWAITING_APPROVAL,
+                   CallStatus.AWAITING_EXTERNAL]
+    moved = call_transition(
+        call=call, from_statuses=not_started, to_status=CallStatus.CANCELLED,
+        result=interrupted_result("cancelled before it ran"), cancel_requested=True,
+    ) or call_transition(
+        call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.INTERRUPTED,
+        result=interrupted_result("interrupted by a cancel request"), cancel_requested=True,
+    )
+    if not moved:
+        call.refresh_from_db()
+        raise Conflict(f"the call is already {call.status}")
+    call_cancelled.send(sender=ToolCall, call=call)
+    transaction.on_commit(lambda: runtime().executor.cancel(call.pk))
+    audit_record(tenant=call.tenant, actor=actor, verb="call.cancelled", target=f"call:{call.pk}",
+                 data={"status": call.status})
+    return call

@@ -1,0 +1,156 @@
+"""The runtime of the mode this process runs in: embedded (one server process) or distributed (server
+processes, Celery workers and beat). The mode is decided once, in settings (`TOOLKEEPER_RUNTIME`,
+derived from the `TOOLKEEPER_EXECUTOR` environment variable); everything else asks `runtime()`.
+
+A runtime owns what differs between the modes:
+
+- the executor (built from `settings.TOOLKEEPER_EXECUTOR_CLASS`): `LocalExecutor`, threads in this
+  process (embedded) · `CeleryExecutor`, tasks for the workers (distributed);
+- the waiter (`tools.waiting`): `InProcessWaiter` · `ChannelLayerWaiter`;
+- the periodic runner: a timer thread in the server process · Celery beat (`beat_schedule`);
+- start-up recovery: at `start()`, orphaned `running` calls settled and `queued` ones submitted again ·
+  the reaper and the dispatcher, periodic jobs of the distributed runtime.
+
+Apps register periodic jobs (`tools.registry.register_periodic`); the runtime runs them.
+"""
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.utils.module_loading import import_string
+
+from .decorators import tool_processes_warm
+from .execution import call_settle_orphan
+from .models import CallStatus, ToolCall
+from .registry import periodic_jobs
+from .waiting import ChannelLayerWaiter, InProcessWaiter, Waiter
+from .worker import calls_reap
+
+logger = logging.getLogger("toolkeeper.calls")
+
+PERIODIC_TASK = "tools.periodic"
+
+
+class Runtime:
+    name = ""
+    waiter: Waiter
+
+    def __init__(self):
+        self._executor = None
+        self._lock = threading.Lock()
+
+    @property
+    def executor(self):
+        """The executor named by settings, built on first use."""
+        if self._executor is None:
+            with self._lock:
+                if self._executor is None:
+                    self._executor = import_string(settings.TOOLKEEPER_EXECUTOR_CLASS)()
+        return self._executor
+
+    @executor.setter
+    def executor(self, executor) -> None:
+        self._executor = executor
+
+    def periodic_jobs(self) -> dict:
+        """name → (function, every_s): what the apps registered, and this mode's own."""
+        return periodic_jobs()
+
+    def start(self) -> None:
+        """Called once by the server process (toolkeeper.asgi) when it starts."""
+
+    def worker_process_start(self) -> None:
+        """Each Celery worker process starts its own tool processes (tools declared with isolation="process")."""
+        tool_processes_warm()
+
+
+class EmbeddedRuntime(Runtime):
+    """One server process does everything: it runs the calls, hears them settle, runs the periodic jobs,
+    and on start takes over the calls a stopped process left behind (the local executor lives in one
+    process, so every call still `running` was orphaned)."""
+
+    name = "embedded"
+    waiter = InProcessWaiter()
+
+    def calls_recover(self) -> dict:
+        """Running calls are re-run if idempotent, else failed (WorkerLost); queued calls go to the executor."""
+        interrupted = 0
+        with transaction.atomic():
+            for call in ToolCall.all_tenants.select_related("tool").filter(status=CallStatus.RUNNING):
+                outcome = call_settle_orphan(call, "the server stopped while the call ran")
+                interrupted += outcome == "failed"
+        queued = list(ToolCall.all_tenants.select_related("tool", "tenant").filter(status=CallStatus.QUEUED)
+                      .order_by("created_at"))
+        for call in queued:
+            self.executor.submit(call)
+        return {"requeued": len(queued), "interrupted": interrupted}
+
+    def run_due_jobs(self, last_run: dict, now: float) -> None:
+        for name, (func, every_s) in self.periodic_jobs().items():
+            if now - last_run.get(name, 0.0) < every_s:
+                continue
+            last_run[name] = now
+            try:
+                func()
+            except Exception:
+                logger.exception("periodic job %s failed", name)
+            finally:
+                close_old_connections()
+
+    def start(self, *, tick_s: float = 1.0) -> threading.Thread:
+        def run():
+            try:
+                outcome = self.calls_recover()
+                if any(outcome.values()):
+                    logger.warning("recovered calls from the previous run: %s", outcome)
+            except Exception:
+                logger.exception("call recovery failed")
+            finally:
+                close_old_connections()
+            tool_processes_warm()
+            last_run: dict = {}
+            while True:
+                self.run_due_jobs(last_run, time.monotonic())
+                time.sleep(tick_s)
+
+        thread = threading.Thread(target=run, name="toolkeeper-embedded", daemon=True)
+        thread.start()
+        return thread
+
+
+class DistributedRuntime(Runtime):
+    """Server processes take requests and hand calls to Celery workers; beat runs the periodic jobs, among
+    them the recovery of calls whose worker died (the reaper) or whose dispatch failed (the dispatcher)."""
+
+    name = "distributed"
+    waiter = ChannelLayerWaiter()
+
+    def periodic_jobs(self) -> dict:
+        return {"tools.reap": (self.calls_reap, 5), "tools.dispatch_pending": (self.executor.dispatch_pending, 5),
+                **periodic_jobs()}
+
+    def calls_reap(self) -> dict:
+        counts = calls_reap()
+        if counts["requeued"]:
+            self.executor.dispatch_pending(min_age_s=0)
+        return counts
+
+    def beat_schedule(self, app) -> None:
+        """Have Celery beat run every periodic job (as `tools.periodic` tasks)."""
+        for name, (_func, every_s) in self.periodic_jobs().items():
+            app.add_periodic_task(every_s, app.signature(PERIODIC_TASK, args=(name,)), name=name)
+
+_runtime: Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def runtime() -> Runtime:
+    """This process's runtime, of the class `settings.TOOLKEEPER_RUNTIME` names."""
+    global _runtime
+    if _runtime is None:
+        with _runtime_lock:
+            if _runtime is None:
+                _runtime = import_string(settings.TOOLKEEPER_RUNTIME)()
+    return _runtime
