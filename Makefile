@@ -39,6 +39,7 @@ test: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 # BENCH_ARGS=--quick for a run well under a minute.
 bench: install

@@ -128,14 +128,18 @@ class DistributedRuntime(Runtime):
     waiter = ChannelLayerWaiter()
 
     def periodic_jobs(self) -> dict:
-        return {"tools.reap": (self.calls_reap, 5), "tools.dispatch_pending": (self.executor.dispatch_pending, 5),
+        return {"tools.reap": (self.calls_reap, 5), "tools.dispatch_pending": (self.calls_dispatch_pending, 5),
                 **periodic_jobs()}
 
     def calls_reap(self) -> dict:
+        """Settle the calls of dead workers, and send the re-queued ones at once."""
         counts = calls_reap()
         if counts["requeued"]:
             self.executor.dispatch_pending(min_age_s=0)
         return counts
+
+    def calls_dispatch_pending(self) -> int:
+        return self.executor.dispatch_pending()
 
     def beat_schedule(self, app) -> None:
         """Have Celery beat run every periodic job (as `tools.periodic` tasks)."""

@@ -125,6 +125,15 @@ def test_an_error_result_fails_the_call_with_a_structured_error(world, ticket_to
                               "callId": call.call_id}
 
 
+def test_an_error_results_status_event_carries_the_error_beside_the_responder(world, ticket_tool):
+    """As for every failed call: the status event that settles it tells watchers why."""
+    call = open_ticket(world)
+    post_result(world.a.client("external"), call, {"state": "error", "content": [{"type": "text", "text": "down"}]})
+    events = world.a.client().get(f"/api/v1/calls/{call.pk}/events").json()["events"]
+    settled = [event for event in events if event["kind"] == "status"][-1]
+    assert settled["data"] == {"status": "failed", "error": fresh(call).error, "responder": "apikey:external"}
+
+
 @pytest.mark.parametrize("label", ["agent", "admin", "locked"])
 def test_a_key_without_the_external_scope_is_refused(world, ticket_tool, label):
     call = open_ticket(world)

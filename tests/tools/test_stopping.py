@@ -8,9 +8,9 @@ import pytest
 
 from tests.distributed.stack import process_gone
 from tools import executors
-from tools.runtime import runtime
 from tools.decorators import ToolContext
 from tools.models import CallStatus
+from tools.runtime import runtime
 from tools.services import session_create
 
 from . import isolated_tools
