@@ -127,8 +127,8 @@ _FRAGILE = tuple(
         "redis", "asgiref", "channels", "channels_redis", "kombu", "celery", "billiard",
         "toolkeeper", "tenancy", "audit", "realtime",
     )
-    + [os.path.join(_TOOLS_DIR, name) for name in ("decorators.py", "events.py", "execution.py", "executors.py",
-                                                   "isolation.py", "waiting.py", "worker.py")]
+    + [os.path.join(_TOOLS_DIR, name) for name in ("decorators.py", "events.py", "call_statements.py", "execution.py",
+                                                   "executors.py", "isolation.py", "waiting.py", "worker.py")]
 )
 
 

@@ -77,7 +77,8 @@ def annotate_calls(calls) -> dict:
     return extra
 
 
-# Jobs that run periodically: Celery beat in distributed mode, a timer thread in embedded mode.
+# Jobs that run periodically; the runtime of the mode runs them (tools.runtime): Celery beat in the
+# distributed mode, a timer thread in the embedded mode.
 _periodic: dict = {}
 
 

@@ -1,5 +1,6 @@
-"""Small statements outside the ORM's usual path, for the per-call hot path: single values of
-tenant-owned rows (the tenant id always in the WHERE), appending a row, and whether tables exist yet.
+"""Small generic statements outside the ORM's usual path, for hot paths: single values of tenant-owned
+rows (the tenant id always in the WHERE), appending a row, and whether tables exist yet. The statements
+particular to a call's path are in `tools.call_statements`.
 """
 from django.db import connection
 
