@@ -40,15 +40,28 @@ def _names(text: str) -> list[str]:
 
 
 class InboxFilterForm(forms.Form):
+    """The filters of the inbox and its history, offering `choices` (approvals.selectors.inbox_filter_choices).
+    An agent or tool asked for stays a valid choice while nothing matches it (its last request was just
+    decided); a queue must exist."""
+
     queue = forms.ChoiceField(required=False)
     agent = forms.ChoiceField(required=False)
     tool = forms.ChoiceField(required=False)
 
-    def __init__(self, *args, queues=(), agents=(), tools=(), **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["queue"].choices = [("", "any queue"), *((name, name) for name in queues)]
-        self.fields["agent"].choices = [("", "any agent"), *((name, name) for name in agents)]
-        self.fields["tool"].choices = [("", "any tool"), *((name, name) for name in tools)]
+    def __init__(self, data=None, *, choices: dict[str, list[str]]):
+        super().__init__(data)
+        asked = data or {}
+        for name in ("queue", "agent", "tool"):
+            names = choices[name]
+            if name != "queue":
+                names = sorted({*names, asked.get(name, "")} - {""})
+            self.fields[name].choices = [("", f"any {name}"), *((value, value) for value in names)]
+
+    def filters(self) -> dict[str, str]:
+        """The filters chosen, for approvals.selectors.inbox_requests (none when the form is invalid)."""
+        if not (self.is_bound and self.is_valid()):
+            return {}
+        return {name: value for name, value in self.cleaned_data.items() if value}
 
 
 class DecisionForm(forms.Form):

@@ -10,7 +10,7 @@ import json
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Case, F, IntegerField, Prefetch, Q, Value, When
+from django.db.models import Case, IntegerField, Prefetch, Q, Value, When
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -25,7 +25,7 @@ from tools.selectors import visible_tool
 
 from . import selectors, services
 from .forms import DecisionForm, ExternalResultForm, InboxFilterForm, QueueForm, RuleForm, SimulatorForm
-from .models import ApprovalRequest, PermissionRule, Queue, RequestKind, RequestStatus, Vote, VoteDecision
+from .models import ApprovalRequest, PermissionRule, Queue, RequestStatus, Vote, VoteDecision
 
 # The URL parameters of these pages, resolved by `tenant_view` through access_object (404 when foreign).
 # `call_id` (ToolCall → `call`) is the console's own.
@@ -37,7 +37,6 @@ for _name, _entry in {
     URL_OBJECTS.setdefault(_name, _entry)
 
 PAGE_SIZE = 50
-DECIDED_STATUSES = [s for s in RequestStatus.values if s != RequestStatus.PENDING]
 BEHAVIOR_ORDER = Case(When(behavior="deny", then=Value(0)), When(behavior="ask", then=Value(1)),
                       default=Value(2), output_field=IntegerField())
 
@@ -75,65 +74,39 @@ def _tabs(request) -> dict:
     }
 
 
-def _filtered(request, queryset_for, *, statuses):
-    """Apply the queue/agent/tool filters of the query string; the choices are what exists."""
+def _filtered(request, *, statuses, offered_from):
+    """The filter form of the query string (offering what exists among requests in `offered_from`), the
+    filters it chose, and the requests in `statuses` they leave, as list rows."""
     tenant = request.tenant
-    existing = ApprovalRequest.objects.for_tenant(tenant).filter(kind=RequestKind.APPROVAL, status__in=statuses)
-    agents = set(existing.order_by().values_list("agent", flat=True).distinct())
-    tools = set(existing.order_by().values_list("tool_name", flat=True).distinct())
-    queues = set(Queue.objects.for_tenant(tenant).values_list("name", flat=True))
-    params = request.GET
-    # A filter that matches nothing right now (the last request of an agent was just decided) stays valid.
-    agents.add(params.get("agent", ""))
-    tools.add(params.get("tool", ""))
-    form = InboxFilterForm(params or None, queues=sorted(queues), agents=sorted(agents - {""}),
-                           tools=sorted(tools - {""}))
-    filters = {}
-    if form.is_bound and form.is_valid():
-        filters = {k: v for k, v in form.cleaned_data.items() if v}
-    return form, filters, queryset_for(**filters)
+    form = InboxFilterForm(request.GET or None,
+                           choices=selectors.inbox_filter_choices(tenant=tenant, statuses=offered_from))
+    filters = form.filters()
+    requests = selectors.inbox_requests(tenant=tenant, statuses=statuses, **filters)
+    return form, filters, selectors.request_rows(requests, tenant=tenant)
 
 
 # --- the inbox ---------------------------------------------------------------------------------
 
 @tenant_view()
 def inbox(request):
-    tenant = request.tenant
-
-    def pending(**filters):
-        return selectors.request_rows(selectors.inbox_requests(tenant=tenant, **filters), tenant=tenant)
-
-    form, filters, requests = _filtered(request, pending, statuses=[RequestStatus.PENDING])
-    page = _page(request, requests)
+    pending = [RequestStatus.PENDING]
+    form, filters, requests = _filtered(request, statuses=pending, offered_from=pending)
     return render(request, "inbox/inbox.html", {
-        "form": form, "filters": filters, "page": page, "tab": "pending",
+        "form": form, "filters": filters, "page": _page(request, requests), "tab": "pending",
         "may_decide": request.membership.can_review, "return_to": request.get_full_path(), **_tabs(request),
     })
 
 
 @tenant_view()
 def inbox_history(request):
-    tenant = request.tenant
     status = request.GET.get("status", "")
-    statuses = [status] if status in DECIDED_STATUSES else DECIDED_STATUSES
-
-    def decided(queue="", agent="", tool=""):
-        queryset = ApprovalRequest.objects.for_tenant(tenant).filter(kind=RequestKind.APPROVAL, status__in=statuses)
-        if queue:
-            queryset = queryset.filter(queue__name=queue)
-        if agent:
-            queryset = queryset.filter(agent=agent)
-        if tool:
-            queryset = queryset.filter(tool_name=tool)
-        return (selectors.request_rows(queryset, tenant=tenant)
-                .order_by(F("decided_at").desc(nulls_last=True), "-id"))
-
-    form, filters, requests = _filtered(request, decided, statuses=DECIDED_STATUSES)
-    if status in DECIDED_STATUSES:
+    statuses = [status] if status in selectors.DECIDED_STATUSES else selectors.DECIDED_STATUSES
+    form, filters, requests = _filtered(request, statuses=statuses, offered_from=selectors.DECIDED_STATUSES)
+    if status in selectors.DECIDED_STATUSES:
         filters["status"] = status
     return render(request, "inbox/history.html", {
         "form": form, "filters": filters, "page": _page(request, requests), "tab": "history",
-        "statuses": DECIDED_STATUSES, "status": status, **_tabs(request),
+        "statuses": selectors.DECIDED_STATUSES, "status": status, **_tabs(request),
     })
 
 

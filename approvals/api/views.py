@@ -80,7 +80,7 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
         params = self.request.query_params
         if self.action == "list":
             status = params.get("status", RequestStatus.PENDING)
-            queryset = selectors.inbox_requests(tenant=self.tenant, status=status, queue=params.get("queue", ""),
+            queryset = selectors.inbox_requests(tenant=self.tenant, statuses=[status], queue=params.get("queue", ""),
                                                 agent=params.get("agent", ""), tool=params.get("tool", ""))
         votes = Prefetch("votes", queryset=Vote.objects.for_tenant(self.tenant).order_by("at"))
         return queryset.select_related("queue", "call", "call__session").prefetch_related(votes)
