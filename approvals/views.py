@@ -9,16 +9,23 @@ import json
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db.models import Case, IntegerField, Prefetch, Q, Value, When
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from rest_framework.exceptions import PermissionDenied as ServicePermissionDenied
-from rest_framework.exceptions import ValidationError as ServiceValidationError
 
-from console.access import MEMBER, OPERATE, URL_OBJECTS, tenant_view
-from console.forms import add_service_errors
+from tenancy.web import (
+    MEMBER,
+    OPERATE,
+    SERVICE_REFUSALS,
+    acting_user,
+    add_service_errors,
+    page_of,
+    service_messages,
+    tenant_redirect,
+    tenant_view,
+)
 from toolkeeper.api import Conflict
 from tools.models import Tool
 from tools.selectors import visible_tool
@@ -27,26 +34,8 @@ from . import selectors, services
 from .forms import DecisionForm, ExternalResultForm, InboxFilterForm, QueueForm, RuleForm, SimulatorForm
 from .models import ApprovalRequest, PermissionRule, Queue, RequestStatus, Vote, VoteDecision
 
-# The URL parameters of these pages, resolved by `tenant_view` through access_object (404 when foreign).
-# `call_id` (ToolCall → `call`) is the console's own.
-for _name, _entry in {
-    "request_id": (ApprovalRequest, "approval"),
-    "rule_id": (PermissionRule, "rule"),
-    "queue_id": (Queue, "queue"),
-}.items():
-    URL_OBJECTS.setdefault(_name, _entry)
-
-PAGE_SIZE = 50
 BEHAVIOR_ORDER = Case(When(behavior="deny", then=Value(0)), When(behavior="ask", then=Value(1)),
                       default=Value(2), output_field=IntegerField())
-
-
-def _page(request, queryset):
-    return Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
-
-
-def _back(view_name, request, **kwargs):
-    return redirect(f"inbox:{view_name}", tenant=request.tenant.slug, **kwargs)
 
 
 def _require_reviewer(request) -> None:
@@ -56,15 +45,6 @@ def _require_reviewer(request) -> None:
 
 def _votes(tenant):
     return Prefetch("votes", queryset=Vote.objects.for_tenant(tenant).order_by("at", "id"))
-
-
-def _service_messages(exc) -> list[str]:
-    detail = exc.detail
-    values = detail.values() if isinstance(detail, dict) else [detail]
-    flat = []
-    for value in values:
-        flat.extend(str(item) for item in (value if isinstance(value, list | tuple) else [value]))
-    return flat
 
 
 def _tabs(request) -> dict:
@@ -92,7 +72,7 @@ def inbox(request):
     pending = [RequestStatus.PENDING]
     form, filters, requests = _filtered(request, statuses=pending, offered_from=pending)
     return render(request, "inbox/inbox.html", {
-        "form": form, "filters": filters, "page": _page(request, requests), "tab": "pending",
+        "form": form, "filters": filters, "page": page_of(request, requests), "tab": "pending",
         "may_decide": request.membership.can_review, "return_to": request.get_full_path(), **_tabs(request),
     })
 
@@ -105,7 +85,7 @@ def inbox_history(request):
     if status in selectors.DECIDED_STATUSES:
         filters["status"] = status
     return render(request, "inbox/history.html", {
-        "form": form, "filters": filters, "page": _page(request, requests), "tab": "history",
+        "form": form, "filters": filters, "page": page_of(request, requests), "tab": "history",
         "statuses": selectors.DECIDED_STATUSES, "status": status, **_tabs(request),
     })
 
@@ -119,8 +99,8 @@ def _next_after(request, approval):
     following = (selectors.inbox_requests(tenant=request.tenant).exclude(pk=approval.pk)
                  .exclude(votes__reviewer=request.user).select_related(None).only("pk").first())
     if following is not None:
-        return _back("inbox_request", request, request_id=following.pk)
-    return _back("inbox", request)
+        return tenant_redirect(request, "inbox:inbox_request", request_id=following.pk)
+    return tenant_redirect(request, "inbox:inbox")
 
 
 def _decided_message(approval, decision: str) -> str:
@@ -150,8 +130,6 @@ def inbox_request(request, approval):
             try:
                 settled = services.request_decide(request=approval, reviewer=request.user, decision=decision,
                                                   new_input=data["new_input"], message=data["message"].strip())
-            except ServiceValidationError as exc:
-                add_service_errors(form, exc)
             except ServicePermissionDenied as exc:
                 form.add_error(None, str(exc.detail))
                 status = 403
@@ -159,6 +137,8 @@ def inbox_request(request, approval):
                 form.add_error(None, f"Your decision was not recorded: {exc.detail}. "
                                      "Someone else may have decided first; the page now shows where it stands.")
                 status = 409
+            except SERVICE_REFUSALS as exc:
+                add_service_errors(form, exc)
             else:
                 messages.success(request, _decided_message(settled, decision))
                 if data["add_rule"] and decision in (VoteDecision.APPROVE, VoteDecision.EDIT):
@@ -205,9 +185,9 @@ def _add_suggested_rule(request, approval, *, narrow: bool) -> None:
         messages.warning(request, "Only operators and admins add rules: the suggested rule was not added.")
         return
     try:
-        rule = services.rule_from_approval(request=approval, actor=request.user, narrow_to_input=narrow)
-    except ServiceValidationError as exc:
-        messages.error(request, "The suggested rule was not added: " + "; ".join(_service_messages(exc)))
+        rule = services.rule_from_approval(request=approval, actor=acting_user(request), narrow_to_input=narrow)
+    except SERVICE_REFUSALS as exc:
+        messages.error(request, "The suggested rule was not added: " + "; ".join(service_messages(exc)))
     else:
         messages.success(request, f"Rule #{rule.pk} added: always allow {rule.tool_pattern} for "
                                   f"{', '.join(rule.agents)}{' with this input' if rule.arg_match else ''}.")
@@ -216,7 +196,7 @@ def _add_suggested_rule(request, approval, *, narrow: bool) -> None:
 # --- external tasks ----------------------------------------------------------------------------
 
 def _external_page(request, *, bound=None, status=200):
-    page = _page(request, selectors.external_tasks(tenant=request.tenant))
+    page = page_of(request, selectors.external_tasks(tenant=request.tenant))
     tasks = []
     for call in page:
         form = bound[1] if bound and bound[0] == call.pk else ExternalResultForm(auto_id=f"id_%s_{call.pk}")
@@ -240,17 +220,17 @@ def inbox_external_respond(request, call):
         data = form.cleaned_data
         text = data["text"].strip()
         try:
-            services.external_result_post(call=call, actor=request.user, state=data["state"],
+            services.external_result_post(call=call, actor=acting_user(request), state=data["state"],
                                           content=[{"type": "text", "text": text}] if text else [],
                                           structured=data["structured"])
         except Conflict as exc:
             messages.error(request, f"{call.tool_name} ({call.call_id}): not recorded — {exc.detail}.")
-            return _back("inbox_external", request)
-        except ServiceValidationError as exc:
+            return tenant_redirect(request, "inbox:inbox_external")
+        except SERVICE_REFUSALS as exc:
             add_service_errors(form, exc)
         else:
             messages.success(request, f"{call.tool_name} ({call.call_id}): result recorded ({data['state']}).")
-            return _back("inbox_external", request)
+            return tenant_redirect(request, "inbox:inbox_external")
     return _external_page(request, bound=(call.pk, form), status=400)
 
 
@@ -281,12 +261,12 @@ def rule_create(request):
     form = RuleForm(request.POST or None, tenant=request.tenant)
     if request.method == "POST" and form.is_valid():
         try:
-            rule = services.rule_create(tenant=request.tenant, actor=request.user, **form.cleaned_data)
-        except ServiceValidationError as exc:
+            rule = services.rule_create(tenant=request.tenant, actor=acting_user(request), **form.cleaned_data)
+        except SERVICE_REFUSALS as exc:
             add_service_errors(form, exc)
         else:
             messages.success(request, f"Rule #{rule.pk} ({rule.behavior} {rule.tool_pattern}) created.")
-            return _back("rule_list", request)
+            return tenant_redirect(request, "inbox:rule_list")
     return render(request, "inbox/rule_form.html", {"form": form, "rule": None},
                   status=400 if form.errors else 200)
 
@@ -296,13 +276,13 @@ def rule_edit(request, rule):
     form = RuleForm(request.POST or None, initial=RuleForm.initial_for(rule), tenant=request.tenant)
     if request.method == "POST" and form.is_valid():
         try:
-            services.rule_update(rule=rule, actor=request.user, **form.cleaned_data)
-        except ServiceValidationError as exc:
+            services.rule_update(rule=rule, actor=acting_user(request), **form.cleaned_data)
+        except SERVICE_REFUSALS as exc:
             add_service_errors(form, exc)
             rule.refresh_from_db()
         else:
             messages.success(request, f"Rule #{rule.pk} saved.")
-            return _back("rule_list", request)
+            return tenant_redirect(request, "inbox:rule_list")
     return render(request, "inbox/rule_form.html", {"form": form, "rule": rule},
                   status=400 if form.errors else 200)
 
@@ -310,9 +290,9 @@ def rule_edit(request, rule):
 @tenant_view(methods=("GET", "POST"), read=OPERATE)
 def rule_delete(request, rule):
     if request.method == "POST":
-        services.rule_delete(rule=rule, actor=request.user)
+        services.rule_delete(rule=rule, actor=acting_user(request))
         messages.success(request, f"Rule #{rule.pk} ({rule.behavior} {rule.tool_pattern}) deleted.")
-        return _back("rule_list", request)
+        return tenant_redirect(request, "inbox:rule_list")
     return render(request, "inbox/rule_delete.html", {"rule": rule})
 
 
@@ -335,12 +315,12 @@ def queue_create(request):
     if request.method == "POST" and form.is_valid():
         values = form.service_values()
         try:
-            queue = services.queue_save(tenant=request.tenant, actor=request.user, **values)
-        except ServiceValidationError as exc:
+            queue = services.queue_save(tenant=request.tenant, actor=acting_user(request), **values)
+        except SERVICE_REFUSALS as exc:
             add_service_errors(form, exc)
         else:
             messages.success(request, f"Queue {queue.name} created.")
-            return _back("queue_list", request)
+            return tenant_redirect(request, "inbox:queue_list")
     return render(request, "inbox/queue_form.html", {"form": form, "queue": None},
                   status=400 if form.errors else 200)
 
@@ -351,13 +331,13 @@ def queue_edit(request, queue):
     if request.method == "POST" and form.is_valid():
         values = form.service_values()
         try:
-            services.queue_save(tenant=request.tenant, queue=queue, actor=request.user, **values)
-        except ServiceValidationError as exc:
+            services.queue_save(tenant=request.tenant, queue=queue, actor=acting_user(request), **values)
+        except SERVICE_REFUSALS as exc:
             add_service_errors(form, exc)
             queue.refresh_from_db()
         else:
             messages.success(request, f"Queue {queue.name} saved.")
-            return _back("queue_list", request)
+            return tenant_redirect(request, "inbox:queue_list")
     return render(request, "inbox/queue_form.html", {"form": form, "queue": queue},
                   status=400 if form.errors else 200)
 
@@ -367,11 +347,11 @@ def queue_delete(request, queue):
     errors = []
     if request.method == "POST":
         try:
-            services.queue_delete(queue=queue, actor=request.user)
-        except ServiceValidationError as exc:
-            errors = _service_messages(exc)
+            services.queue_delete(queue=queue, actor=acting_user(request))
+        except SERVICE_REFUSALS as exc:
+            errors = service_messages(exc)
         else:
             messages.success(request, f"Queue {queue.name} deleted.")
-            return _back("queue_list", request)
+            return tenant_redirect(request, "inbox:queue_list")
     return render(request, "inbox/queue_delete.html", {"queue": queue, "errors": errors},
                   status=400 if errors else 200)

@@ -1,24 +1,11 @@
-"""Console forms. Querysets are always the tenant's (`for_tenant`): a choice from another tenant is invalid."""
+"""Forms of the console's own pages. Querysets are always the tenant's (`for_tenant`): a choice from another
+tenant is invalid."""
 from django import forms
-from rest_framework.exceptions import ValidationError as ServiceValidationError
 
 from tenancy.models import Scope, Tenant
 from tenancy.services import LIMIT_FIELDS, LIMIT_MAX
 from toolkeeper.json_values import JSONValueField
 from tools.models import CallStatus, Tool, ToolCall
-
-
-def add_service_errors(form: forms.Form, exc: ServiceValidationError) -> None:
-    """Show a service's refusal on the form: field errors on their fields, anything else on top."""
-    detail = exc.detail
-    if not isinstance(detail, dict):
-        detail = {None: detail}
-    for field, messages in detail.items():
-        target = field if field in form.fields else None
-        if not isinstance(messages, list | tuple):
-            messages = [messages]
-        for message in messages:
-            form.add_error(target, str(message))
 
 
 def _tools_of(tenant):

@@ -1,6 +1,7 @@
-"""The operator console: thin views over the selectors (reads) and services (writes).
+"""The console's own pages (the top layer): the dashboard, tools, groups, bindings, API keys, settings,
+sessions and calls. Thin views over the selectors (reads) and services (writes).
 
-Every tenant page goes through `tenant_view`, which resolves the tenant and every object the
+Every tenant page goes through `tenancy.web.tenant_view`, which resolves the tenant and every object the
 URL names (404 when missing or another tenant's) and checks the member's role.
 """
 import uuid
@@ -8,19 +9,29 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.db.models import Count, Prefetch
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
-from rest_framework.exceptions import ValidationError as ServiceValidationError
 
 from audit.selectors import audit_check_recent, audit_events
 from tenancy import services as tenancy_services
 from tenancy.models import ApiKey
 from tenancy.selectors import memberships_of
 from tenancy.services import LIMIT_FIELDS
+from tenancy.web import (
+    ADMIN,
+    ISSUED_KEY,
+    OPERATE,
+    SERVICE_REFUSALS,
+    add_service_errors,
+    page_of,
+    service_messages,
+    shows_issued_key,
+    tenant_redirect,
+    tenant_view,
+)
 from tools import services as tool_services
 from tools.models import AgentSession, BoundArgument, CallStatus, Tool, ToolCall, ToolGroup
 from tools.selectors import (
@@ -35,20 +46,10 @@ from tools.selectors import (
     session_calls,
 )
 
-from .access import ADMIN, ISSUED_KEY, OPERATE, shows_issued_key, tenant_view
-from .forms import ApiKeyForm, BindingForm, CallFilterForm, GroupForm, LimitsForm, ToolStateForm, add_service_errors
+from .forms import ApiKeyForm, BindingForm, CallFilterForm, GroupForm, LimitsForm, ToolStateForm
 
-PAGE_SIZE = 50
 LIVE_ROWS_MAX = 50  # call rows one live-list fragment request may ask for
 OUTPUT_LINES_MAX = 500  # streamed output lines a call page shows (the newest)
-
-
-def _page(request, queryset, size=PAGE_SIZE):
-    return Paginator(queryset, size).get_page(request.GET.get("page"))
-
-
-def _back(view_name, request, **kwargs):
-    return redirect(f"console:{view_name}", tenant=request.tenant.slug, **kwargs)
 
 
 @login_required
@@ -113,11 +114,11 @@ def tool_detail(request, tool):
         if form.is_valid():
             try:
                 tool_services.tool_update(tool=tool, actor=request.user, enabled=form.cleaned_data["enabled"])
-            except ServiceValidationError as exc:
+            except SERVICE_REFUSALS as exc:
                 add_service_errors(form, exc)
             else:
                 messages.success(request, f"{tool.name} is now {'enabled' if tool.enabled else 'disabled'}.")
-                return _back("tool_detail", request, tool_id=tool.pk)
+                return tenant_redirect(request, "console:tool_detail", tool_id=tool.pk)
     schema, variants, bindings = _schema_views(tool)
     return render(request, "console/tool_detail.html", {
         "tool": tool,
@@ -144,11 +145,11 @@ def group_create(request):
     if request.method == "POST" and form.is_valid():
         try:
             group = tool_services.group_create(tenant=request.tenant, actor=request.user, **form.cleaned_data)
-        except ServiceValidationError as exc:
+        except SERVICE_REFUSALS as exc:
             add_service_errors(form, exc)
         else:
             messages.success(request, f"Group {group.name} created.")
-            return _back("group_list", request)
+            return tenant_redirect(request, "console:group_list")
     return render(request, "console/group_form.html", {"form": form, "group": None})
 
 
@@ -164,12 +165,12 @@ def group_edit(request, group):
         tools = changes.pop("tools")
         try:
             tool_services.group_update(group=group, actor=request.user, tools=tools, **changes)
-        except ServiceValidationError as exc:
+        except SERVICE_REFUSALS as exc:
             add_service_errors(form, exc)
             group.refresh_from_db()
         else:
             messages.success(request, f"Group {group.name} saved.")
-            return _back("group_list", request)
+            return tenant_redirect(request, "console:group_list")
     return render(request, "console/group_form.html", {"form": form, "group": group})
 
 
@@ -179,21 +180,12 @@ def group_delete(request, group):
     if request.method == "POST":
         try:
             tool_services.group_delete(group=group, actor=request.user)
-        except ServiceValidationError as exc:
-            errors = _messages_of(exc)
+        except SERVICE_REFUSALS as exc:
+            errors = service_messages(exc)
         else:
             messages.success(request, f"Group {group.name} deleted.")
-            return _back("group_list", request)
+            return tenant_redirect(request, "console:group_list")
     return render(request, "console/group_delete.html", {"group": group, "errors": errors})
-
-
-def _messages_of(exc: ServiceValidationError) -> list[str]:
-    detail = exc.detail
-    values = detail.values() if isinstance(detail, dict) else [detail]
-    flat = []
-    for value in values:
-        flat.extend(str(item) for item in (value if isinstance(value, list | tuple) else [value]))
-    return flat
 
 
 # --- bindings ----------------------------------------------------------------------------------
@@ -217,12 +209,12 @@ def binding_create(request):
                 tenant=request.tenant, tool=data["tool"], agent=data["agent"], name=data["name"],
                 value=data["value"], actor=request.user,
             )
-        except ServiceValidationError as exc:
+        except SERVICE_REFUSALS as exc:
             add_service_errors(form, exc)
         else:
             messages.success(request, f"{binding.tool.name}.{binding.name} is now bound"
                                       f"{' for ' + binding.agent if binding.agent else ''}.")
-            return _back("binding_list", request)
+            return tenant_redirect(request, "console:binding_list")
     return render(request, "console/binding_form.html", {"form": form}, status=400 if form.errors else 200)
 
 
@@ -230,7 +222,7 @@ def binding_create(request):
 def binding_delete(request, binding):
     tool_services.binding_delete(binding=binding, actor=request.user)
     messages.success(request, f"Binding {binding} removed.")
-    return _back("binding_list", request)
+    return tenant_redirect(request, "console:binding_list")
 
 
 # --- API keys ----------------------------------------------------------------------------------
@@ -247,12 +239,12 @@ def apikey_create(request):
     if request.method == "POST" and form.is_valid():
         try:
             issued = tenancy_services.apikey_create(tenant=request.tenant, created_by=request.user, **form.cleaned_data)
-        except ServiceValidationError as exc:
+        except SERVICE_REFUSALS as exc:
             add_service_errors(form, exc)
         else:
             # Kept only until the next page renders it once (apikey_created pops it).
             request.session[ISSUED_KEY] = {"tenant": request.tenant.pk, "id": issued.api_key.pk, "key": issued.key}
-            return _back("apikey_created", request, key_id=issued.api_key.pk)
+            return tenant_redirect(request, "console:apikey_created", key_id=issued.api_key.pk)
     return render(request, "console/apikey_form.html", {"form": form})
 
 
@@ -273,7 +265,7 @@ def apikey_revoke(request, api_key):
     tenancy_services.apikey_revoke(api_key=api_key, actor=request.user)
     if was_active:
         messages.success(request, f"API key {api_key.name} revoked: it no longer authenticates.")
-    return _back("apikey_list", request)
+    return tenant_redirect(request, "console:apikey_list")
 
 
 # --- tenant settings ---------------------------------------------------------------------------
@@ -285,11 +277,11 @@ def tenant_settings(request):
     if request.method == "POST" and form.is_valid():
         try:
             tenancy_services.tenant_limits_set(tenant=tenant, actor=request.user, **form.cleaned_data)
-        except ServiceValidationError as exc:
+        except SERVICE_REFUSALS as exc:
             add_service_errors(form, exc)
         else:
             messages.success(request, "Limits saved.")
-            return _back("tenant_settings", request)
+            return tenant_redirect(request, "console:tenant_settings")
     return render(request, "console/tenant_settings.html", {"form": form})
 
 
@@ -298,7 +290,7 @@ def tenant_settings(request):
 @tenant_view()
 def session_list(request):
     sessions = AgentSession.objects.for_tenant(request.tenant).select_related("api_key").defer(*SESSION_PAYLOADS)
-    return render(request, "console/session_list.html", {"page": _page(request, sessions)})
+    return render(request, "console/session_list.html", {"page": page_of(request, sessions)})
 
 
 @tenant_view()
@@ -307,7 +299,7 @@ def session_detail(request, session):
     return render(request, "console/session_detail.html", {
         "session": session,
         "active_groups": active_group_names(session, groups),
-        "page": _page(request, session_calls(session)),
+        "page": page_of(request, session_calls(session)),
     })
 
 
@@ -329,7 +321,7 @@ def call_list(request):
             "hide_session": request.GET.get("hide_session") == "1",
         })
     return render(request, "console/call_list.html", {
-        "form": form, "page": _page(request, calls), "filters": filters,
+        "form": form, "page": page_of(request, calls), "filters": filters,
     })
 
 
