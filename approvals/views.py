@@ -1,9 +1,10 @@
 """The reviewer's inbox, external tasks, the rules page (with the simulator) and the queues page.
 
 Thin views over approvals.selectors (reads) and approvals.services (writes). Every page goes through
-the console's `tenant_view`: the tenant (membership required) and every object the URL names are
-resolved first (404 when missing or another tenant's), then the role. Deciding needs a reviewing
-role (reviewer, operator, admin); rules and queues are changed by operators and admins.
+`tenancy.web.tenant_view`: the tenant (membership required) and every object the URL names are resolved
+first (404 when missing or another tenant's), then the role. Deciding needs a reviewing role (reviewer,
+operator, admin); rules and queues are changed by operators and admins, through the generic views of
+`tenancy.editing` declared here.
 """
 import json
 
@@ -15,9 +16,10 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from rest_framework.exceptions import PermissionDenied as ServicePermissionDenied
 
+from tenancy.editing import ObjectDeleteView, ObjectFormView
 from tenancy.web import (
+    INVALID_STATUS,
     MEMBER,
-    OPERATE,
     SERVICE_REFUSALS,
     acting_user,
     add_service_errors,
@@ -123,7 +125,7 @@ def inbox_request(request, approval):
     if request.method == "POST":
         _require_reviewer(request)
         form = DecisionForm(request.POST, original_input=call.input)
-        status = 400
+        status = INVALID_STATUS
         if form.is_valid():
             data = form.cleaned_data
             decision = data["decision"]
@@ -231,7 +233,7 @@ def inbox_external_respond(request, call):
         else:
             messages.success(request, f"{call.tool_name} ({call.call_id}): result recorded ({data['state']}).")
             return tenant_redirect(request, "inbox:inbox_external")
-    return _external_page(request, bound=(call.pk, form), status=400)
+    return _external_page(request, bound=(call.pk, form), status=INVALID_STATUS)
 
 
 # --- rules -------------------------------------------------------------------------------------
@@ -256,44 +258,15 @@ def rule_list(request):
     })
 
 
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def rule_create(request):
-    form = RuleForm(request.POST or None, tenant=request.tenant)
-    if request.method == "POST" and form.is_valid():
-        try:
-            rule = services.rule_create(tenant=request.tenant, actor=acting_user(request), **form.cleaned_data)
-        except SERVICE_REFUSALS as exc:
-            add_service_errors(form, exc)
-        else:
-            messages.success(request, f"Rule #{rule.pk} ({rule.behavior} {rule.tool_pattern}) created.")
-            return tenant_redirect(request, "inbox:rule_list")
-    return render(request, "inbox/rule_form.html", {"form": form, "rule": None},
-                  status=400 if form.errors else 200)
-
-
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def rule_edit(request, rule):
-    form = RuleForm(request.POST or None, initial=RuleForm.initial_for(rule), tenant=request.tenant)
-    if request.method == "POST" and form.is_valid():
-        try:
-            services.rule_update(rule=rule, actor=acting_user(request), **form.cleaned_data)
-        except SERVICE_REFUSALS as exc:
-            add_service_errors(form, exc)
-            rule.refresh_from_db()
-        else:
-            messages.success(request, f"Rule #{rule.pk} saved.")
-            return tenant_redirect(request, "inbox:rule_list")
-    return render(request, "inbox/rule_form.html", {"form": form, "rule": rule},
-                  status=400 if form.errors else 200)
-
-
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def rule_delete(request, rule):
-    if request.method == "POST":
-        services.rule_delete(rule=rule, actor=acting_user(request))
-        messages.success(request, f"Rule #{rule.pk} ({rule.behavior} {rule.tool_pattern}) deleted.")
-        return tenant_redirect(request, "inbox:rule_list")
-    return render(request, "inbox/rule_delete.html", {"rule": rule})
+_RULE_FORM = {"form_class": RuleForm, "template_name": "inbox/rule_form.html", "success_url": "inbox:rule_list"}
+rule_create = ObjectFormView.as_view(
+    service=services.rule_create,
+    success_message="Rule #{object.pk} ({object.behavior} {object.tool_pattern}) created.", **_RULE_FORM)
+rule_edit = ObjectFormView.as_view(service=services.rule_update, success_message="Rule #{object.pk} saved.",
+                                   **_RULE_FORM)
+rule_delete = ObjectDeleteView.as_view(
+    service=services.rule_delete, template_name="inbox/rule_delete.html", success_url="inbox:rule_list",
+    success_message="Rule #{object.pk} ({object.behavior} {object.tool_pattern}) deleted.")
 
 
 # --- queues ------------------------------------------------------------------------------------
@@ -309,49 +282,18 @@ def queue_list(request):
     })
 
 
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def queue_create(request):
-    form = QueueForm(request.POST or None, tenant=request.tenant)
-    if request.method == "POST" and form.is_valid():
-        values = form.service_values()
-        try:
-            queue = services.queue_save(tenant=request.tenant, actor=acting_user(request), **values)
-        except SERVICE_REFUSALS as exc:
-            add_service_errors(form, exc)
-        else:
-            messages.success(request, f"Queue {queue.name} created.")
-            return tenant_redirect(request, "inbox:queue_list")
-    return render(request, "inbox/queue_form.html", {"form": form, "queue": None},
-                  status=400 if form.errors else 200)
+class QueueEdit(ObjectFormView):
+    """`queue_save` takes the tenant and the queue."""
+
+    def save(self, values: dict) -> Queue:
+        return services.queue_save(tenant=self.request.tenant, queue=self.object, actor=acting_user(self.request),
+                                   **values)
 
 
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def queue_edit(request, queue):
-    form = QueueForm(request.POST or None, initial=QueueForm.initial_for(queue), tenant=request.tenant, queue=queue)
-    if request.method == "POST" and form.is_valid():
-        values = form.service_values()
-        try:
-            services.queue_save(tenant=request.tenant, queue=queue, actor=acting_user(request), **values)
-        except SERVICE_REFUSALS as exc:
-            add_service_errors(form, exc)
-            queue.refresh_from_db()
-        else:
-            messages.success(request, f"Queue {queue.name} saved.")
-            return tenant_redirect(request, "inbox:queue_list")
-    return render(request, "inbox/queue_form.html", {"form": form, "queue": queue},
-                  status=400 if form.errors else 200)
-
-
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def queue_delete(request, queue):
-    errors = []
-    if request.method == "POST":
-        try:
-            services.queue_delete(queue=queue, actor=acting_user(request))
-        except SERVICE_REFUSALS as exc:
-            errors = service_messages(exc)
-        else:
-            messages.success(request, f"Queue {queue.name} deleted.")
-            return tenant_redirect(request, "inbox:queue_list")
-    return render(request, "inbox/queue_delete.html", {"queue": queue, "errors": errors},
-                  status=400 if errors else 200)
+_QUEUE_FORM = {"form_class": QueueForm, "template_name": "inbox/queue_form.html", "success_url": "inbox:queue_list"}
+queue_create = ObjectFormView.as_view(service=services.queue_save, success_message="Queue {object.name} created.",
+                                      **_QUEUE_FORM)
+queue_edit = QueueEdit.as_view(success_message="Queue {object.name} saved.", **_QUEUE_FORM)
+queue_delete = ObjectDeleteView.as_view(
+    service=services.queue_delete, template_name="inbox/queue_delete.html", success_url="inbox:queue_list",
+    success_message="Queue {object.name} deleted.")

@@ -2,14 +2,15 @@
 
 Every page goes through `tenancy.web.tenant_view` (login, tenant membership, the objects the URL names —
 `dataset_id`, `document_id`: missing or another tenant's → 404 — then the method and the role: reading for
-any member, changing for operators).
+any member, changing for operators). Creating and deleting are the generic views of `tenancy.editing`.
 """
 from django.contrib import messages
 from django.shortcuts import render
 from pydantic import ValidationError as InputError
 
+from tenancy.editing import ObjectActionView, ObjectDeleteView, ObjectFormView
 from tenancy.web import (
-    OPERATE,
+    INVALID_STATUS,
     SERVICE_REFUSALS,
     acting_user,
     add_service_errors,
@@ -44,18 +45,10 @@ def dataset_list(request):
     })
 
 
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def dataset_create(request):
-    form = DatasetForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            dataset = services.dataset_create(tenant=request.tenant, actor=acting_user(request), **form.cleaned_data)
-        except SERVICE_REFUSALS as exc:
-            add_service_errors(form, exc)
-        else:
-            messages.success(request, f"Dataset {dataset.name} created. Upload documents to fill it.")
-            return tenant_redirect(request, "knowledge:dataset_detail", dataset_id=dataset.pk)
-    return render(request, "knowledge/dataset_form.html", {"form": form})
+dataset_create = ObjectFormView.as_view(
+    form_class=DatasetForm, service=services.dataset_create, template_name="knowledge/dataset_form.html",
+    success_url="knowledge:dataset_detail", success_params=(("dataset_id", "pk"),),
+    success_message="Dataset {object.name} created. Upload documents to fill it.")
 
 
 def _dataset_page(request, dataset, upload_form, status=200):
@@ -87,7 +80,7 @@ def dataset_upload(request, dataset):
     """Several .txt/.md files at once. One bad file (binary, empty, too large) → nothing is stored."""
     form = UploadForm(request.POST, request.FILES)
     if not form.is_valid():
-        return _dataset_page(request, dataset, form, status=400)
+        return _dataset_page(request, dataset, form, status=INVALID_STATUS)
     documents, problems = [], []
     for upload in form.cleaned_data["files"]:
         try:
@@ -124,17 +117,17 @@ def dataset_upload(request, dataset):
     form.add_error("files", "Nothing was stored. Fix or remove these files and upload again:")
     for problem in problems:
         form.add_error("files", problem)
-    return _dataset_page(request, dataset, form, status=400)
+    return _dataset_page(request, dataset, form, status=INVALID_STATUS)
 
 
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def dataset_delete(request, dataset):
-    if request.method == "POST":
-        services.dataset_delete(dataset=dataset, actor=acting_user(request))
-        messages.success(request, f"Dataset {dataset.name} and its documents deleted.")
-        return tenant_redirect(request, "knowledge:dataset_list")
-    return render(request, "knowledge/dataset_delete.html", {
-        "dataset": dataset, "document_count": selectors.documents_of(request.tenant, dataset).count()})
+class DatasetDelete(ObjectDeleteView):
+    def context(self) -> dict:
+        return {"document_count": selectors.documents_of(self.request.tenant, self.object).count()}
+
+
+dataset_delete = DatasetDelete.as_view(
+    service=services.dataset_delete, template_name="knowledge/dataset_delete.html",
+    success_url="knowledge:dataset_list", success_message="Dataset {object.name} and its documents deleted.")
 
 
 # --- documents ---------------------------------------------------------------------------------
@@ -147,12 +140,9 @@ def document_detail(request, document):
     })
 
 
-@tenant_view(methods=("POST",))
-def document_delete(request, document):
-    dataset_id = document.dataset_id
-    services.document_delete(document=document, actor=acting_user(request))
-    messages.success(request, f"Document {document.title} deleted.")
-    return tenant_redirect(request, "knowledge:dataset_detail", dataset_id=dataset_id)
+document_delete = ObjectActionView.as_view(
+    service=services.document_delete, success_url="knowledge:dataset_detail",
+    success_params=(("dataset_id", "dataset_id"),), success_message="Document {object.title} deleted.")
 
 
 # --- trying the tool ---------------------------------------------------------------------------
@@ -237,4 +227,4 @@ def bindings(request):
             "datasets": [] if datasets == "*" else datasets, "filter": current.get("filter", {})})
     return render(request, "knowledge/bindings.html", {
         "tool": tool, "form": form, "scopes": _scopes(request.tenant, tool) if tool else [],
-    }, status=400 if form.errors else 200)
+    }, status=INVALID_STATUS if form.errors else 200)

@@ -6,6 +6,7 @@
   at. Reading needs the page's `read` level, changing (any other method) its `write` level.
 - `page_of`: one page of a list. `acting_user`: who a service records as the actor.
 - `add_service_errors` / `service_messages`: a service's refusal shown on a form, or as plain messages.
+- `TenantForm`: the base of the forms of tenant pages (the generic views in `tenancy.editing` build them).
 """
 from functools import wraps
 
@@ -23,6 +24,9 @@ from .selectors import access_object, access_tenant
 MEMBER, OPERATE, ADMIN = "member", "operate", "admin"
 READ_METHODS = ("GET", "HEAD")
 PAGE_SIZE = 50
+# A form the server refused (by the form's own checks or by the service) is shown again with this status,
+# as the API answers invalid input with 400.
+INVALID_STATUS = 400
 # The refusals of a service that a form shows as its own errors. A platform `ServiceError` joins this
 # tuple once services raise it; `service_errors` reads any refusal with a DRF-shaped `detail`.
 SERVICE_REFUSALS = (ValidationError,)
@@ -123,3 +127,22 @@ def add_service_errors(form: forms.Form, exc) -> None:
 def service_messages(exc) -> list[str]:
     """A service's refusal as plain messages (for pages without a form)."""
     return [message for _, message in service_errors(exc)]
+
+
+class TenantForm(forms.Form):
+    """A form of a tenant page. It knows its tenant (so its choices are the tenant's own) and, on an edit
+    page, the object it edits: an edit starts from `initial_for(instance)`. `service_values()` gives the
+    cleaned data as the page's service takes it."""
+
+    def __init__(self, *args, tenant, instance=None, **kwargs):
+        self.tenant = tenant
+        self.instance = instance
+        if instance is not None and kwargs.get("initial") is None:
+            kwargs["initial"] = self.initial_for(instance)
+        super().__init__(*args, **kwargs)
+
+    def initial_for(self, instance) -> dict:
+        return {}
+
+    def service_values(self) -> dict:
+        return dict(self.cleaned_data)

@@ -138,10 +138,10 @@ def test_the_basic_group_cannot_be_renamed_or_deleted(world):
     response = client.post(f"/t/acme/groups/{basic.pk}/", {
         "name": "renamed", "default_active": "on", "tools": [t.pk for t in basic.tools.all()],
     })
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "always active" in response.content.decode()
     response = client.post(f"/t/acme/groups/{basic.pk}/delete/")
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "cannot be deleted" in response.content.decode()
     basic.refresh_from_db()
     assert basic.name == "basic"
@@ -157,13 +157,13 @@ def test_group_form_errors(world):
     client = world.a.console("operator")
     before = ToolGroup.objects.for_tenant(world.a.tenant).count()
     clash = client.post("/t/acme/groups/new/", {"name": "math"})
-    assert clash.status_code == 200 and "a group named &#x27;math&#x27; exists" in clash.content.decode()
+    assert clash.status_code == 400 and "a group named &#x27;math&#x27; exists" in clash.content.decode()
     bad_name = client.post("/t/acme/groups/new/", {"name": "not a slug!"})
-    assert bad_name.status_code == 200 and "errorlist" in bad_name.content.decode()
+    assert bad_name.status_code == 400 and "errorlist" in bad_name.content.decode()
     empty = client.post("/t/acme/groups/new/", {"name": ""})
-    assert empty.status_code == 200 and "This field is required." in empty.content.decode()
+    assert empty.status_code == 400 and "This field is required." in empty.content.decode()
     rename_clash = client.post(f"/t/acme/groups/{world.a.groups['ops'].pk}/", {"name": "math", "switchable": "on"})
-    assert rename_clash.status_code == 200 and "exists" in rename_clash.content.decode()
+    assert rename_clash.status_code == 400 and "exists" in rename_clash.content.decode()
     assert ToolGroup.objects.for_tenant(world.a.tenant).count() == before
     assert ToolGroup.objects.for_tenant(world.a.tenant).filter(name="ops").exists()
 

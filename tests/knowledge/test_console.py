@@ -39,7 +39,7 @@ def test_create_a_dataset(world):
     dataset = Dataset.objects.for_tenant(world.a.tenant).get(name="runbooks")
     assert response.status_code == 302 and response["Location"] == url("dataset_detail", dataset_id=dataset.pk)
     again = client.post(url("dataset_create"), {"name": "runbooks"})
-    assert again.status_code == 200 and "exists" in again.content.decode()
+    assert again.status_code == 400 and "exists" in again.content.decode()
     assert world.a.console("viewer").post(url("dataset_create"), {"name": "x"}).status_code == 403
 
 

@@ -264,7 +264,7 @@ def test_the_admin_api_reads_and_sets_the_limits(world):
 
 def test_the_console_form_refuses_bad_values(world):
     response = world.a.console("admin").post("/t/acme/settings/", {**LIMITS_FORM, "key_calls_in_flight": "-3"})
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "greater than or equal to 0" in response.content.decode()
     world.a.tenant.refresh_from_db()
     assert world.a.tenant.key_calls_in_flight == 500

@@ -1,4 +1,4 @@
-"""The web helpers every app's pages use (`tenancy.web`) live below the apps: no app
+"""The web helpers every app's pages use (`tenancy.web`, `tenancy.editing`) live below the apps: no app
 imports the console, which stays the top layer."""
 import ast
 from pathlib import Path
@@ -7,9 +7,10 @@ from types import SimpleNamespace
 import pytest
 from django import forms
 from django.core.exceptions import ImproperlyConfigured
-from django.urls import get_resolver
+from django.urls import get_resolver, resolve, reverse
 from rest_framework.exceptions import ValidationError
 
+from tenancy.editing import ObjectActionView, ObjectDeleteView, ObjectFormView
 from tenancy.models import ApiKey
 from tenancy.web import URL_OBJECTS, acting_user, add_service_errors, register_url_objects, service_messages
 from tools.models import ToolCall
@@ -71,3 +72,16 @@ def test_the_acting_user_of_a_key_is_the_key():
     assert acting_user(SimpleNamespace(user=user)) is user  # a console request has no `auth`
     assert acting_user(SimpleNamespace(user=user, auth=None)) is user
     assert acting_user(SimpleNamespace(user=user, auth=ApiKey(name="ci"))) == "apikey:ci"
+
+
+@pytest.mark.parametrize("name, kwargs, view, methods", [
+    ("console:group_create", {}, ObjectFormView, {"get", "post"}),
+    ("console:group_delete", {"group_id": 1}, ObjectDeleteView, {"get", "post"}),
+    ("console:binding_delete", {"binding_id": 1}, ObjectActionView, {"post"}),
+    ("inbox:rule_edit", {"rule_id": 1}, ObjectFormView, {"get", "post"}),
+    ("knowledge:document_delete", {"document_id": 1}, ObjectActionView, {"post"}),
+])
+def test_generic_pages_show_the_url_walk_which_methods_they_take(name, kwargs, view, methods):
+    callback = resolve(reverse(name, kwargs={"tenant": "acme", **kwargs})).func
+    assert issubclass(callback.view_class, view)
+    assert {m for m in ("get", "post", "put", "patch", "delete") if hasattr(callback.view_class, m)} == methods
