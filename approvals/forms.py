@@ -1,7 +1,8 @@
 """Console forms of the inbox, the rules page and the queues page.
 
 Querysets are always the tenant's: a queue or a reviewer from another tenant is not a valid choice.
-The services validate again (they are the rule); these forms only turn text into values.
+The services validate again (they are the rule); these forms only turn text into values. The rule and
+queue forms are `TenantForm`s, built by the generic views of `tenancy.editing`.
 """
 import json
 from datetime import timedelta
@@ -10,6 +11,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 
 from tenancy.models import Behavior, Membership
+from tenancy.web import TenantForm
 from toolkeeper.json_values import json_parse
 
 from .models import Queue, VoteDecision
@@ -40,15 +42,28 @@ def _names(text: str) -> list[str]:
 
 
 class InboxFilterForm(forms.Form):
+    """The filters of the inbox and its history, offering `choices` (approvals.selectors.inbox_filter_choices).
+    An agent or tool asked for stays a valid choice while nothing matches it (its last request was just
+    decided); a queue must exist."""
+
     queue = forms.ChoiceField(required=False)
     agent = forms.ChoiceField(required=False)
     tool = forms.ChoiceField(required=False)
 
-    def __init__(self, *args, queues=(), agents=(), tools=(), **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["queue"].choices = [("", "any queue"), *((name, name) for name in queues)]
-        self.fields["agent"].choices = [("", "any agent"), *((name, name) for name in agents)]
-        self.fields["tool"].choices = [("", "any tool"), *((name, name) for name in tools)]
+    def __init__(self, data=None, *, choices: dict[str, list[str]]):
+        super().__init__(data)
+        asked = data or {}
+        for name in ("queue", "agent", "tool"):
+            names = choices[name]
+            if name != "queue":
+                names = sorted({*names, asked.get(name, "")} - {""})
+            self.fields[name].choices = [("", f"any {name}"), *((value, value) for value in names)]
+
+    def filters(self) -> dict[str, str]:
+        """The filters chosen, for approvals.selectors.inbox_requests (none when the form is invalid)."""
+        if not (self.is_bound and self.is_valid()):
+            return {}
+        return {name: value for name, value in self.cleaned_data.items() if value}
 
 
 class DecisionForm(forms.Form):
@@ -113,7 +128,7 @@ class ExternalResultForm(forms.Form):
         return data
 
 
-class RuleForm(forms.Form):
+class RuleForm(TenantForm):
     behavior = forms.ChoiceField(choices=Behavior.choices)
     tool_pattern = forms.CharField(max_length=200, label="Tool pattern",
                                    help_text="An exact tool name, or a glob with *, e.g. mcp__github__*")
@@ -133,9 +148,9 @@ class RuleForm(forms.Form):
     note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                            help_text="Shown in the explanation of every decision this rule makes.")
 
-    def __init__(self, *args, tenant, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["queue"].queryset = Queue.objects.for_tenant(tenant).order_by("name")
+        self.fields["queue"].queryset = Queue.objects.for_tenant(self.tenant).order_by("name")
 
     def clean_tool_pattern(self):
         return self.cleaned_data["tool_pattern"].strip()
@@ -150,8 +165,7 @@ class RuleForm(forms.Form):
     def clean_users(self):
         return _names(self.cleaned_data["users"])
 
-    @staticmethod
-    def initial_for(rule) -> dict:
+    def initial_for(self, rule) -> dict:
         return {
             "behavior": rule.behavior, "tool_pattern": rule.tool_pattern,
             "arg_match": json.dumps(rule.arg_match, indent=2) if rule.arg_match else "",
@@ -187,7 +201,7 @@ class _MemberChoices(forms.ModelMultipleChoiceField):
         return user.get_username()
 
 
-class QueueForm(forms.Form):
+class QueueForm(TenantForm):
     name = forms.SlugField(max_length=64, help_text="Letters, digits, - and _. Rules name their queue.")
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     reviewers = _MemberChoices(queryset=get_user_model().objects.none(), required=False,
@@ -208,10 +222,9 @@ class QueueForm(forms.Form):
     is_default = forms.BooleanField(required=False, label="Default queue",
                                     help_text="Requests whose rule names no queue go here.")
 
-    def __init__(self, *args, tenant, queue=None, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.queue = queue
-        members = Membership.objects.filter(tenant=tenant).values("user_id")
+        members = Membership.objects.filter(tenant=self.tenant).values("user_id")
         users = get_user_model().objects.filter(pk__in=members).order_by("username")
         self.fields["reviewers"].queryset = users
         self.fields["escalation_reviewers"].queryset = users
@@ -221,14 +234,13 @@ class QueueForm(forms.Form):
         data = dict(self.cleaned_data)
         for name in ("expires_after", "escalate_after"):
             minutes = data.pop(f"{name}_minutes")
-            if self.queue is not None and f"{name}_minutes" not in self.changed_data:
-                data[name] = getattr(self.queue, name)  # untouched: keep it exactly (it may hold seconds)
+            if self.instance is not None and f"{name}_minutes" not in self.changed_data:
+                data[name] = getattr(self.instance, name)  # untouched: keep it exactly (it may hold seconds)
             else:
                 data[name] = timedelta(minutes=minutes) if minutes else None
         return data
 
-    @staticmethod
-    def initial_for(queue) -> dict:
+    def initial_for(self, queue) -> dict:
         def minutes(value):
             return max(1, round(value.total_seconds() / 60)) if value else None
 

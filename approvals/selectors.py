@@ -1,5 +1,5 @@
 """Reads: decisions, the inbox, requests."""
-from django.db.models import Count, Prefetch
+from django.db.models import Count, F, Prefetch
 
 from tenancy.models import Tenant
 from tools.models import CallStatus, Tool, ToolCall, ToolSource
@@ -7,7 +7,7 @@ from tools.selectors import CALL_PAYLOADS, SESSION_PAYLOADS, TOOL_PAYLOADS, bind
 
 from .engine import Decision, RuleIndex, decide, index_cache
 from .matching import canonical_json
-from .models import ApprovalRequest, PermissionRule, RequestStatus, Vote, VoteDecision
+from .models import ApprovalRequest, PermissionRule, Queue, RequestKind, RequestStatus, Vote, VoteDecision
 
 
 def _rule_index_build(tenant_id: int, version: int) -> RuleIndex:
@@ -66,17 +66,35 @@ def approvals_of(request: ApprovalRequest, approved_input: dict | None) -> list[
     return [vote for vote in votes if canonical_json(model_input if vote.input is None else vote.input) == wanted]
 
 
-def inbox_requests(*, tenant, status: str = RequestStatus.PENDING, queue: str = "", agent: str = "", tool: str = ""):
-    """Pending requests oldest first (decided ones newest first), with everything a list row shows."""
-    queryset = ApprovalRequest.objects.for_tenant(tenant).filter(status=status, kind="approval")
+DECIDED_STATUSES = tuple(status for status in RequestStatus.values if status != RequestStatus.PENDING)
+
+
+def inbox_requests(*, tenant, statuses=(RequestStatus.PENDING,), queue: str = "", agent: str = "", tool: str = ""):
+    """Approval requests in `statuses`, narrowed by the inbox filters: the queue's name, the agent, the tool's
+    name (empty: any). Only pending ones: oldest first, the order they are worked through; otherwise the
+    most recently decided first. The one selector behind the inbox, its history and the approvals API list."""
+    queryset = ApprovalRequest.objects.for_tenant(tenant).filter(status__in=statuses, kind=RequestKind.APPROVAL)
     if queue:
         queryset = queryset.filter(queue__name=queue)
     if agent:
         queryset = queryset.filter(agent=agent)
     if tool:
         queryset = queryset.filter(tool_name=tool)
-    order = ["opened_at", "id"] if status == RequestStatus.PENDING else ["-decided_at", "-id"]
+    if set(statuses) == {RequestStatus.PENDING}:
+        order = ["opened_at", "id"]
+    else:
+        order = [F("decided_at").desc(nulls_last=True), "-id"]
     return queryset.select_related("queue").order_by(*order)
+
+
+def inbox_filter_choices(*, tenant, statuses) -> dict[str, list[str]]:
+    """What the inbox filters offer: the tenant's queues, and the agents and tools of requests in `statuses`."""
+    existing = ApprovalRequest.objects.for_tenant(tenant).filter(kind=RequestKind.APPROVAL, status__in=statuses)
+    return {
+        "queue": sorted(Queue.objects.for_tenant(tenant).values_list("name", flat=True)),
+        "agent": sorted(set(existing.order_by().values_list("agent", flat=True).distinct()) - {""}),
+        "tool": sorted(set(existing.order_by().values_list("tool_name", flat=True).distinct()) - {""}),
+    }
 
 
 def inbox_count(*, tenant) -> int:

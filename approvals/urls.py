@@ -1,13 +1,25 @@
 """Console routes of the inbox, the rules page and the queues page, mounted under /t/<slug:tenant>/.
 
 Parameter names are fixed (the cross-tenant URL-conf walk substitutes ids by name):
-`tenant` (slug), `request_id` (ApprovalRequest), `rule_id`, `queue_id`, `call_id` (ToolCall uuid).
+`tenant` (slug), `request_id` (ApprovalRequest), `rule_id`, `queue_id`, `call_id` (ToolCall uuid); what each
+names is declared here for `tenant_view`.
 """
 from django.urls import path
 
+from tenancy.web import register_url_objects
+from tools.models import ToolCall
+
 from . import views
+from .models import ApprovalRequest, PermissionRule, Queue
 
 app_name = "inbox"
+
+register_url_objects({
+    "request_id": (ApprovalRequest, "approval"),
+    "rule_id": (PermissionRule, "rule"),
+    "queue_id": (Queue, "queue"),
+    "call_id": (ToolCall, "call"),
+})
 
 urlpatterns = [
     path("inbox/", views.inbox, name="inbox"),

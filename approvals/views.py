@@ -1,53 +1,43 @@
 """The reviewer's inbox, external tasks, the rules page (with the simulator) and the queues page.
 
 Thin views over approvals.selectors (reads) and approvals.services (writes). Every page goes through
-the console's `tenant_view`: the tenant (membership required) and every object the URL names are
-resolved first (404 when missing or another tenant's), then the role. Deciding needs a reviewing
-role (reviewer, operator, admin); rules and queues are changed by operators and admins.
+`tenancy.web.tenant_view`: the tenant (membership required) and every object the URL names are resolved
+first (404 when missing or another tenant's), then the role. Deciding needs a reviewing role (reviewer,
+operator, admin); rules and queues are changed by operators and admins, through the generic views of
+`tenancy.editing` declared here.
 """
 import json
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
-from django.db.models import Case, F, IntegerField, Prefetch, Q, Value, When
+from django.db.models import Case, IntegerField, Prefetch, Q, Value, When
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from rest_framework.exceptions import PermissionDenied as ServicePermissionDenied
-from rest_framework.exceptions import ValidationError as ServiceValidationError
 
-from console.access import MEMBER, OPERATE, URL_OBJECTS, tenant_view
-from console.forms import add_service_errors
+from tenancy.editing import ObjectDeleteView, ObjectFormView
+from tenancy.web import (
+    INVALID_STATUS,
+    MEMBER,
+    SERVICE_REFUSALS,
+    acting_user,
+    add_service_errors,
+    page_of,
+    service_messages,
+    tenant_redirect,
+    tenant_view,
+)
 from toolkeeper.api import Conflict
 from tools.models import Tool
 from tools.selectors import visible_tool
 
 from . import selectors, services
 from .forms import DecisionForm, ExternalResultForm, InboxFilterForm, QueueForm, RuleForm, SimulatorForm
-from .models import ApprovalRequest, PermissionRule, Queue, RequestKind, RequestStatus, Vote, VoteDecision
+from .models import ApprovalRequest, PermissionRule, Queue, RequestStatus, Vote, VoteDecision
 
-# The URL parameters of these pages, resolved by `tenant_view` through access_object (404 when foreign).
-# `call_id` (ToolCall → `call`) is the console's own.
-for _name, _entry in {
-    "request_id": (ApprovalRequest, "approval"),
-    "rule_id": (PermissionRule, "rule"),
-    "queue_id": (Queue, "queue"),
-}.items():
-    URL_OBJECTS.setdefault(_name, _entry)
-
-PAGE_SIZE = 50
-DECIDED_STATUSES = [s for s in RequestStatus.values if s != RequestStatus.PENDING]
 BEHAVIOR_ORDER = Case(When(behavior="deny", then=Value(0)), When(behavior="ask", then=Value(1)),
                       default=Value(2), output_field=IntegerField())
-
-
-def _page(request, queryset):
-    return Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
-
-
-def _back(view_name, request, **kwargs):
-    return redirect(f"inbox:{view_name}", tenant=request.tenant.slug, **kwargs)
 
 
 def _require_reviewer(request) -> None:
@@ -59,15 +49,6 @@ def _votes(tenant):
     return Prefetch("votes", queryset=Vote.objects.for_tenant(tenant).order_by("at", "id"))
 
 
-def _service_messages(exc) -> list[str]:
-    detail = exc.detail
-    values = detail.values() if isinstance(detail, dict) else [detail]
-    flat = []
-    for value in values:
-        flat.extend(str(item) for item in (value if isinstance(value, list | tuple) else [value]))
-    return flat
-
-
 def _tabs(request) -> dict:
     return {
         "pending_count": selectors.inbox_count(tenant=request.tenant),
@@ -75,65 +56,39 @@ def _tabs(request) -> dict:
     }
 
 
-def _filtered(request, queryset_for, *, statuses):
-    """Apply the queue/agent/tool filters of the query string; the choices are what exists."""
+def _filtered(request, *, statuses, offered_from):
+    """The filter form of the query string (offering what exists among requests in `offered_from`), the
+    filters it chose, and the requests in `statuses` they leave, as list rows."""
     tenant = request.tenant
-    existing = ApprovalRequest.objects.for_tenant(tenant).filter(kind=RequestKind.APPROVAL, status__in=statuses)
-    agents = set(existing.order_by().values_list("agent", flat=True).distinct())
-    tools = set(existing.order_by().values_list("tool_name", flat=True).distinct())
-    queues = set(Queue.objects.for_tenant(tenant).values_list("name", flat=True))
-    params = request.GET
-    # A filter that matches nothing right now (the last request of an agent was just decided) stays valid.
-    agents.add(params.get("agent", ""))
-    tools.add(params.get("tool", ""))
-    form = InboxFilterForm(params or None, queues=sorted(queues), agents=sorted(agents - {""}),
-                           tools=sorted(tools - {""}))
-    filters = {}
-    if form.is_bound and form.is_valid():
-        filters = {k: v for k, v in form.cleaned_data.items() if v}
-    return form, filters, queryset_for(**filters)
+    form = InboxFilterForm(request.GET or None,
+                           choices=selectors.inbox_filter_choices(tenant=tenant, statuses=offered_from))
+    filters = form.filters()
+    requests = selectors.inbox_requests(tenant=tenant, statuses=statuses, **filters)
+    return form, filters, selectors.request_rows(requests, tenant=tenant)
 
 
 # --- the inbox ---------------------------------------------------------------------------------
 
 @tenant_view()
 def inbox(request):
-    tenant = request.tenant
-
-    def pending(**filters):
-        return selectors.request_rows(selectors.inbox_requests(tenant=tenant, **filters), tenant=tenant)
-
-    form, filters, requests = _filtered(request, pending, statuses=[RequestStatus.PENDING])
-    page = _page(request, requests)
+    pending = [RequestStatus.PENDING]
+    form, filters, requests = _filtered(request, statuses=pending, offered_from=pending)
     return render(request, "inbox/inbox.html", {
-        "form": form, "filters": filters, "page": page, "tab": "pending",
+        "form": form, "filters": filters, "page": page_of(request, requests), "tab": "pending",
         "may_decide": request.membership.can_review, "return_to": request.get_full_path(), **_tabs(request),
     })
 
 
 @tenant_view()
 def inbox_history(request):
-    tenant = request.tenant
     status = request.GET.get("status", "")
-    statuses = [status] if status in DECIDED_STATUSES else DECIDED_STATUSES
-
-    def decided(queue="", agent="", tool=""):
-        queryset = ApprovalRequest.objects.for_tenant(tenant).filter(kind=RequestKind.APPROVAL, status__in=statuses)
-        if queue:
-            queryset = queryset.filter(queue__name=queue)
-        if agent:
-            queryset = queryset.filter(agent=agent)
-        if tool:
-            queryset = queryset.filter(tool_name=tool)
-        return (selectors.request_rows(queryset, tenant=tenant)
-                .order_by(F("decided_at").desc(nulls_last=True), "-id"))
-
-    form, filters, requests = _filtered(request, decided, statuses=DECIDED_STATUSES)
-    if status in DECIDED_STATUSES:
+    statuses = [status] if status in selectors.DECIDED_STATUSES else selectors.DECIDED_STATUSES
+    form, filters, requests = _filtered(request, statuses=statuses, offered_from=selectors.DECIDED_STATUSES)
+    if status in selectors.DECIDED_STATUSES:
         filters["status"] = status
     return render(request, "inbox/history.html", {
-        "form": form, "filters": filters, "page": _page(request, requests), "tab": "history",
-        "statuses": DECIDED_STATUSES, "status": status, **_tabs(request),
+        "form": form, "filters": filters, "page": page_of(request, requests), "tab": "history",
+        "statuses": selectors.DECIDED_STATUSES, "status": status, **_tabs(request),
     })
 
 
@@ -146,8 +101,8 @@ def _next_after(request, approval):
     following = (selectors.inbox_requests(tenant=request.tenant).exclude(pk=approval.pk)
                  .exclude(votes__reviewer=request.user).select_related(None).only("pk").first())
     if following is not None:
-        return _back("inbox_request", request, request_id=following.pk)
-    return _back("inbox", request)
+        return tenant_redirect(request, "inbox:inbox_request", request_id=following.pk)
+    return tenant_redirect(request, "inbox:inbox")
 
 
 def _decided_message(approval, decision: str) -> str:
@@ -170,15 +125,13 @@ def inbox_request(request, approval):
     if request.method == "POST":
         _require_reviewer(request)
         form = DecisionForm(request.POST, original_input=call.input)
-        status = 400
+        status = INVALID_STATUS
         if form.is_valid():
             data = form.cleaned_data
             decision = data["decision"]
             try:
                 settled = services.request_decide(request=approval, reviewer=request.user, decision=decision,
                                                   new_input=data["new_input"], message=data["message"].strip())
-            except ServiceValidationError as exc:
-                add_service_errors(form, exc)
             except ServicePermissionDenied as exc:
                 form.add_error(None, str(exc.detail))
                 status = 403
@@ -186,6 +139,8 @@ def inbox_request(request, approval):
                 form.add_error(None, f"Your decision was not recorded: {exc.detail}. "
                                      "Someone else may have decided first; the page now shows where it stands.")
                 status = 409
+            except SERVICE_REFUSALS as exc:
+                add_service_errors(form, exc)
             else:
                 messages.success(request, _decided_message(settled, decision))
                 if data["add_rule"] and decision in (VoteDecision.APPROVE, VoteDecision.EDIT):
@@ -232,9 +187,9 @@ def _add_suggested_rule(request, approval, *, narrow: bool) -> None:
         messages.warning(request, "Only operators and admins add rules: the suggested rule was not added.")
         return
     try:
-        rule = services.rule_from_approval(request=approval, actor=request.user, narrow_to_input=narrow)
-    except ServiceValidationError as exc:
-        messages.error(request, "The suggested rule was not added: " + "; ".join(_service_messages(exc)))
+        rule = services.rule_from_approval(request=approval, actor=acting_user(request), narrow_to_input=narrow)
+    except SERVICE_REFUSALS as exc:
+        messages.error(request, "The suggested rule was not added: " + "; ".join(service_messages(exc)))
     else:
         messages.success(request, f"Rule #{rule.pk} added: always allow {rule.tool_pattern} for "
                                   f"{', '.join(rule.agents)}{' with this input' if rule.arg_match else ''}.")
@@ -243,7 +198,7 @@ def _add_suggested_rule(request, approval, *, narrow: bool) -> None:
 # --- external tasks ----------------------------------------------------------------------------
 
 def _external_page(request, *, bound=None, status=200):
-    page = _page(request, selectors.external_tasks(tenant=request.tenant))
+    page = page_of(request, selectors.external_tasks(tenant=request.tenant))
     tasks = []
     for call in page:
         form = bound[1] if bound and bound[0] == call.pk else ExternalResultForm(auto_id=f"id_%s_{call.pk}")
@@ -267,18 +222,18 @@ def inbox_external_respond(request, call):
         data = form.cleaned_data
         text = data["text"].strip()
         try:
-            services.external_result_post(call=call, actor=request.user, state=data["state"],
+            services.external_result_post(call=call, actor=acting_user(request), state=data["state"],
                                           content=[{"type": "text", "text": text}] if text else [],
                                           structured=data["structured"])
         except Conflict as exc:
             messages.error(request, f"{call.tool_name} ({call.call_id}): not recorded — {exc.detail}.")
-            return _back("inbox_external", request)
-        except ServiceValidationError as exc:
+            return tenant_redirect(request, "inbox:inbox_external")
+        except SERVICE_REFUSALS as exc:
             add_service_errors(form, exc)
         else:
             messages.success(request, f"{call.tool_name} ({call.call_id}): result recorded ({data['state']}).")
-            return _back("inbox_external", request)
-    return _external_page(request, bound=(call.pk, form), status=400)
+            return tenant_redirect(request, "inbox:inbox_external")
+    return _external_page(request, bound=(call.pk, form), status=INVALID_STATUS)
 
 
 # --- rules -------------------------------------------------------------------------------------
@@ -303,44 +258,15 @@ def rule_list(request):
     })
 
 
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def rule_create(request):
-    form = RuleForm(request.POST or None, tenant=request.tenant)
-    if request.method == "POST" and form.is_valid():
-        try:
-            rule = services.rule_create(tenant=request.tenant, actor=request.user, **form.cleaned_data)
-        except ServiceValidationError as exc:
-            add_service_errors(form, exc)
-        else:
-            messages.success(request, f"Rule #{rule.pk} ({rule.behavior} {rule.tool_pattern}) created.")
-            return _back("rule_list", request)
-    return render(request, "inbox/rule_form.html", {"form": form, "rule": None},
-                  status=400 if form.errors else 200)
-
-
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def rule_edit(request, rule):
-    form = RuleForm(request.POST or None, initial=RuleForm.initial_for(rule), tenant=request.tenant)
-    if request.method == "POST" and form.is_valid():
-        try:
-            services.rule_update(rule=rule, actor=request.user, **form.cleaned_data)
-        except ServiceValidationError as exc:
-            add_service_errors(form, exc)
-            rule.refresh_from_db()
-        else:
-            messages.success(request, f"Rule #{rule.pk} saved.")
-            return _back("rule_list", request)
-    return render(request, "inbox/rule_form.html", {"form": form, "rule": rule},
-                  status=400 if form.errors else 200)
-
-
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def rule_delete(request, rule):
-    if request.method == "POST":
-        services.rule_delete(rule=rule, actor=request.user)
-        messages.success(request, f"Rule #{rule.pk} ({rule.behavior} {rule.tool_pattern}) deleted.")
-        return _back("rule_list", request)
-    return render(request, "inbox/rule_delete.html", {"rule": rule})
+_RULE_FORM = {"form_class": RuleForm, "template_name": "inbox/rule_form.html", "success_url": "inbox:rule_list"}
+rule_create = ObjectFormView.as_view(
+    service=services.rule_create,
+    success_message="Rule #{object.pk} ({object.behavior} {object.tool_pattern}) created.", **_RULE_FORM)
+rule_edit = ObjectFormView.as_view(service=services.rule_update, success_message="Rule #{object.pk} saved.",
+                                   **_RULE_FORM)
+rule_delete = ObjectDeleteView.as_view(
+    service=services.rule_delete, template_name="inbox/rule_delete.html", success_url="inbox:rule_list",
+    success_message="Rule #{object.pk} ({object.behavior} {object.tool_pattern}) deleted.")
 
 
 # --- queues ------------------------------------------------------------------------------------
@@ -356,49 +282,18 @@ def queue_list(request):
     })
 
 
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def queue_create(request):
-    form = QueueForm(request.POST or None, tenant=request.tenant)
-    if request.method == "POST" and form.is_valid():
-        values = form.service_values()
-        try:
-            queue = services.queue_save(tenant=request.tenant, actor=request.user, **values)
-        except ServiceValidationError as exc:
-            add_service_errors(form, exc)
-        else:
-            messages.success(request, f"Queue {queue.name} created.")
-            return _back("queue_list", request)
-    return render(request, "inbox/queue_form.html", {"form": form, "queue": None},
-                  status=400 if form.errors else 200)
+class QueueEdit(ObjectFormView):
+    """`queue_save` takes the tenant and the queue."""
+
+    def save(self, values: dict) -> Queue:
+        return services.queue_save(tenant=self.request.tenant, queue=self.object, actor=acting_user(self.request),
+                                   **values)
 
 
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def queue_edit(request, queue):
-    form = QueueForm(request.POST or None, initial=QueueForm.initial_for(queue), tenant=request.tenant, queue=queue)
-    if request.method == "POST" and form.is_valid():
-        values = form.service_values()
-        try:
-            services.queue_save(tenant=request.tenant, queue=queue, actor=request.user, **values)
-        except ServiceValidationError as exc:
-            add_service_errors(form, exc)
-            queue.refresh_from_db()
-        else:
-            messages.success(request, f"Queue {queue.name} saved.")
-            return _back("queue_list", request)
-    return render(request, "inbox/queue_form.html", {"form": form, "queue": queue},
-                  status=400 if form.errors else 200)
-
-
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def queue_delete(request, queue):
-    errors = []
-    if request.method == "POST":
-        try:
-            services.queue_delete(queue=queue, actor=request.user)
-        except ServiceValidationError as exc:
-            errors = _service_messages(exc)
-        else:
-            messages.success(request, f"Queue {queue.name} deleted.")
-            return _back("queue_list", request)
-    return render(request, "inbox/queue_delete.html", {"queue": queue, "errors": errors},
-                  status=400 if errors else 200)
+_QUEUE_FORM = {"form_class": QueueForm, "template_name": "inbox/queue_form.html", "success_url": "inbox:queue_list"}
+queue_create = ObjectFormView.as_view(service=services.queue_save, success_message="Queue {object.name} created.",
+                                      **_QUEUE_FORM)
+queue_edit = QueueEdit.as_view(success_message="Queue {object.name} saved.", **_QUEUE_FORM)
+queue_delete = ObjectDeleteView.as_view(
+    service=services.queue_delete, template_name="inbox/queue_delete.html", success_url="inbox:queue_list",
+    success_message="Queue {object.name} deleted.")

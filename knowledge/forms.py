@@ -1,6 +1,7 @@
 """Console forms for datasets, uploads, trial searches and the knowledge_search scope."""
 from django import forms
 
+from tenancy.web import TenantForm
 from toolkeeper.json_values import JSONValueField
 
 from .selectors import MAX_QUERY_CHARS, MAX_TOP_K, InvalidQuery, clean_filters
@@ -9,7 +10,7 @@ from .services import MAX_UPLOAD_BYTES
 MAX_FILES_PER_UPLOAD = 1000  # over services.BATCH_SIZE, the upload runs as work with progress
 
 
-class DatasetForm(forms.Form):
+class DatasetForm(TenantForm):
     name = forms.SlugField(max_length=100, help_text="Letters, digits, - and _. Bindings name the dataset by it.")
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
 

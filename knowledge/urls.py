@@ -1,9 +1,15 @@
-"""Console pages, mounted at /t/<tenant>/knowledge/. Parameters: `tenant` (slug), `dataset_id`, `document_id`."""
+"""Console pages, mounted at /t/<tenant>/knowledge/. Parameters: `tenant` (slug), `dataset_id`, `document_id`;
+what each names is declared here for `tenant_view`."""
 from django.urls import path
 
+from tenancy.web import register_url_objects
+
 from . import views
+from .models import Dataset, Document
 
 app_name = "knowledge"
+
+register_url_objects({"dataset_id": (Dataset, "dataset"), "document_id": (Document, "document")})
 
 urlpatterns = [
     path("", views.dataset_list, name="dataset_list"),

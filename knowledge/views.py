@@ -1,20 +1,24 @@
 """Console pages for knowledge bases (templates/knowledge/), mounted at /t/<tenant>/knowledge/.
 
-`knowledge_view` is the console's `tenant_view` (login, tenant membership, method, role: reading for
-any member, changing for operators), then every object the URL names (`dataset_id`, `document_id`)
-through `access_object`: missing or another tenant's → 404.
+Every page goes through `tenancy.web.tenant_view` (login, tenant membership, the objects the URL names —
+`dataset_id`, `document_id`: missing or another tenant's → 404 — then the method and the role: reading for
+any member, changing for operators). Creating and deleting are the generic views of `tenancy.editing`.
 """
-from functools import wraps
-
 from django.contrib import messages
-from django.core.paginator import Paginator
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from pydantic import ValidationError as InputError
-from rest_framework.exceptions import ValidationError as ServiceValidationError
 
-from console.access import MEMBER, OPERATE, tenant_view
-from console.forms import add_service_errors
-from tenancy.selectors import access_object
+from tenancy.editing import ObjectActionView, ObjectDeleteView, ObjectFormView
+from tenancy.web import (
+    INVALID_STATUS,
+    SERVICE_REFUSALS,
+    acting_user,
+    add_service_errors,
+    page_of,
+    service_errors,
+    tenant_redirect,
+    tenant_view,
+)
 from tools.calls import work_start
 from tools.decorators import python_tool
 from tools.models import BoundArgument, Tool
@@ -23,35 +27,8 @@ from tools.services import binding_delete, binding_set
 
 from . import selectors, services
 from .forms import DatasetForm, ScopeForm, SearchForm, UploadForm
-from .models import Dataset, Document
+from .models import Dataset
 from .tools import results_payload
-
-URL_OBJECTS = {"dataset_id": (Dataset, "dataset"), "document_id": (Document, "document")}
-PAGE_SIZE = 50
-
-
-def knowledge_view(*, methods=("GET",), read=MEMBER, write=OPERATE):
-    """The console's `tenant_view` (login, membership, method, role), then this app's URL objects."""
-
-    def decorate(view):
-        @wraps(view)
-        def wrapper(request, tenant, **url_kwargs):
-            def resolved(request):
-                objects = {}
-                for name, value in url_kwargs.items():
-                    model, argument = URL_OBJECTS[name]
-                    objects[argument] = access_object(model, request.tenant, value)
-                return view(request, **objects)
-
-            return tenant_view(methods=methods, read=read, write=write)(resolved)(request, tenant=tenant)
-
-        return wrapper
-
-    return decorate
-
-
-def _back(view_name, request, **kwargs):
-    return redirect(f"knowledge:{view_name}", tenant=request.tenant.slug, **kwargs)
 
 
 def _search_tool(tenant) -> Tool | None:
@@ -60,7 +37,7 @@ def _search_tool(tenant) -> Tool | None:
 
 # --- datasets ----------------------------------------------------------------------------------
 
-@knowledge_view()
+@tenant_view()
 def dataset_list(request):
     return render(request, "knowledge/dataset_list.html", {
         "datasets": selectors.datasets_of(request.tenant),
@@ -68,42 +45,42 @@ def dataset_list(request):
     })
 
 
-@knowledge_view(methods=("GET", "POST"), read=OPERATE)
-def dataset_create(request):
-    form = DatasetForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            dataset = services.dataset_create(tenant=request.tenant, actor=request.user, **form.cleaned_data)
-        except ServiceValidationError as exc:
-            add_service_errors(form, exc)
-        else:
-            messages.success(request, f"Dataset {dataset.name} created. Upload documents to fill it.")
-            return _back("dataset_detail", request, dataset_id=dataset.pk)
-    return render(request, "knowledge/dataset_form.html", {"form": form})
+dataset_create = ObjectFormView.as_view(
+    form_class=DatasetForm, service=services.dataset_create, template_name="knowledge/dataset_form.html",
+    success_url="knowledge:dataset_detail", success_params=(("dataset_id", "pk"),),
+    success_message="Dataset {object.name} created. Upload documents to fill it.")
 
 
 def _dataset_page(request, dataset, upload_form, status=200):
     documents = selectors.documents_of(request.tenant, dataset)
     return render(request, "knowledge/dataset_detail.html", {
         "dataset": dataset,
-        "page": Paginator(documents, PAGE_SIZE).get_page(request.GET.get("page")),
+        "page": page_of(request, documents),
         "document_count": documents.count(),
         "upload_form": upload_form,
         "search_form": SearchForm(),
     }, status=status)
 
 
-@knowledge_view()
+def _named_problems(exc) -> list[str]:
+    """A refusal of the documents as lines that name what they concern ("documents[3].text: …")."""
+    by_field: dict = {}
+    for field, message in service_errors(exc):
+        by_field.setdefault(field, []).append(message)
+    return [f"{field}: {' '.join(texts)}" if field else " ".join(texts) for field, texts in by_field.items()]
+
+
+@tenant_view()
 def dataset_detail(request, dataset):
     return _dataset_page(request, dataset, UploadForm())
 
 
-@knowledge_view(methods=("POST",))
+@tenant_view(methods=("POST",))
 def dataset_upload(request, dataset):
     """Several .txt/.md files at once. One bad file (binary, empty, too large) → nothing is stored."""
     form = UploadForm(request.POST, request.FILES)
     if not form.is_valid():
-        return _dataset_page(request, dataset, form, status=400)
+        return _dataset_page(request, dataset, form, status=INVALID_STATUS)
     documents, problems = [], []
     for upload in form.cleaned_data["files"]:
         try:
@@ -118,43 +95,43 @@ def dataset_upload(request, dataset):
     if not problems and len(documents) > services.BATCH_SIZE:
         try:
             services.documents_clean(documents)  # refuse bad files now, not halfway through the work
-        except ServiceValidationError as exc:
-            problems.extend(f"{key}: {' '.join(map(str, value))}" for key, value in exc.detail.items())
+        except SERVICE_REFUSALS as exc:
+            problems.extend(_named_problems(exc))
         else:
-            work = work_start(tenant=request.tenant, tool_name="knowledge_ingest", actor=request.user,
-                                             arguments={"dataset_id": dataset.pk, "documents": documents})
+            work = work_start(tenant=request.tenant, tool_name="knowledge_ingest", actor=acting_user(request),
+                              arguments={"dataset_id": dataset.pk, "documents": documents})
             messages.success(request, f"Ingesting {len(documents)} files: follow the progress here.")
-            return redirect("console:call_detail", tenant=request.tenant.slug, call_id=work.pk)
+            return tenant_redirect(request, "console:call_detail", call_id=work.pk)
     if not problems:
         try:
             result = services.documents_ingest_bulk(tenant=request.tenant, dataset=dataset, documents=documents,
-                                                    actor=request.user)
-        except ServiceValidationError as exc:
-            problems.extend(f"{key}: {' '.join(map(str, value))}" for key, value in exc.detail.items())
+                                                    actor=acting_user(request))
+        except SERVICE_REFUSALS as exc:
+            problems.extend(_named_problems(exc))
         else:
             summary = result.summary
             messages.success(request, f"{len(documents)} file(s) ingested: {summary['created']} new, "
                                       f"{summary['updated']} updated, {summary['unchanged']} unchanged.")
-            return _back("dataset_detail", request, dataset_id=dataset.pk)
+            return tenant_redirect(request, "knowledge:dataset_detail", dataset_id=dataset.pk)
     form.add_error("files", "Nothing was stored. Fix or remove these files and upload again:")
     for problem in problems:
         form.add_error("files", problem)
-    return _dataset_page(request, dataset, form, status=400)
+    return _dataset_page(request, dataset, form, status=INVALID_STATUS)
 
 
-@knowledge_view(methods=("GET", "POST"), read=OPERATE)
-def dataset_delete(request, dataset):
-    if request.method == "POST":
-        services.dataset_delete(dataset=dataset, actor=request.user)
-        messages.success(request, f"Dataset {dataset.name} and its documents deleted.")
-        return _back("dataset_list", request)
-    return render(request, "knowledge/dataset_delete.html", {
-        "dataset": dataset, "document_count": selectors.documents_of(request.tenant, dataset).count()})
+class DatasetDelete(ObjectDeleteView):
+    def context(self) -> dict:
+        return {"document_count": selectors.documents_of(self.request.tenant, self.object).count()}
+
+
+dataset_delete = DatasetDelete.as_view(
+    service=services.dataset_delete, template_name="knowledge/dataset_delete.html",
+    success_url="knowledge:dataset_list", success_message="Dataset {object.name} and its documents deleted.")
 
 
 # --- documents ---------------------------------------------------------------------------------
 
-@knowledge_view()
+@tenant_view()
 def document_detail(request, document):
     return render(request, "knowledge/document_detail.html", {
         "document": document,
@@ -162,17 +139,14 @@ def document_detail(request, document):
     })
 
 
-@knowledge_view(methods=("POST",))
-def document_delete(request, document):
-    dataset_id = document.dataset_id
-    services.document_delete(document=document, actor=request.user)
-    messages.success(request, f"Document {document.title} deleted.")
-    return _back("dataset_detail", request, dataset_id=dataset_id)
+document_delete = ObjectActionView.as_view(
+    service=services.document_delete, success_url="knowledge:dataset_detail",
+    success_params=(("dataset_id", "dataset_id"),), success_message="Document {object.title} deleted.")
 
 
 # --- trying the tool ---------------------------------------------------------------------------
 
-@knowledge_view()
+@tenant_view()
 def search(request):
     """Run knowledge_search as an agent's call would: the query from the form, the agent's bound
     arguments merged last (the same `bindings_for` the pipeline uses), validated like a call."""
@@ -217,7 +191,7 @@ def _scopes(tenant, tool) -> list[dict]:
     return [rows[agent] for agent in sorted(rows)]
 
 
-@knowledge_view(methods=("GET", "POST"))
+@tenant_view(methods=("GET", "POST"))
 def bindings(request):
     tool = _search_tool(request.tenant)
     names = list(Dataset.objects.for_tenant(request.tenant).order_by("name").values_list("name", flat=True))
@@ -228,21 +202,21 @@ def bindings(request):
             if agent:  # the tenant-wide scope is edited, never removed: it keeps the arguments hidden
                 for binding in BoundArgument.objects.for_tenant(request.tenant).filter(
                         tool=tool, agent=agent, name__in=services.DEFAULT_BINDINGS):
-                    binding_delete(binding=binding, actor=request.user)
+                    binding_delete(binding=binding, actor=acting_user(request))
                 messages.success(request, f"{agent} now searches with the tenant-wide scope.")
-            return _back("bindings", request)
+            return tenant_redirect(request, "knowledge:bindings")
         form = ScopeForm(request.POST, dataset_names=names)
         if form.is_valid():
             agent = form.cleaned_data["agent"]
             try:
                 for name, value in form.scope().items():
                     binding_set(tenant=request.tenant, tool=tool, name=name, value=value, agent=agent,
-                                actor=request.user)
-            except ServiceValidationError as exc:
+                                actor=acting_user(request))
+            except SERVICE_REFUSALS as exc:
                 add_service_errors(form, exc)
             else:
                 messages.success(request, f"Scope saved for {agent or 'every agent'}.")
-                return _back("bindings", request)
+                return tenant_redirect(request, "knowledge:bindings")
     elif request.GET.get("agent") is not None and tool is not None:
         agent = request.GET["agent"].strip()
         current = bindings_for(request.tenant, agent, [tool.pk]).get(tool.pk, {})
@@ -252,4 +226,4 @@ def bindings(request):
             "datasets": [] if datasets == "*" else datasets, "filter": current.get("filter", {})})
     return render(request, "knowledge/bindings.html", {
         "tool": tool, "form": form, "scopes": _scopes(request.tenant, tool) if tool else [],
-    }, status=400 if form.errors else 200)
+    }, status=INVALID_STATUS if form.errors else 200)

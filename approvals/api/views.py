@@ -10,15 +10,12 @@ from approvals import selectors, services
 from approvals.models import ApprovalRequest, RequestStatus, Vote
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.models import ApiKey, Scope
+from tenancy.web import acting_user
 from toolkeeper.openapi import CONFLICT
 from tools.api.serializers import CallSerializer, DecisionSerializer, call_data
 from tools.api.views import access_call
 
 from . import serializers as s
-
-
-def _actor(request):
-    return request.user  # a console user, or the API key's principal (its username names the key)
 
 
 class RuleViewSet(TenantModelViewSet):
@@ -28,15 +25,15 @@ class RuleViewSet(TenantModelViewSet):
         return queryset.select_related("queue")
 
     def perform_create(self, serializer):
-        serializer.instance = services.rule_create(tenant=self.tenant, actor=_actor(self.request),
+        serializer.instance = services.rule_create(tenant=self.tenant, actor=acting_user(self.request),
                                                    **serializer.validated_data)
 
     def perform_update(self, serializer):
-        serializer.instance = services.rule_update(rule=serializer.instance, actor=_actor(self.request),
+        serializer.instance = services.rule_update(rule=serializer.instance, actor=acting_user(self.request),
                                                    **serializer.validated_data)
 
     def perform_destroy(self, instance):
-        services.rule_delete(rule=instance, actor=_actor(self.request))
+        services.rule_delete(rule=instance, actor=acting_user(self.request))
 
     @extend_schema(request=s.EvaluateSerializer, responses=DecisionSerializer)
     @action(detail=False, methods=["post"])
@@ -57,15 +54,15 @@ class QueueViewSet(TenantModelViewSet):
         return queryset.prefetch_related("reviewers", "escalation_reviewers")
 
     def perform_create(self, serializer):
-        serializer.instance = services.queue_save(tenant=self.tenant, actor=_actor(self.request),
+        serializer.instance = services.queue_save(tenant=self.tenant, actor=acting_user(self.request),
                                                   **serializer.validated_data)
 
     def perform_update(self, serializer):
         serializer.instance = services.queue_save(tenant=self.tenant, queue=serializer.instance,
-                                                  actor=_actor(self.request), **serializer.validated_data)
+                                                  actor=acting_user(self.request), **serializer.validated_data)
 
     def perform_destroy(self, instance):
-        services.queue_delete(queue=instance, actor=_actor(self.request))
+        services.queue_delete(queue=instance, actor=acting_user(self.request))
 
 
 class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
@@ -80,7 +77,7 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
         params = self.request.query_params
         if self.action == "list":
             status = params.get("status", RequestStatus.PENDING)
-            queryset = selectors.inbox_requests(tenant=self.tenant, status=status, queue=params.get("queue", ""),
+            queryset = selectors.inbox_requests(tenant=self.tenant, statuses=[status], queue=params.get("queue", ""),
                                                 agent=params.get("agent", ""), tool=params.get("tool", ""))
         votes = Prefetch("votes", queryset=Vote.objects.for_tenant(self.tenant).order_by("at"))
         return queryset.select_related("queue", "call", "call__session").prefetch_related(votes)

@@ -12,17 +12,13 @@ from rest_framework.response import Response
 from knowledge import services
 from knowledge.models import Dataset, Document
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
-from tenancy.models import ApiKey
+from tenancy.web import acting_user
 from tools.api.serializers import calls_data
 from tools.calls import work_start
 
 from . import serializers as s
 
 MAX_DOCUMENTS_PER_REQUEST = s.MAX_DOCUMENTS_PER_REQUEST
-
-
-def _actor(request):
-    return request.user if not isinstance(request.auth, ApiKey) else f"apikey:{request.auth.name}"
 
 
 class DatasetViewSet(TenantModelViewSet):
@@ -33,15 +29,15 @@ class DatasetViewSet(TenantModelViewSet):
         return queryset.annotate(document_count=Count("documents")).order_by("name")
 
     def perform_create(self, serializer):
-        serializer.instance = services.dataset_create(tenant=self.tenant, actor=_actor(self.request),
+        serializer.instance = services.dataset_create(tenant=self.tenant, actor=acting_user(self.request),
                                                       **serializer.validated_data)
 
     def perform_update(self, serializer):
-        serializer.instance = services.dataset_update(dataset=serializer.instance, actor=_actor(self.request),
+        serializer.instance = services.dataset_update(dataset=serializer.instance, actor=acting_user(self.request),
                                                       **serializer.validated_data)
 
     def perform_destroy(self, instance):
-        services.dataset_delete(dataset=instance, actor=_actor(self.request))
+        services.dataset_delete(dataset=instance, actor=acting_user(self.request))
 
 
 class DocumentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin,
@@ -106,14 +102,14 @@ class DocumentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.D
                 raise ValidationError({f"{name}: {key}": value for key, value in exc.detail.items()}) from exc
         if len(body.validated_data) > services.BATCH_SIZE:
             # Large: run as work that reports progress (GET /api/v1/calls/{id} and …/events follow it).
-            work = [work_start(tenant=self.tenant, tool_name="knowledge_ingest", actor=_actor(request),
-                                              arguments={"dataset_id": datasets[name].pk, "documents": documents})
+            work = [work_start(tenant=self.tenant, tool_name="knowledge_ingest", actor=acting_user(request),
+                               arguments={"dataset_id": datasets[name].pk, "documents": documents})
                     for name, documents in by_dataset.items()]
             return Response({"work": calls_data(work)}, status=202)
         outcomes, batches = [], 0
         for name, documents in by_dataset.items():
             result = services.documents_ingest_bulk(tenant=self.tenant, dataset=datasets[name], documents=documents,
-                                                    actor=_actor(request))
+                                                    actor=acting_user(request))
             outcomes.extend(result.outcomes)
             batches += result.batches
         summary = {status: sum(1 for o in outcomes if o.status == status)
@@ -123,5 +119,5 @@ class DocumentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.D
                         status=201 if summary["created"] else 200)
 
     def perform_destroy(self, instance):
-        services.document_delete(document=instance, actor=_actor(self.request))
+        services.document_delete(document=instance, actor=acting_user(self.request))
 

@@ -1,5 +1,7 @@
+"""The navigation every console page shows: the tenant switcher and the inbox badge."""
 from django.urls import NoReverseMatch, reverse
 
+from approvals.selectors import inbox_count
 from tenancy.models import Role
 from tenancy.selectors import memberships_of
 
@@ -33,13 +35,6 @@ def navigation(request):
             membership=membership,
             can_operate=membership.can_operate,
             is_tenant_admin=membership.role == Role.ADMIN,
-            inbox_count=_inbox_count(request.tenant),
+            inbox_count=inbox_count(tenant=request.tenant),  # the nav badge, which the inbox socket keeps current
         )
     return context
-
-
-def _inbox_count(tenant) -> int:
-    """Pending approval requests: the nav badge, which the inbox socket keeps current."""
-    from approvals.selectors import inbox_count
-
-    return inbox_count(tenant=tenant)

@@ -1,35 +1,26 @@
-"""Console forms. Querysets are always the tenant's (`for_tenant`): a choice from another tenant is invalid."""
+"""Forms of the console's own pages. Querysets are always the tenant's (`for_tenant`): a choice from another
+tenant is invalid. Page forms are `TenantForm`s, built by the generic views of `tenancy.editing`."""
 from django import forms
-from rest_framework.exceptions import ValidationError as ServiceValidationError
 
 from tenancy.models import Scope, Tenant
 from tenancy.services import LIMIT_FIELDS, LIMIT_MAX
+from tenancy.web import TenantForm
 from toolkeeper.json_values import JSONValueField
 from tools.models import CallStatus, Tool, ToolCall
-
-
-def add_service_errors(form: forms.Form, exc: ServiceValidationError) -> None:
-    """Show a service's refusal on the form: field errors on their fields, anything else on top."""
-    detail = exc.detail
-    if not isinstance(detail, dict):
-        detail = {None: detail}
-    for field, messages in detail.items():
-        target = field if field in form.fields else None
-        if not isinstance(messages, list | tuple):
-            messages = [messages]
-        for message in messages:
-            form.add_error(target, str(message))
 
 
 def _tools_of(tenant):
     return Tool.objects.for_tenant(tenant).order_by("name")
 
 
-class ToolStateForm(forms.Form):
+class ToolStateForm(TenantForm):
     enabled = forms.BooleanField(required=False)
 
+    def initial_for(self, tool) -> dict:
+        return {"enabled": tool.enabled}
 
-class GroupForm(forms.Form):
+
+class GroupForm(TenantForm):
     name = forms.SlugField(max_length=64, help_text="Letters, digits, - and _. The model sees this name.")
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                                   help_text="Shown next to the group in reset_tools.")
@@ -41,12 +32,18 @@ class GroupForm(forms.Form):
     tools = forms.ModelMultipleChoiceField(queryset=Tool.objects.none(), required=False,
                                            widget=forms.CheckboxSelectMultiple)
 
-    def __init__(self, *args, tenant, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["tools"].queryset = _tools_of(tenant)
+        self.fields["tools"].queryset = _tools_of(self.tenant)
+
+    def initial_for(self, group) -> dict:
+        return {
+            "name": group.name, "description": group.description, "notes": group.notes,
+            "default_active": group.default_active, "switchable": group.switchable, "tools": list(group.tools.all()),
+        }
 
 
-class BindingForm(forms.Form):
+class BindingForm(TenantForm):
     tool = forms.ModelChoiceField(queryset=Tool.objects.none())
     agent = forms.CharField(max_length=100, required=False,
                             help_text="Empty: every agent. An agent's own binding beats the tenant-wide one.")
@@ -54,9 +51,9 @@ class BindingForm(forms.Form):
     value = JSONValueField(widget=forms.Textarea(attrs={"rows": 3}),
                             help_text='JSON, e.g. "Europe/Berlin" (with quotes), 42, ["a", "b"] or {"k": 1}.')
 
-    def __init__(self, *args, tenant, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["tool"].queryset = _tools_of(tenant)
+        self.fields["tool"].queryset = _tools_of(self.tenant)
 
     def clean_agent(self):
         return self.cleaned_data["agent"].strip()
@@ -65,7 +62,7 @@ class BindingForm(forms.Form):
         return self.cleaned_data["name"].strip()
 
 
-class ApiKeyForm(forms.Form):
+class ApiKeyForm(TenantForm):
     name = forms.CharField(max_length=100)
     scopes = forms.MultipleChoiceField(
         choices=Scope.choices, widget=forms.CheckboxSelectMultiple,
@@ -78,7 +75,7 @@ class ApiKeyForm(forms.Form):
         return self.cleaned_data["agent"].strip()
 
 
-class LimitsForm(forms.Form):
+class LimitsForm(TenantForm):
     """The tenant's rate limits, labelled and explained by the model's own fields."""
 
     def __init__(self, *args, **kwargs):
@@ -87,6 +84,9 @@ class LimitsForm(forms.Form):
             field = Tenant._meta.get_field(name)
             self.fields[name] = forms.IntegerField(min_value=0, max_value=LIMIT_MAX, help_text=field.help_text,
                                                    label=field.verbose_name.capitalize())
+
+    def initial_for(self, tenant) -> dict:
+        return {name: getattr(tenant, name) for name in LIMIT_FIELDS}
 
 
 class CallFilterForm(forms.Form):

@@ -1,10 +1,24 @@
 """Console routes. Parameter names are fixed (the cross-tenant URL-conf walk substitutes ids by name):
-`tenant` (slug), `tool_id`, `group_id`, `binding_id`, `key_id`, `session_id`, `call_id`."""
+`tenant` (slug), `tool_id`, `group_id`, `binding_id`, `key_id`, `session_id`, `call_id`; what each names is
+declared here for `tenant_view`."""
 from django.urls import include, path
+
+from tenancy.models import ApiKey
+from tenancy.web import register_url_objects
+from tools.models import AgentSession, BoundArgument, Tool, ToolCall, ToolGroup
 
 from . import views
 
 app_name = "console"
+
+register_url_objects({
+    "tool_id": (Tool, "tool"),
+    "group_id": (ToolGroup, "group"),
+    "binding_id": (BoundArgument, "binding"),
+    "key_id": (ApiKey, "api_key"),
+    "session_id": (AgentSession, "session"),
+    "call_id": (ToolCall, "call"),
+})
 
 tenant_pages = [
     path("", views.dashboard, name="dashboard"),

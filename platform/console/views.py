@@ -1,26 +1,26 @@
-"""The operator console: thin views over the selectors (reads) and services (writes).
+"""The console's own pages (the top layer): the dashboard, tools, groups, bindings, API keys, settings,
+sessions and calls. Thin views over the selectors (reads) and services (writes).
 
-Every tenant page goes through `tenant_view`, which resolves the tenant and every object the
-URL names (404 when missing or another tenant's) and checks the member's role.
+Every tenant page goes through `tenancy.web.tenant_view`, which resolves the tenant and every object the URL
+names (404 when missing or another tenant's) and checks the member's role. The pages that change one thing
+are the generic views of `tenancy.editing`, declared here.
 """
 import uuid
 from datetime import timedelta
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.db.models import Count, Prefetch
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
-from rest_framework.exceptions import ValidationError as ServiceValidationError
 
 from audit.selectors import audit_check_recent, audit_events
 from tenancy import services as tenancy_services
+from tenancy.editing import ObjectActionView, ObjectDeleteView, ObjectFormView
 from tenancy.models import ApiKey
 from tenancy.selectors import memberships_of
-from tenancy.services import LIMIT_FIELDS
+from tenancy.web import ADMIN, ISSUED_KEY, MEMBER, page_of, shows_issued_key, tenant_view
 from tools import services as tool_services
 from tools.models import AgentSession, BoundArgument, CallStatus, Tool, ToolCall, ToolGroup
 from tools.selectors import (
@@ -35,20 +35,10 @@ from tools.selectors import (
     session_calls,
 )
 
-from .access import ADMIN, ISSUED_KEY, OPERATE, shows_issued_key, tenant_view
-from .forms import ApiKeyForm, BindingForm, CallFilterForm, GroupForm, LimitsForm, ToolStateForm, add_service_errors
+from .forms import ApiKeyForm, BindingForm, CallFilterForm, GroupForm, LimitsForm, ToolStateForm
 
-PAGE_SIZE = 50
 LIVE_ROWS_MAX = 50  # call rows one live-list fragment request may ask for
 OUTPUT_LINES_MAX = 500  # streamed output lines a call page shows (the newest)
-
-
-def _page(request, queryset, size=PAGE_SIZE):
-    return Paginator(queryset, size).get_page(request.GET.get("page"))
-
-
-def _back(view_name, request, **kwargs):
-    return redirect(f"console:{view_name}", tenant=request.tenant.slug, **kwargs)
 
 
 @login_required
@@ -106,27 +96,27 @@ def _schema_views(tool: Tool) -> tuple[dict, list[tuple[str, dict]], list[BoundA
     return exposed_schema(tool.input_schema, tenant_wide), variants, bindings
 
 
-@tenant_view(methods=("GET", "POST"))
-def tool_detail(request, tool):
-    if request.method == "POST":
-        form = ToolStateForm(request.POST)
-        if form.is_valid():
-            try:
-                tool_services.tool_update(tool=tool, actor=request.user, enabled=form.cleaned_data["enabled"])
-            except ServiceValidationError as exc:
-                add_service_errors(form, exc)
-            else:
-                messages.success(request, f"{tool.name} is now {'enabled' if tool.enabled else 'disabled'}.")
-                return _back("tool_detail", request, tool_id=tool.pk)
-    schema, variants, bindings = _schema_views(tool)
-    return render(request, "console/tool_detail.html", {
-        "tool": tool,
-        "schema": schema,
-        "variants": variants,
-        "bindings": bindings,
-        "groups": ToolGroup.objects.for_tenant(request.tenant).filter(tools=tool).order_by("name"),
-        "recent_calls": call_rows(ToolCall.objects.for_tenant(request.tenant).filter(tool=tool))[:10],
-    })
+class ToolDetail(ObjectFormView):
+    """The tool's page, whose one form enables or disables it."""
+
+    def context(self) -> dict:
+        tool = self.object
+        schema, variants, bindings = _schema_views(tool)
+        return {
+            "schema": schema,
+            "variants": variants,
+            "bindings": bindings,
+            "groups": ToolGroup.objects.for_tenant(self.request.tenant).filter(tools=tool).order_by("name"),
+            "recent_calls": call_rows(ToolCall.objects.for_tenant(self.request.tenant).filter(tool=tool))[:10],
+        }
+
+    def message(self, tool) -> str:
+        return f"{tool.name} is now {'enabled' if tool.enabled else 'disabled'}."
+
+
+tool_detail = ToolDetail.as_view(
+    form_class=ToolStateForm, service=tool_services.tool_update, template_name="console/tool_detail.html",
+    success_url="console:tool_detail", success_params=(("tool_id", "pk"),), read=MEMBER)
 
 
 # --- groups ------------------------------------------------------------------------------------
@@ -138,62 +128,15 @@ def group_list(request):
     return render(request, "console/group_list.html", {"groups": groups})
 
 
-@tenant_view(methods=("GET", "POST"), read="operate")
-def group_create(request):
-    form = GroupForm(request.POST or None, tenant=request.tenant)
-    if request.method == "POST" and form.is_valid():
-        try:
-            group = tool_services.group_create(tenant=request.tenant, actor=request.user, **form.cleaned_data)
-        except ServiceValidationError as exc:
-            add_service_errors(form, exc)
-        else:
-            messages.success(request, f"Group {group.name} created.")
-            return _back("group_list", request)
-    return render(request, "console/group_form.html", {"form": form, "group": None})
-
-
-@tenant_view(methods=("GET", "POST"), read="operate")
-def group_edit(request, group):
-    initial = {
-        "name": group.name, "description": group.description, "notes": group.notes,
-        "default_active": group.default_active, "switchable": group.switchable, "tools": list(group.tools.all()),
-    }
-    form = GroupForm(request.POST or None, initial=initial, tenant=request.tenant)
-    if request.method == "POST" and form.is_valid():
-        changes = dict(form.cleaned_data)
-        tools = changes.pop("tools")
-        try:
-            tool_services.group_update(group=group, actor=request.user, tools=tools, **changes)
-        except ServiceValidationError as exc:
-            add_service_errors(form, exc)
-            group.refresh_from_db()
-        else:
-            messages.success(request, f"Group {group.name} saved.")
-            return _back("group_list", request)
-    return render(request, "console/group_form.html", {"form": form, "group": group})
-
-
-@tenant_view(methods=("GET", "POST"), read="operate")
-def group_delete(request, group):
-    errors = []
-    if request.method == "POST":
-        try:
-            tool_services.group_delete(group=group, actor=request.user)
-        except ServiceValidationError as exc:
-            errors = _messages_of(exc)
-        else:
-            messages.success(request, f"Group {group.name} deleted.")
-            return _back("group_list", request)
-    return render(request, "console/group_delete.html", {"group": group, "errors": errors})
-
-
-def _messages_of(exc: ServiceValidationError) -> list[str]:
-    detail = exc.detail
-    values = detail.values() if isinstance(detail, dict) else [detail]
-    flat = []
-    for value in values:
-        flat.extend(str(item) for item in (value if isinstance(value, list | tuple) else [value]))
-    return flat
+group_create = ObjectFormView.as_view(
+    form_class=GroupForm, service=tool_services.group_create, template_name="console/group_form.html",
+    success_url="console:group_list", success_message="Group {object.name} created.")
+group_edit = ObjectFormView.as_view(
+    form_class=GroupForm, service=tool_services.group_update, template_name="console/group_form.html",
+    success_url="console:group_list", success_message="Group {object.name} saved.")
+group_delete = ObjectDeleteView.as_view(
+    service=tool_services.group_delete, template_name="console/group_delete.html",
+    success_url="console:group_list", success_message="Group {object.name} deleted.")
 
 
 # --- bindings ----------------------------------------------------------------------------------
@@ -204,33 +147,26 @@ def binding_list(request):
     return render(request, "console/binding_list.html", {"bindings": bindings})
 
 
-@tenant_view(methods=("GET", "POST"), read="operate")
-def binding_create(request):
-    initial = {}
-    if request.GET.get("tool", "").isdigit():
-        initial["tool"] = Tool.objects.for_tenant(request.tenant).filter(pk=request.GET["tool"]).first()
-    form = BindingForm(request.POST or None, initial=initial, tenant=request.tenant)
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        try:
-            binding = tool_services.binding_set(
-                tenant=request.tenant, tool=data["tool"], agent=data["agent"], name=data["name"],
-                value=data["value"], actor=request.user,
-            )
-        except ServiceValidationError as exc:
-            add_service_errors(form, exc)
-        else:
-            messages.success(request, f"{binding.tool.name}.{binding.name} is now bound"
-                                      f"{' for ' + binding.agent if binding.agent else ''}.")
-            return _back("binding_list", request)
-    return render(request, "console/binding_form.html", {"form": form}, status=400 if form.errors else 200)
+class BindingCreate(ObjectFormView):
+    """Bind an argument; `?tool=<id>` (a link from a tool's page) chooses the tool."""
+
+    def initial(self) -> dict:
+        tool = self.request.GET.get("tool", "")
+        if not tool.isdigit():
+            return {}
+        return {"tool": Tool.objects.for_tenant(self.request.tenant).filter(pk=tool).first()}
+
+    def message(self, binding) -> str:
+        return (f"{binding.tool.name}.{binding.name} is now bound"
+                f"{' for ' + binding.agent if binding.agent else ''}.")
 
 
-@tenant_view(methods=("POST",))
-def binding_delete(request, binding):
-    tool_services.binding_delete(binding=binding, actor=request.user)
-    messages.success(request, f"Binding {binding} removed.")
-    return _back("binding_list", request)
+binding_create = BindingCreate.as_view(
+    form_class=BindingForm, service=tool_services.binding_set, template_name="console/binding_form.html",
+    success_url="console:binding_list")
+binding_delete = ObjectActionView.as_view(
+    service=tool_services.binding_delete, success_url="console:binding_list",
+    success_message="Binding {object} removed.")
 
 
 # --- API keys ----------------------------------------------------------------------------------
@@ -241,19 +177,19 @@ def apikey_list(request):
     return render(request, "console/apikey_list.html", {"keys": keys})
 
 
-@tenant_view(methods=("GET", "POST"), read=ADMIN, write=ADMIN)
-def apikey_create(request):
-    form = ApiKeyForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            issued = tenancy_services.apikey_create(tenant=request.tenant, created_by=request.user, **form.cleaned_data)
-        except ServiceValidationError as exc:
-            add_service_errors(form, exc)
-        else:
-            # Kept only until the next page renders it once (apikey_created pops it).
-            request.session[ISSUED_KEY] = {"tenant": request.tenant.pk, "id": issued.api_key.pk, "key": issued.key}
-            return _back("apikey_created", request, key_id=issued.api_key.pk)
-    return render(request, "console/apikey_form.html", {"form": form})
+class ApiKeyCreate(ObjectFormView):
+    """A new key; its secret waits in the session for the one page that shows it (`apikey_created`)."""
+
+    def save(self, values: dict) -> ApiKey:
+        request = self.request
+        issued = tenancy_services.apikey_create(tenant=request.tenant, created_by=request.user, **values)
+        request.session[ISSUED_KEY] = {"tenant": request.tenant.pk, "id": issued.api_key.pk, "key": issued.key}
+        return issued.api_key
+
+
+apikey_create = ApiKeyCreate.as_view(
+    form_class=ApiKeyForm, template_name="console/apikey_form.html", success_url="console:apikey_created",
+    success_params=(("key_id", "pk"),), read=ADMIN, write=ADMIN)
 
 
 @never_cache
@@ -267,30 +203,29 @@ def apikey_created(request, api_key):
     return render(request, "console/apikey_created.html", {"api_key": api_key, "secret": secret})
 
 
-@tenant_view(methods=("POST",), write=ADMIN)
-def apikey_revoke(request, api_key):
-    was_active = api_key.is_active
-    tenancy_services.apikey_revoke(api_key=api_key, actor=request.user)
-    if was_active:
-        messages.success(request, f"API key {api_key.name} revoked: it no longer authenticates.")
-    return _back("apikey_list", request)
+class ApiKeyRevoke(ObjectActionView):
+    def message(self, api_key) -> str:
+        return super().message(api_key) if api_key.is_active else ""  # revoking a revoked key changes nothing
+
+
+apikey_revoke = ApiKeyRevoke.as_view(
+    service=tenancy_services.apikey_revoke, success_url="console:apikey_list",
+    success_message="API key {object.name} revoked: it no longer authenticates.", write=ADMIN)
 
 
 # --- tenant settings ---------------------------------------------------------------------------
 
-@tenant_view(methods=("GET", "POST"), read=OPERATE)
-def tenant_settings(request):
-    tenant = request.tenant
-    form = LimitsForm(request.POST or None, initial={name: getattr(tenant, name) for name in LIMIT_FIELDS})
-    if request.method == "POST" and form.is_valid():
-        try:
-            tenancy_services.tenant_limits_set(tenant=tenant, actor=request.user, **form.cleaned_data)
-        except ServiceValidationError as exc:
-            add_service_errors(form, exc)
-        else:
-            messages.success(request, "Limits saved.")
-            return _back("tenant_settings", request)
-    return render(request, "console/tenant_settings.html", {"form": form})
+class TenantSettings(ObjectFormView):
+    """The tenant itself is what this page edits."""
+
+    def setup(self, request, *args, **objects):
+        super().setup(request, *args, **objects)
+        self.object_argument, self.object = "tenant", request.tenant
+
+
+tenant_settings = TenantSettings.as_view(
+    form_class=LimitsForm, service=tenancy_services.tenant_limits_set, template_name="console/tenant_settings.html",
+    success_url="console:tenant_settings", success_message="Limits saved.")
 
 
 # --- sessions and calls ------------------------------------------------------------------------
@@ -298,7 +233,7 @@ def tenant_settings(request):
 @tenant_view()
 def session_list(request):
     sessions = AgentSession.objects.for_tenant(request.tenant).select_related("api_key").defer(*SESSION_PAYLOADS)
-    return render(request, "console/session_list.html", {"page": _page(request, sessions)})
+    return render(request, "console/session_list.html", {"page": page_of(request, sessions)})
 
 
 @tenant_view()
@@ -307,7 +242,7 @@ def session_detail(request, session):
     return render(request, "console/session_detail.html", {
         "session": session,
         "active_groups": active_group_names(session, groups),
-        "page": _page(request, session_calls(session)),
+        "page": page_of(request, session_calls(session)),
     })
 
 
@@ -329,7 +264,7 @@ def call_list(request):
             "hide_session": request.GET.get("hide_session") == "1",
         })
     return render(request, "console/call_list.html", {
-        "form": form, "page": _page(request, calls), "filters": filters,
+        "form": form, "page": page_of(request, calls), "filters": filters,
     })
 
 

@@ -2,7 +2,6 @@
 import json
 import re
 
-import pytest
 from django.urls import reverse
 
 from approvals import selectors
@@ -67,42 +66,6 @@ def test_an_operator_creates_edits_and_deletes_a_rule(world, gov_queue):
     response = client.post(url("rule_delete", tenant, rule_id=rule.pk))
     assert response.status_code == 302
     assert not PermissionRule.objects.for_tenant(tenant).exists()
-
-
-@pytest.mark.parametrize("field, value, message", [
-    ("arg_match", '{"command": ', "not valid JSON"),
-    ("arg_match", '["git *"]', "must be a JSON object"),
-    ("arg_match", '{"command": 5}', "an object of argument name"),
-    ("tool_pattern", "   ", "This field is required"),
-    ("behavior", "maybe", "Select a valid choice"),
-    ("priority", "high", "Enter a whole number"),
-])
-def test_invalid_rules_show_errors_and_create_nothing(world, field, value, message):
-    response = world.a.console("admin").post(url("rule_create", world.a.tenant), rule_body(**{field: value}))
-    assert response.status_code == 400
-    assert message in text(response)
-    assert not PermissionRule.objects.for_tenant(world.a.tenant).exists()
-
-
-def test_a_rule_cannot_name_another_tenants_queue(world, gov_queue):
-    theirs = gov_queue(name="globex-q", tenant=world.b.tenant)
-    response = world.a.console("admin").post(url("rule_create", world.a.tenant), rule_body(queue=str(theirs.pk)))
-    assert response.status_code == 400
-    assert "Select a valid choice" in text(response)
-    assert not PermissionRule.objects.for_tenant(world.a.tenant).exists()
-
-
-@pytest.mark.parametrize("role", ["reviewer", "viewer"])
-def test_reviewers_and_viewers_cannot_change_rules(world, gov_rule, role):
-    rule = gov_rule("ask", "shell")
-    client = world.a.console(role)
-    tenant = world.a.tenant
-    assert client.get(url("rule_create", tenant)).status_code == 403
-    assert client.post(url("rule_create", tenant), rule_body()).status_code == 403
-    assert client.post(url("rule_edit", tenant, rule_id=rule.pk), rule_body(behavior="allow")).status_code == 403
-    assert client.post(url("rule_delete", tenant, rule_id=rule.pk)).status_code == 403
-    rule.refresh_from_db()
-    assert rule.behavior == "ask"
 
 
 def test_the_simulator_shows_the_decision_its_rule_and_why(world, gov_rule):

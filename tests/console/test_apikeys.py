@@ -66,17 +66,6 @@ def test_the_secret_page_of_another_key_shows_nothing(world):
     assert world.a.keys["external"] not in page
 
 
-def test_key_form_errors(world):
-    client = world.a.console("admin")
-    no_scope = client.post("/t/acme/keys/new/", {"name": "x"})
-    assert no_scope.status_code == 200 and "This field is required." in no_scope.content.decode()
-    bad_scope = client.post("/t/acme/keys/new/", {"name": "x", "scopes": ["root"]})
-    assert bad_scope.status_code == 200 and "Select a valid choice" in bad_scope.content.decode()
-    no_name = client.post("/t/acme/keys/new/", {"name": "", "scopes": ["agent"]})
-    assert no_name.status_code == 200 and "This field is required." in no_name.content.decode()
-    assert ApiKey.objects.for_tenant(world.a.tenant).count() == 4
-
-
 def test_revoke_locks_the_key_out_of_the_api(world):
     key = world.a.key_objects["agent"]
     api = world.a.client("agent")

@@ -6,7 +6,6 @@ from html import unescape
 import pytest
 
 from audit.models import Event
-from tenancy.models import ApiKey
 from tools.models import BoundArgument, Tool, ToolGroup
 from tools.services import binding_set
 
@@ -63,43 +62,16 @@ def test_operator_disables_and_enables_a_tool(world):
     assert Tool.objects.for_tenant(world.a.tenant).get(pk=tool.pk).enabled
 
 
-
-def bindings_of(tenant) -> list:
-    return sorted(BoundArgument.objects.for_tenant(tenant).values_list("pk", "value"), key=lambda row: row[0])
+# Who may post to which form, and that nothing changes when refused: tests/console/test_form_pages.py.
 
 @pytest.mark.parametrize("role", ["viewer", "reviewer"])
-def test_readers_cannot_change_anything(world, role):
-    client = world.a.console(role)
-    a = world.a
-    tool = a.tools["calculate"]
-    bindings_before = bindings_of(a.tenant)
-    attempts = [
-        (f"/t/acme/tools/{tool.pk}/", {"enabled": "false"}),
-        ("/t/acme/groups/new/", {"name": "new-group"}),
-        (f"/t/acme/groups/{a.groups['math'].pk}/", {"name": "renamed"}),
-        (f"/t/acme/groups/{a.groups['math'].pk}/delete/", {}),
-        ("/t/acme/bindings/new/", {"tool": tool.pk, "name": "expression", "value": '"1+1"'}),
-        (f"/t/acme/bindings/{a.binding.pk}/delete/", {}),
-        ("/t/acme/keys/new/", {"name": "mine", "scopes": ["admin"]}),
-        (f"/t/acme/keys/{a.key_objects['agent'].pk}/revoke/", {}),
-    ]
-    for url, data in attempts:
-        assert client.post(url, data).status_code == 403, url
-    assert Tool.objects.for_tenant(a.tenant).get(pk=tool.pk).enabled
-    assert set(ToolGroup.objects.for_tenant(a.tenant).values_list("name", flat=True)) == set(a.groups)
-    assert bindings_of(a.tenant) == bindings_before
-    assert ApiKey.objects.for_tenant(a.tenant).count() == 4
-    assert ApiKey.objects.for_tenant(a.tenant).filter(revoked_at__isnull=False).count() == 0
-    page = client.get(f"/t/acme/tools/{tool.pk}/").content.decode()
-    assert "Disable this tool" not in page  # no buttons that would only answer 403
+def test_readers_get_no_buttons_that_would_only_answer_403(world, role):
+    page = world.a.console(role).get(f"/t/acme/tools/{world.a.tools['calculate'].pk}/").content.decode()
+    assert "Disable this tool" not in page
 
 
-def test_operators_cannot_manage_api_keys(world):
-    client = world.a.console("operator")
-    assert client.post("/t/acme/keys/new/", {"name": "mine", "scopes": ["admin"]}).status_code == 403
-    assert client.post(f"/t/acme/keys/{world.a.key_objects['agent'].pk}/revoke/").status_code == 403
-    assert ApiKey.objects.for_tenant(world.a.tenant).count() == 4
-    assert "New API key" not in client.get("/t/acme/keys/").content.decode()
+def test_operators_are_not_offered_new_api_keys(world):
+    assert "New API key" not in world.a.console("operator").get("/t/acme/keys/").content.decode()
 
 
 # --- groups ------------------------------------------------------------------------------------
@@ -138,10 +110,10 @@ def test_the_basic_group_cannot_be_renamed_or_deleted(world):
     response = client.post(f"/t/acme/groups/{basic.pk}/", {
         "name": "renamed", "default_active": "on", "tools": [t.pk for t in basic.tools.all()],
     })
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "always active" in response.content.decode()
     response = client.post(f"/t/acme/groups/{basic.pk}/delete/")
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "cannot be deleted" in response.content.decode()
     basic.refresh_from_db()
     assert basic.name == "basic"
@@ -151,21 +123,6 @@ def test_the_basic_group_cannot_be_renamed_or_deleted(world):
     assert response.status_code == 302
     basic.refresh_from_db()
     assert basic.notes == "Always here." and not basic.tools.exists()
-
-
-def test_group_form_errors(world):
-    client = world.a.console("operator")
-    before = ToolGroup.objects.for_tenant(world.a.tenant).count()
-    clash = client.post("/t/acme/groups/new/", {"name": "math"})
-    assert clash.status_code == 200 and "a group named &#x27;math&#x27; exists" in clash.content.decode()
-    bad_name = client.post("/t/acme/groups/new/", {"name": "not a slug!"})
-    assert bad_name.status_code == 200 and "errorlist" in bad_name.content.decode()
-    empty = client.post("/t/acme/groups/new/", {"name": ""})
-    assert empty.status_code == 200 and "This field is required." in empty.content.decode()
-    rename_clash = client.post(f"/t/acme/groups/{world.a.groups['ops'].pk}/", {"name": "math", "switchable": "on"})
-    assert rename_clash.status_code == 200 and "exists" in rename_clash.content.decode()
-    assert ToolGroup.objects.for_tenant(world.a.tenant).count() == before
-    assert ToolGroup.objects.for_tenant(world.a.tenant).filter(name="ops").exists()
 
 
 # --- bindings ----------------------------------------------------------------------------------
@@ -183,17 +140,3 @@ def test_binding_create_and_delete(world):
     assert client.post(f"/t/acme/bindings/{binding.pk}/delete/").status_code == 302
     assert not BoundArgument.objects.for_tenant(world.a.tenant).filter(pk=binding.pk).exists()
     assert "America/New_York" not in world.a.console("viewer").get("/t/acme/bindings/").content.decode()
-
-
-def test_binding_form_errors(world):
-    client = world.a.console("operator")
-    tool = world.a.tools["current_time"]
-    bindings_before = bindings_of(world.a.tenant)
-    bad_json = client.post("/t/acme/bindings/new/", {"tool": tool.pk, "name": "timezone", "value": "Europe/Paris"})
-    assert bad_json.status_code == 400 and "not valid JSON" in bad_json.content.decode()
-    unknown_arg = client.post("/t/acme/bindings/new/", {"tool": tool.pk, "name": "colour", "value": '"red"'})
-    assert unknown_arg.status_code == 400
-    assert "current_time has no argument &#x27;colour&#x27;" in unknown_arg.content.decode()
-    no_tool = client.post("/t/acme/bindings/new/", {"name": "timezone", "value": '"UTC"'})
-    assert no_tool.status_code == 400 and "This field is required." in no_tool.content.decode()
-    assert bindings_of(world.a.tenant) == bindings_before

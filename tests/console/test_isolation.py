@@ -54,6 +54,6 @@ def test_forms_offer_and_accept_only_the_tenants_own_tools(world):
     assert not BoundArgument.objects.for_tenant(world.b.tenant).filter(tool=world.b.tools["current_time"],
                                                                        agent="").exists()
     response = client.post("/t/acme/groups/new/", {"name": "sneaky", "tools": [world.b.tools["calculate"].pk]})
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "Select a valid choice" in response.content.decode()
     assert not ToolGroup.objects.for_tenant(world.a.tenant).filter(name="sneaky").exists()

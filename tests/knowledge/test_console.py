@@ -33,16 +33,6 @@ def test_pages_render_for_members(kb):
     assert "VPN Setup Guide" in detail and "Upload" not in detail  # viewers cannot upload
 
 
-def test_create_a_dataset(world):
-    client = world.a.console("operator")
-    response = client.post(url("dataset_create"), {"name": "runbooks", "description": "Ops"})
-    dataset = Dataset.objects.for_tenant(world.a.tenant).get(name="runbooks")
-    assert response.status_code == 302 and response["Location"] == url("dataset_detail", dataset_id=dataset.pk)
-    again = client.post(url("dataset_create"), {"name": "runbooks"})
-    assert again.status_code == 200 and "exists" in again.content.decode()
-    assert world.a.console("viewer").post(url("dataset_create"), {"name": "x"}).status_code == 403
-
-
 def test_upload_several_files_at_once(kb):
     client = kb.world.a.console("operator")
     response = upload(client, kb.handbook,

@@ -1,0 +1,148 @@
+"""What every app's console pages need from the web layer, kept low so that no app imports the console.
+
+- `tenant_view`: the one door into a tenant page. It resolves the tenant (membership required) and then
+  every object the URL names, by parameter name (`URL_OBJECTS`, filled by each app's URL conf through
+  `register_url_objects`): missing or another tenant's → 404, before the method or the role is even looked
+  at. Reading needs the page's `read` level, changing (any other method) its `write` level.
+- `page_of`: one page of a list. `acting_user`: who a service records as the actor.
+- `add_service_errors` / `service_messages`: a service's refusal shown on a form, or as plain messages.
+- `TenantForm`: the base of the forms of tenant pages (the generic views in `tenancy.editing` build them).
+"""
+from functools import wraps
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpResponseNotAllowed
+from django.shortcuts import redirect
+from rest_framework.exceptions import ValidationError
+
+from .models import ApiKey, Role
+from .selectors import access_object, access_tenant
+
+MEMBER, OPERATE, ADMIN = "member", "operate", "admin"
+READ_METHODS = ("GET", "HEAD")
+PAGE_SIZE = 50
+# A form the server refused (by the form's own checks or by the service) is shown again with this status,
+# as the API answers invalid input with 400.
+INVALID_STATUS = 400
+# The refusals of a service that a form shows as its own errors. A platform `ServiceError` joins this
+# tuple once services raise it; `service_errors` reads any refusal with a DRF-shaped `detail`.
+SERVICE_REFUSALS = (ValidationError,)
+ISSUED_KEY = "console.issued_key"  # session entry holding a new API key until the one page that shows it
+
+# URL parameter name → (tenant-owned model, the view's keyword argument), declared by each app's URL conf.
+URL_OBJECTS: dict[str, tuple[type, str]] = {}
+
+
+def register_url_objects(objects: dict[str, tuple[type, str]]) -> None:
+    """Declare what URL parameters of tenant pages name. Two apps may declare the same parameter alike
+    (both name calls `call_id`); declaring it otherwise is a configuration error, not a silent override."""
+    for name, entry in objects.items():
+        known = URL_OBJECTS.setdefault(name, entry)
+        if known != entry:
+            raise ImproperlyConfigured(f"URL parameter {name!r} already names {known}, not {entry}")
+
+
+def allowed(membership, level: str) -> bool:
+    if level == MEMBER:
+        return True
+    if level == OPERATE:
+        return membership.can_operate
+    if level == ADMIN:
+        return membership.role == Role.ADMIN
+    raise ValueError(f"unknown access level {level!r}")
+
+
+def shows_issued_key(view):
+    """Mark the one view that may read a new API key from the session (every other page drops it)."""
+    view.shows_issued_key = True
+    return view
+
+
+def tenant_view(*, methods=("GET",), read=MEMBER, write=OPERATE):
+    """Decorate a tenant page `view(request, **objects)`; `request.tenant`/`request.membership` are set."""
+    methods = tuple(methods)
+    if "GET" in methods:
+        methods += ("HEAD",)
+
+    def decorate(view):
+        @wraps(view)
+        def wrapper(request, tenant, **url_kwargs):
+            request.tenant, request.membership = access_tenant(request.user, tenant)
+            objects = {}
+            for name, value in url_kwargs.items():
+                model, argument = URL_OBJECTS[name]
+                objects[argument] = access_object(model, request.tenant, value)
+            if request.method not in methods:
+                return HttpResponseNotAllowed(methods)
+            if not allowed(request.membership, read if request.method in READ_METHODS else write):
+                raise PermissionDenied("Your role in this tenant cannot do this.")
+            background = request.headers.get("X-Toolkeeper-Live") == "1"  # the live client's own fetches
+            if ISSUED_KEY in request.session and not background and not getattr(view, "shows_issued_key", False):
+                del request.session[ISSUED_KEY]  # not followed to its page: the secret is gone for good
+            return view(request, **objects)
+
+        return login_required(wrapper)
+
+    return decorate
+
+
+def tenant_redirect(request, url_name: str, **kwargs):
+    """A redirect to another page of the request's tenant (`url_name` with its namespace)."""
+    return redirect(url_name, tenant=request.tenant.slug, **kwargs)
+
+
+def page_of(request, queryset, size: int = PAGE_SIZE):
+    """The page of a list that `?page=` asks for (the last one when past the end, the first when malformed)."""
+    return Paginator(queryset, size).get_page(request.GET.get("page"))
+
+
+def acting_user(request):
+    """Who a service records as the actor: the logged-in user, or `apikey:<name>` for an API key's request."""
+    auth = getattr(request, "auth", None)
+    return f"apikey:{auth.name}" if isinstance(auth, ApiKey) else request.user
+
+
+def service_errors(exc) -> list[tuple[str | None, str]]:
+    """A service's refusal as (field, message) pairs; field None when it concerns the whole request.
+    Reads the DRF shape of `detail`: a dict of field → message(s), a list of messages, or one message."""
+    detail = exc.detail
+    if not isinstance(detail, dict):
+        detail = {None: detail}
+    pairs = []
+    for field, messages in detail.items():
+        for message in (messages if isinstance(messages, list | tuple) else [messages]):
+            pairs.append((field, str(message)))
+    return pairs
+
+
+def add_service_errors(form: forms.Form, exc) -> None:
+    """Show a service's refusal on the form: field errors on their fields, anything else on top."""
+    for field, message in service_errors(exc):
+        form.add_error(field if field in form.fields else None, message)
+
+
+def service_messages(exc) -> list[str]:
+    """A service's refusal as plain messages (for pages without a form)."""
+    return [message for _, message in service_errors(exc)]
+
+
+class TenantForm(forms.Form):
+    """A form of a tenant page. It knows its tenant (so its choices are the tenant's own) and, on an edit
+    page, the object it edits: an edit starts from `initial_for(instance)`. `service_values()` gives the
+    cleaned data as the page's service takes it."""
+
+    def __init__(self, *args, tenant, instance=None, **kwargs):
+        self.tenant = tenant
+        self.instance = instance
+        if instance is not None and kwargs.get("initial") is None:
+            kwargs["initial"] = self.initial_for(instance)
+        super().__init__(*args, **kwargs)
+
+    def initial_for(self, instance) -> dict:
+        return {}
+
+    def service_values(self) -> dict:
+        return dict(self.cleaned_data)
