@@ -134,6 +134,22 @@ def call_events(call: ToolCall, after: int = 0):
     return CallEvent.objects.for_tenant(call.tenant_id).filter(call=call, seq__gt=after).order_by("seq")
 
 
+REPLAY_LIMIT = 5000  # stored events a stream sends a client that joins late
+
+
+def call_events_since(*, tenant_id: int, after: int, session_id=None, call_id=None) -> list[dict]:
+    """The stored events numbered above `after` of a session's calls or of one call, as streams send them."""
+    events = CallEvent.objects.for_tenant(tenant_id).filter(seq__gt=after)
+    if call_id is not None:
+        events = events.filter(call_id=call_id)
+    if session_id is not None:
+        events = events.filter(call__session_id=session_id)
+    events = events.order_by("call__created_at", "call_id", "seq").values(
+        "call_id", "seq", "kind", "data", "at")[:REPLAY_LIMIT]
+    return [{"call": str(e["call_id"]), "seq": e["seq"], "kind": e["kind"], "data": e["data"],
+             "at": e["at"].isoformat()} for e in events]
+
+
 def call_history_day(*, tenant, start, end) -> list[dict]:
     """Calls created in [start, end) grouped by tool and status, with their summed run time."""
     duration = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())

@@ -1,4 +1,7 @@
-"""WebSocket streams (DESIGN §9). Consumers authenticate, check access, then join a group.
+"""What every WebSocket stream shares (DESIGN §9): consumers authenticate, check access, then join a group.
+
+The streams themselves belong to the apps whose events they carry (`tools.streams`: calls and sessions;
+`approvals.streams`: the inbox); `toolkeeper.routing` gathers their routes.
 
 A client that passes `after=<seq>` first receives the stored events it missed (per call, those
 numbered above `after`), then live ones; an event is never sent twice on one connection.
@@ -7,23 +10,19 @@ ends, the stream is closed with code 4401 (`tenancy.grants`).
 """
 import asyncio
 import logging
-import uuid
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from tenancy.grants import Grant, grant_of_key, grant_of_member, grant_watch
-from tenancy.selectors import access_tenant, apikey_from_token, key_sessions
-
-from .groups import calls_group, inbox_group, session_group
+from tenancy.selectors import access_tenant, apikey_from_token
 
 logger = logging.getLogger("toolkeeper.realtime")
 
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_NOT_FOUND = 4404
-REPLAY_LIMIT = 5000
 MAX_SEQ = 2**63 - 1
 
 
@@ -133,22 +132,11 @@ class EventStream(AsyncJsonWebsocketConsumer):
         return []
 
 
-def stored_events(*, tenant_id: int, after: int, session_id=None, call_id=None) -> list[dict]:
-    from tools.models import CallEvent
+class AppStream(EventStream):
+    """App streams: authenticated by an API key with the agent scope, sent as `Authorization: Bearer`
+    or, where a client cannot set headers (browsers), as the subprotocol `bearer.<key>`."""
 
-    events = CallEvent.objects.for_tenant(tenant_id).filter(seq__gt=after)
-    if call_id is not None:
-        events = events.filter(call_id=call_id)
-    if session_id is not None:
-        events = events.filter(call__session_id=session_id)
-    events = events.order_by("call__created_at", "call_id", "seq").values(
-        "call_id", "seq", "kind", "data", "at")[:REPLAY_LIMIT]
-    return [{"call": str(e["call_id"]), "seq": e["seq"], "kind": e["kind"], "data": e["data"],
-             "at": e["at"].isoformat()} for e in events]
-
-
-class AppSessionStream(EventStream):
-    """`/ws/api/sessions/<id>/`: an app follows its session, authenticated by its API key."""
+    subprotocol: str | None = None
 
     def _token(self) -> tuple[str | None, str | None]:
         for name, value in self.scope.get("headers", []):
@@ -161,37 +149,17 @@ class AppSessionStream(EventStream):
                 return protocol[len("bearer."):], protocol
         return None, None
 
-    def authorize(self):
-        from tools.models import AgentSession
-
+    def agent_key(self):
+        """The stream's API key, which then holds the stream open; None unless it has the agent scope."""
         token, self.subprotocol = self._token()
         api_key = apikey_from_token(token) if token else None
         if api_key is None or not api_key.has_scope("agent"):
             return None
-        session_id = self.scope["url_route"]["kwargs"]["session_id"]
-        try:
-            session = AgentSession.objects.for_tenant(api_key.tenant).filter(key_sessions(api_key)).filter(
-                pk=session_id).first()
-        except Exception:  # a malformed id is simply not found
-            session = None
-        if session is None:
-            return None
         self.grant = grant_of_key(api_key)
-        self.tenant_id, self.session_id = api_key.tenant_id, session.pk
-        self.group = session_group(self.tenant_id, self.session_id)
-        return session
-
-    def read_query(self, query: dict) -> None:
-        super().read_query(query)
-        call = query.get("call")
-        self.call_filter = str(uuid.UUID(call)) if call is not None else None
+        return api_key
 
     def accepted_subprotocol(self):
         return self.subprotocol
-
-    def replay(self, after: int) -> list[dict]:
-        return stored_events(tenant_id=self.tenant_id, session_id=self.session_id, after=after,
-                             call_id=self.call_filter)
 
 
 class ConsoleStream(EventStream):
@@ -211,68 +179,3 @@ class ConsoleStream(EventStream):
         return tenant
 
 
-class ConsoleCallsStream(ConsoleStream):
-    """Every call of the tenant: the calls list and the dashboard."""
-
-    def authorize(self):
-        tenant = self.member_tenant()
-        if tenant is None:
-            return None
-        self.tenant_id = tenant.pk
-        self.group = calls_group(tenant.pk)
-        return tenant
-
-
-class ConsoleSessionStream(ConsoleStream):
-    def authorize(self):
-        from tools.models import AgentSession
-
-        tenant = self.member_tenant()
-        if tenant is None:
-            return None
-        try:
-            session = AgentSession.objects.for_tenant(tenant).filter(
-                pk=self.scope["url_route"]["kwargs"]["session_id"]).first()
-        except Exception:
-            session = None
-        if session is None:
-            return None
-        self.tenant_id, self.session_id = tenant.pk, session.pk
-        self.group = session_group(tenant.pk, session.pk)
-        return session
-
-    def replay(self, after: int) -> list[dict]:
-        return stored_events(tenant_id=self.tenant_id, session_id=self.session_id, after=after)
-
-
-class ConsoleCallStream(ConsoleStream):
-    def authorize(self):
-        from tools.models import ToolCall
-
-        tenant = self.member_tenant()
-        if tenant is None:
-            return None
-        try:
-            call = ToolCall.objects.for_tenant(tenant).filter(pk=self.scope["url_route"]["kwargs"]["call_id"]).first()
-        except Exception:
-            call = None
-        if call is None:
-            return None
-        self.tenant_id, self.call_filter = tenant.pk, str(call.pk)
-        self.group = session_group(tenant.pk, call.session_id)
-        return call
-
-    def replay(self, after: int) -> list[dict]:
-        return stored_events(tenant_id=self.tenant_id, call_id=self.call_filter, after=after)
-
-
-class ConsoleInboxStream(ConsoleStream):
-    """New and settled approval requests, for the inbox list and the pending count."""
-
-    def authorize(self):
-        tenant = self.member_tenant()
-        if tenant is None:
-            return None
-        self.tenant_id = tenant.pk
-        self.group = inbox_group(tenant.pk)
-        return tenant

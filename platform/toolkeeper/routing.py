@@ -1,4 +1,5 @@
-"""WebSocket routes (DESIGN §9)."""
-from realtime.routing import websocket_urlpatterns
+"""WebSocket routes (DESIGN §9): every app's streams."""
+from approvals.streams import websocket_urlpatterns as approval_streams
+from tools.streams import websocket_urlpatterns as call_streams
 
-__all__ = ["websocket_urlpatterns"]
+websocket_urlpatterns = [*call_streams, *approval_streams]

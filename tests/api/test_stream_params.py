@@ -10,7 +10,7 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
 from realtime.consumers import CLOSE_BAD_REQUEST
-from realtime.routing import websocket_urlpatterns
+from toolkeeper.routing import websocket_urlpatterns
 from tools.events import call_event_append
 
 pytestmark = pytest.mark.django_db(transaction=True)

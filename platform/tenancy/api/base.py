@@ -4,6 +4,8 @@
 receives a queryset already limited to the request's tenant. Serializers never take the tenant
 from the body; `perform_create` passes it in.
 """
+from django.core.exceptions import ValidationError
+from django.http import Http404
 from rest_framework import mixins, viewsets
 
 from tenancy.models import Scope
@@ -35,9 +37,6 @@ class TenantScopedViewSet(viewsets.GenericViewSet):
         return self.safely_get_queryset(model.objects.for_tenant(self.request.tenant))
 
     def get_object(self):
-        from django.core.exceptions import ValidationError
-        from django.http import Http404
-
         queryset = self.filter_queryset(self.get_queryset())
         lookup = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
         try:
