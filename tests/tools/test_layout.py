@@ -1,8 +1,8 @@
 """The call machinery keeps one import direction and one home per rule (read from the source, not run).
 
-`make lint` checks the full layer contract of `tools` (import-linter, pyproject.toml); these tests keep
-the properties that matter most with the rest of the suite: no cycles, no imports hidden in functions,
-the mode decided in settings alone, and the rules that used to be copied living in one module each.
+The import contracts (pyproject.toml) run in `make lint` and in tests/test_architecture.py; these tests keep
+the call path's own properties: no cycles, executors picked from settings, the mode decided in settings
+alone, and the rules that used to be copied living in one module each.
 """
 import ast
 from pathlib import Path
@@ -27,17 +27,6 @@ def calls_of(tree: ast.AST, name: str) -> list[int]:
     """Lines where a function named `name` is called (as `name(...)` or `module.name(...)`)."""
     return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call) and (
         getattr(node.func, "id", None) == name or getattr(node.func, "attr", None) == name)]
-
-
-def test_no_module_of_tools_imports_inside_a_function_but_the_app_config():
-    hidden = []
-    for path, tree in sources(TOOLS).items():
-        for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
-            if path == "tools/apps.py" and function.name == "ready":
-                continue  # Django loads models before AppConfig.ready, not before apps.py
-            hidden += [f"{path}:{node.lineno} in {function.name}" for node in ast.walk(function)
-                       if isinstance(node, ast.Import | ast.ImportFrom)]
-    assert hidden == []
 
 
 def test_no_two_modules_of_tools_import_each_other_even_through_others():
