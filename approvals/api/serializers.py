@@ -122,8 +122,10 @@ class ApprovalSerializer(serializers.ModelSerializer):
 
 class DecideSerializer(strict.Serializer):
     decision = serializers.ChoiceField(choices=VoteDecision.choices)
-    input = serializers.JSONField(required=False, allow_null=True, default=None)
-    message = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000)
+    input = serializers.JSONField(required=False, allow_null=True, default=None,
+                                  help_text="edit: the input to run instead; respond: a structured answer")
+    message = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000,
+                                    help_text="the reviewer's note to the model; respond needs a message or an input")
     add_rule = serializers.BooleanField(required=False, default=False,
                                         help_text="also add the suggested rule: always allow this tool for this agent")
     narrow_to_input = serializers.BooleanField(required=False, default=False)
