@@ -8,9 +8,9 @@ from pathlib import PurePath
 
 from django.db import connection, transaction
 from django.utils import timezone
-from rest_framework.exceptions import ValidationError
 
 from audit.services import audit_record
+from toolkeeper.errors import ServiceError
 from toolkeeper.json_values import json_problem
 
 from . import fts
@@ -39,12 +39,12 @@ Progress = Callable[[int, int], None]
 
 def _check_dataset_name(tenant, name: str, instance=None) -> None:
     if not re.fullmatch(r"[-a-zA-Z0-9_]{1,100}", name or ""):
-        raise ValidationError({"name": ["1-100 letters, digits, '-' or '_'"]})
+        raise ServiceError({"name": ["1-100 letters, digits, '-' or '_'"]})
     clash = Dataset.objects.for_tenant(tenant).filter(name=name)
     if instance is not None:
         clash = clash.exclude(pk=instance.pk)
     if clash.exists():
-        raise ValidationError({"name": [f"a dataset named {name!r} exists"]})
+        raise ServiceError({"name": [f"a dataset named {name!r} exists"]})
 
 
 def dataset_create(*, tenant, name: str, description: str = "", actor=None) -> Dataset:
@@ -57,7 +57,7 @@ def dataset_create(*, tenant, name: str, description: str = "", actor=None) -> D
 def dataset_update(*, dataset: Dataset, actor=None, **changes) -> Dataset:
     unknown = set(changes) - {"name", "description"}
     if unknown:
-        raise ValidationError({name: ["cannot be changed"] for name in sorted(unknown)})
+        raise ServiceError({name: ["cannot be changed"] for name in sorted(unknown)})
     if "name" in changes:
         _check_dataset_name(dataset.tenant_id, changes["name"], instance=dataset)
     for key, value in changes.items():
@@ -143,7 +143,7 @@ def document_problems(*, title, text, external_id="", metadata=None) -> dict[str
 def document_clean(*, title, text, external_id="", metadata=None) -> DocumentInput:
     problems = document_problems(title=title, text=text, external_id=external_id, metadata=metadata)
     if problems:
-        raise ValidationError(problems)
+        raise ServiceError(problems)
     title = title.strip()
     text = text.replace("\r\n", "\n").strip()
     metadata = dict(metadata or {})
@@ -184,7 +184,7 @@ def documents_clean(documents: list) -> list[DocumentInput]:
         seen[doc.external_id] = index
         cleaned.append(doc)
     if errors:
-        raise ValidationError(errors)
+        raise ServiceError(errors)
     return cleaned
 
 
@@ -195,7 +195,7 @@ def documents_ingest_bulk(*, tenant, dataset: Dataset, documents: list, actor=No
     after each. Re-ingesting a document (same external id) updates it in place; an identical one is
     left untouched."""
     if dataset.tenant_id != getattr(tenant, "pk", tenant):
-        raise ValidationError({"dataset": ["no such dataset"]})
+        raise ServiceError({"dataset": ["no such dataset"]})
     cleaned = documents_clean(documents)
     result = BulkOutcome()
     total = len(cleaned)

@@ -26,12 +26,6 @@ class RequestTooLarge(exceptions.APIException):
     default_code = "too_large"
 
 
-class Conflict(exceptions.APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_detail = "The request conflicts with the current state."
-    default_code = "conflict"
-
-
 class LimitedJSONParser(JSONParser):
     """JSON parser that refuses bodies over TOOLKEEPER_MAX_BODY_BYTES with 413, and values that could not be
     stored and read back (`json_problem`: NUL, lone surrogates, nesting past the cap) with 400."""
