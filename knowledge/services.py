@@ -10,8 +10,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from tenancy.fastread import tables_exist
+from tenancy.models import Tenant
 from toolkeeper.errors import ServiceError
 from toolkeeper.json_values import json_problem
+from tools.models import BoundArgument, Tool, ToolGroup
+from tools.services import binding_set
 
 from . import fts
 from .chunking import chunk_text
@@ -311,9 +315,6 @@ def search_index_create(*, tenant) -> None:
 
 def knowledge_tool_seed(*, tenant) -> None:
     """Give knowledge_search its tenant-wide default scope and describe its group (idempotent)."""
-    from tools.models import BoundArgument, Tool, ToolGroup
-    from tools.services import binding_set
-
     tool = Tool.objects.for_tenant(tenant).filter(name=TOOL_NAME).first()
     if tool is None:
         return
@@ -329,10 +330,6 @@ def knowledge_tool_seed(*, tenant) -> None:
 
 
 def knowledge_tool_seed_all(**kwargs) -> None:
-    from tenancy.fastread import tables_exist
-    from tenancy.models import Tenant
-    from tools.models import BoundArgument, Tool
-
     if not tables_exist(Tenant, Tool, BoundArgument):
         return
     for tenant in Tenant.objects.all():
