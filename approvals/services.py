@@ -1,14 +1,13 @@
 """Writes for rules, queues and approval requests; the reviewer's decisions."""
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from audit.services import audit_record
 from realtime.broadcast import publish_on_commit
 from realtime.groups import inbox_group
 from tenancy.models import Membership
 from tenancy.versions import version_bump
-from toolkeeper.api import Conflict
+from toolkeeper.errors import Conflict, NotPermitted, ServiceError
 from tools.events import call_fail, call_transition
 from tools.models import CallStatus, ToolCall, ToolSource
 from tools.pipeline import input_problems, pipeline_resume
@@ -56,7 +55,7 @@ def _check_rule(tenant, values: dict) -> None:
     if queue is not None and queue.tenant_id != tenant.pk:
         errors["queue"] = ["no such queue"]
     if errors:
-        raise ValidationError(errors)
+        raise ServiceError(errors)
 
 
 @transaction.atomic
@@ -109,17 +108,17 @@ def default_queue(tenant) -> Queue:
 def queue_save(*, tenant, queue: Queue | None = None, actor=None, reviewers=None, escalation_reviewers=None,
                **values) -> Queue:
     if values.get("required_approvals", 1) < 1:
-        raise ValidationError({"required_approvals": ["at least one"]})
+        raise ServiceError({"required_approvals": ["at least one"]})
     for group in (reviewers, escalation_reviewers):
         members = set(Membership.objects.filter(tenant=tenant, user__in=group or []).values_list("user_id", flat=True))
         if group and any(user.pk not in members for user in group):
-            raise ValidationError({"reviewers": ["reviewers must be members of the tenant"]})
+            raise ServiceError({"reviewers": ["reviewers must be members of the tenant"]})
     name = values.get("name", queue.name if queue else "")
     clash = Queue.objects.for_tenant(tenant).filter(name=name)
     if queue is not None:
         clash = clash.exclude(pk=queue.pk)
     if clash.exists():
-        raise ValidationError({"name": [f"a queue named {name!r} exists"]})
+        raise ServiceError({"name": [f"a queue named {name!r} exists"]})
     if values.get("is_default"):
         Queue.objects.for_tenant(tenant).filter(is_default=True).exclude(pk=getattr(queue, "pk", None)).update(
             is_default=False)
@@ -142,7 +141,7 @@ def queue_save(*, tenant, queue: Queue | None = None, actor=None, reviewers=None
 
 def queue_delete(*, queue: Queue, actor=None) -> None:
     if queue.is_default:
-        raise ValidationError({"is_default": ["make another queue the default first"]})
+        raise ServiceError({"is_default": ["make another queue the default first"]})
     audit_record(tenant=queue.tenant, actor=actor, verb="queue.deleted", target=f"queue:{queue.name}")
     queue.delete()
 
@@ -222,7 +221,7 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
     their reviewers may vote again.
     """
     if decision not in VoteDecision.values:
-        raise ValidationError({"decision": [f"one of {', '.join(VoteDecision.values)}"]})
+        raise ServiceError({"decision": [f"one of {', '.join(VoteDecision.values)}"]})
     if request.status == RequestStatus.PENDING and request.expires_at and request.expires_at <= timezone.now():
         with transaction.atomic():
             request_expire(request=request)
@@ -238,15 +237,15 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
             _finish(request, RequestStatus.CANCELLED)
             raise Conflict(f"the call is already {call.status}")
         if not reviewer_may_decide(request=request, user=reviewer):
-            raise PermissionDenied("you are not a reviewer of this request's queue")
+            raise NotPermitted("you are not a reviewer of this request's queue")
         if request.queue and request.queue.four_eyes and _same_person(reviewer, call.session.user):
-            raise PermissionDenied("four-eyes: you cannot decide a call made in your own session")
+            raise NotPermitted("four-eyes: you cannot decide a call made in your own session")
         if decision == VoteDecision.EDIT:
             problems = input_problems(session=call.session, tool_name=call.tool_name, new_input=new_input)
             if problems:
-                raise ValidationError({"input": problems})
+                raise ServiceError({"input": problems})
         if decision == VoteDecision.RESPOND and not (message or new_input is not None):
-            raise ValidationError({"message": ["respond with a message or a structured answer"]})
+            raise ServiceError({"message": ["respond with a message or a structured answer"]})
         approving = decision in (VoteDecision.APPROVE, VoteDecision.EDIT)
         # What this vote approves: the edit it makes, or the edit that stands (None: the model's input).
         approved_input = new_input if decision == VoteDecision.EDIT else approved_edit(request)
@@ -296,7 +295,7 @@ def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:
     decided = evaluate(tenant=session.tenant, tool_name=call.tool_name, effective_input=effective_input,
                        agent=session.agent, user=session.user, tool=exposed.tool if exposed is not None else None)
     if decided.behavior == "deny":
-        raise ValidationError({"input": [f"the rules refuse this input: {decided.reason}"]})
+        raise ServiceError({"input": [f"the rules refuse this input: {decided.reason}"]})
     if decided.behavior == "ask":
         queue = None
         if decided.queue is not None:
@@ -304,7 +303,7 @@ def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:
         queue = queue or default_queue(session.tenant)
         if queue.pk != request.queue_id:
             here = request.queue.name if request.queue else "none"
-            raise ValidationError({"input": [
+            raise ServiceError({"input": [
                 f"this input needs the approval of queue {queue.name!r} ({decided.reason}), and this request is "
                 f"in queue {here!r}: reject the call, or edit it into input this queue may approve"]})
     return decided
@@ -437,7 +436,7 @@ def rule_from_approval(*, request: ApprovalRequest, actor, narrow_to_input: bool
     """The suggestion shown when approving: always allow this tool for this agent (optionally this input)."""
     blocking = rule_suggestion_blocked_by(request)
     if blocking is not None:
-        raise ValidationError({"add_rule": [f"rule #{blocking.pk} asks for every such call and ask beats allow: "
+        raise ServiceError({"add_rule": [f"rule #{blocking.pk} asks for every such call and ask beats allow: "
                                             "change that rule instead"]})
     call = request.call
     arg_match = {}

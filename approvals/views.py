@@ -14,7 +14,6 @@ from django.db.models import Case, IntegerField, Prefetch, Q, Value, When
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
-from rest_framework.exceptions import PermissionDenied as ServicePermissionDenied
 
 from tenancy.editing import ObjectDeleteView, ObjectFormView
 from tenancy.web import (
@@ -28,7 +27,7 @@ from tenancy.web import (
     tenant_redirect,
     tenant_view,
 )
-from toolkeeper.api import Conflict
+from toolkeeper.errors import Conflict, NotPermitted
 from tools.models import Tool
 from tools.selectors import visible_tool
 
@@ -132,11 +131,11 @@ def inbox_request(request, approval):
             try:
                 settled = services.request_decide(request=approval, reviewer=request.user, decision=decision,
                                                   new_input=data["new_input"], message=data["message"].strip())
-            except ServicePermissionDenied as exc:
-                form.add_error(None, str(exc.detail))
+            except NotPermitted as exc:
+                form.add_error(None, exc.message)
                 status = 403
             except Conflict as exc:
-                form.add_error(None, f"Your decision was not recorded: {exc.detail}. "
+                form.add_error(None, f"Your decision was not recorded: {exc.message}. "
                                      "Someone else may have decided first; the page now shows where it stands.")
                 status = 409
             except SERVICE_REFUSALS as exc:
@@ -226,7 +225,7 @@ def inbox_external_respond(request, call):
                                           content=[{"type": "text", "text": text}] if text else [],
                                           structured=data["structured"])
         except Conflict as exc:
-            messages.error(request, f"{call.tool_name} ({call.call_id}): not recorded — {exc.detail}.")
+            messages.error(request, f"{call.tool_name} ({call.call_id}): not recorded — {exc.message}.")
             return tenant_redirect(request, "inbox:inbox_external")
         except SERVICE_REFUSALS as exc:
             add_service_errors(form, exc)

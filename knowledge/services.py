@@ -8,10 +8,14 @@ from pathlib import PurePath
 
 from django.db import connection, transaction
 from django.utils import timezone
-from rest_framework.exceptions import ValidationError
 
 from audit.services import audit_record
+from tenancy.fastread import tables_exist
+from tenancy.models import Tenant
+from toolkeeper.errors import ServiceError
 from toolkeeper.json_values import json_problem
+from tools.models import BoundArgument, Tool, ToolGroup
+from tools.services import binding_set
 
 from . import fts
 from .chunking import chunk_text
@@ -39,12 +43,12 @@ Progress = Callable[[int, int], None]
 
 def _check_dataset_name(tenant, name: str, instance=None) -> None:
     if not re.fullmatch(r"[-a-zA-Z0-9_]{1,100}", name or ""):
-        raise ValidationError({"name": ["1-100 letters, digits, '-' or '_'"]})
+        raise ServiceError({"name": ["1-100 letters, digits, '-' or '_'"]})
     clash = Dataset.objects.for_tenant(tenant).filter(name=name)
     if instance is not None:
         clash = clash.exclude(pk=instance.pk)
     if clash.exists():
-        raise ValidationError({"name": [f"a dataset named {name!r} exists"]})
+        raise ServiceError({"name": [f"a dataset named {name!r} exists"]})
 
 
 def dataset_create(*, tenant, name: str, description: str = "", actor=None) -> Dataset:
@@ -57,7 +61,7 @@ def dataset_create(*, tenant, name: str, description: str = "", actor=None) -> D
 def dataset_update(*, dataset: Dataset, actor=None, **changes) -> Dataset:
     unknown = set(changes) - {"name", "description"}
     if unknown:
-        raise ValidationError({name: ["cannot be changed"] for name in sorted(unknown)})
+        raise ServiceError({name: ["cannot be changed"] for name in sorted(unknown)})
     if "name" in changes:
         _check_dataset_name(dataset.tenant_id, changes["name"], instance=dataset)
     for key, value in changes.items():
@@ -143,7 +147,7 @@ def document_problems(*, title, text, external_id="", metadata=None) -> dict[str
 def document_clean(*, title, text, external_id="", metadata=None) -> DocumentInput:
     problems = document_problems(title=title, text=text, external_id=external_id, metadata=metadata)
     if problems:
-        raise ValidationError(problems)
+        raise ServiceError(problems)
     title = title.strip()
     text = text.replace("\r\n", "\n").strip()
     metadata = dict(metadata or {})
@@ -184,7 +188,7 @@ def documents_clean(documents: list) -> list[DocumentInput]:
         seen[doc.external_id] = index
         cleaned.append(doc)
     if errors:
-        raise ValidationError(errors)
+        raise ServiceError(errors)
     return cleaned
 
 
@@ -195,7 +199,7 @@ def documents_ingest_bulk(*, tenant, dataset: Dataset, documents: list, actor=No
     after each. Re-ingesting a document (same external id) updates it in place; an identical one is
     left untouched."""
     if dataset.tenant_id != getattr(tenant, "pk", tenant):
-        raise ValidationError({"dataset": ["no such dataset"]})
+        raise ServiceError({"dataset": ["no such dataset"]})
     cleaned = documents_clean(documents)
     result = BulkOutcome()
     total = len(cleaned)
@@ -311,9 +315,6 @@ def search_index_create(*, tenant) -> None:
 
 def knowledge_tool_seed(*, tenant) -> None:
     """Give knowledge_search its tenant-wide default scope and describe its group (idempotent)."""
-    from tools.models import BoundArgument, Tool, ToolGroup
-    from tools.services import binding_set
-
     tool = Tool.objects.for_tenant(tenant).filter(name=TOOL_NAME).first()
     if tool is None:
         return
@@ -329,10 +330,6 @@ def knowledge_tool_seed(*, tenant) -> None:
 
 
 def knowledge_tool_seed_all(**kwargs) -> None:
-    from tenancy.fastread import tables_exist
-    from tenancy.models import Tenant
-    from tools.models import BoundArgument, Tool
-
     if not tables_exist(Tenant, Tool, BoundArgument):
         return
     for tenant in Tenant.objects.all():

@@ -12,7 +12,9 @@ from pydantic import Field
 
 from tools.decorators import ToolContext, ToolError, tool
 
+from .models import Dataset
 from .selectors import ALL_DATASETS, MAX_TOP_K, InvalidQuery, chunks_search
+from .services import documents_ingest_bulk
 
 SERVER_BOUND = ("datasets", "filter")
 FilterValue = str | int | float | bool | None
@@ -77,9 +79,6 @@ def knowledge_ingest(dataset_id: int, documents: list[dict], ctx: ToolContext = 
         dataset_id: The dataset to ingest into.
         documents: Documents as the documents API takes them: title, text, optional external_id and metadata.
     """
-    from .models import Dataset
-    from .services import documents_ingest_bulk
-
     dataset = Dataset.objects.for_tenant(ctx.tenant).filter(pk=dataset_id).first()
     if dataset is None:
         raise ToolError(f"no dataset {dataset_id} in this tenant", error_type="InvalidInput")

@@ -8,12 +8,11 @@ the pipeline and the runtime, so neither of them imports an executor.
 """
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from rest_framework.exceptions import ValidationError
 
 from audit.services import audit_record
 from tenancy.limits import calls_admit
 from tenancy.models import SYSTEM_AGENT
-from toolkeeper.api import Conflict
+from toolkeeper.errors import Conflict, ServiceError
 
 from .call_statements import calls_in_flight, session_call_count_add, session_call_ids_taken
 from .events import call_transition
@@ -66,7 +65,7 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> l
     """
     explicit = [spec["id"] for spec in calls if spec.get("id")]
     if len(explicit) != len(set(explicit)):
-        raise ValidationError({"calls": ["call ids must be unique within a batch"]})
+        raise ServiceError({"calls": ["call ids must be unique within a batch"]})
     with transaction.atomic():
         existing = {
             call.call_id: call
@@ -111,7 +110,7 @@ def work_start(*, tenant, tool_name: str, arguments: dict, actor) -> ToolCall:
     Such tools belong to no group, so no model is ever offered them."""
     tool = Tool.objects.for_tenant(tenant).filter(name=tool_name, enabled=True).first()
     if tool is None:
-        raise ValidationError({"tool": [f"{tool_name} is not available"]})
+        raise ServiceError({"tool": [f"{tool_name} is not available"]})
     label = str(getattr(actor, "username", actor or "system"))
     with transaction.atomic():
         session = AgentSession.objects.for_tenant(tenant).filter(agent=SYSTEM_AGENT, api_key=None).first() or \

@@ -3,11 +3,11 @@ import logging
 import re
 
 from django.db import transaction
-from rest_framework.exceptions import ValidationError
 
 from audit.services import audit_record
 from tenancy.fastread import tables_exist
 from tenancy.models import SYSTEM_AGENT_RESERVED, Tenant, is_system_agent
+from toolkeeper.errors import ServiceError
 
 from .models import RESERVED_GROUP, AgentSession, BoundArgument, Tool, ToolGroup, ToolSource
 from .registry import sources
@@ -86,9 +86,9 @@ def tool_update(*, tool: Tool, actor=None, **changes) -> Tool:
         allowed -= {"description"}  # synced from the source
     unknown = set(changes) - allowed
     if unknown:
-        raise ValidationError({name: ["cannot be changed for this tool"] for name in sorted(unknown)})
+        raise ServiceError({name: ["cannot be changed for this tool"] for name in sorted(unknown)})
     if "timeout_s" in changes and not 0.1 <= float(changes["timeout_s"]) <= 86400:
-        raise ValidationError({"timeout_s": ["between 0.1 and 86400 seconds"]})
+        raise ServiceError({"timeout_s": ["between 0.1 and 86400 seconds"]})
     for key, value in changes.items():
         setattr(tool, key, value)
     tool.save()
@@ -119,7 +119,7 @@ def tool_external_create(*, tenant, name: str, description: str, input_schema: d
         except SchemaProblem as exc:
             errors["input_schema"] = [f"the schema {exc}"]
     if errors:
-        raise ValidationError(errors)
+        raise ServiceError(errors)
     tool = Tool.objects.create(
         tenant=tenant, name=name, description=description, input_schema=schema,
         source=ToolSource.EXTERNAL, read_only=read_only, destructive=destructive, idempotent=idempotent,
@@ -136,7 +136,7 @@ def _check_group_name(tenant, name: str, instance=None) -> None:
     if instance is not None:
         clash = clash.exclude(pk=instance.pk)
     if clash.exists():
-        raise ValidationError({"name": [f"a group named {name!r} exists"]})
+        raise ServiceError({"name": [f"a group named {name!r} exists"]})
 
 
 @transaction.atomic
@@ -157,7 +157,7 @@ def group_update(*, group: ToolGroup, actor=None, tools=None, **changes) -> Tool
         changed = {k for k in ("name", "switchable", "default_active") if k in changes
                    and changes[k] != getattr(group, k)}
         if changed:
-            raise ValidationError({k: [f"the {RESERVED_GROUP} group is always active"] for k in sorted(changed)})
+            raise ServiceError({k: [f"the {RESERVED_GROUP} group is always active"] for k in sorted(changed)})
     if "name" in changes:
         _check_group_name(group.tenant, changes["name"], instance=group)
     for key, value in changes.items():
@@ -172,7 +172,7 @@ def group_update(*, group: ToolGroup, actor=None, tools=None, **changes) -> Tool
 
 def group_delete(*, group: ToolGroup, actor=None) -> None:
     if group.is_reserved:
-        raise ValidationError({"name": [f"the {RESERVED_GROUP} group cannot be deleted"]})
+        raise ServiceError({"name": [f"the {RESERVED_GROUP} group cannot be deleted"]})
     audit_record(tenant=group.tenant, actor=actor, verb="group.deleted", target=f"group:{group.name}")
     group.delete()
 
@@ -182,7 +182,7 @@ def group_delete(*, group: ToolGroup, actor=None) -> None:
 def binding_set(*, tenant, tool: Tool, name: str, value, agent: str = "", actor=None) -> BoundArgument:
     properties = (tool.input_schema or {}).get("properties", {})
     if properties and name not in properties:
-        raise ValidationError({"name": [f"{tool.name} has no argument {name!r}"]})
+        raise ServiceError({"name": [f"{tool.name} has no argument {name!r}"]})
     binding, _ = BoundArgument.objects.update_or_create(
         tenant=tenant, tool=tool, agent=agent, name=name, defaults={"value": value},
     )
@@ -202,12 +202,12 @@ def binding_delete(*, binding: BoundArgument, actor=None) -> None:
 def session_create(*, tenant, agent: str, user: str = "", context: dict | None = None, api_key=None) -> AgentSession:
     if api_key is not None and api_key.agent:
         if agent and agent != api_key.agent:
-            raise ValidationError({"agent": [f"this API key is locked to the agent {api_key.agent!r}"]})
+            raise ServiceError({"agent": [f"this API key is locked to the agent {api_key.agent!r}"]})
         agent = api_key.agent
     if not agent:
-        raise ValidationError({"agent": ["This field is required."]})
+        raise ServiceError({"agent": ["This field is required."]})
     if is_system_agent(agent):
-        raise ValidationError({"agent": [SYSTEM_AGENT_RESERVED]})
+        raise ServiceError({"agent": [SYSTEM_AGENT_RESERVED]})
     default_groups = [g.name for g in groups_of(tenant) if g.switchable and g.default_active
                       and g.name != RESERVED_GROUP]
     session = AgentSession.objects.create(

@@ -13,6 +13,7 @@ from knowledge import services
 from knowledge.models import Dataset, Document
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.web import acting_user
+from toolkeeper.errors import ServiceError
 from tools.api.serializers import calls_data
 from tools.calls import work_start
 
@@ -98,8 +99,8 @@ class DocumentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.D
         for name, documents in by_dataset.items():  # validate everything before storing anything
             try:
                 services.documents_clean(documents)
-            except ValidationError as exc:
-                raise ValidationError({f"{name}: {key}": value for key, value in exc.detail.items()}) from exc
+            except ServiceError as exc:
+                raise ServiceError({f"{name}: {key}": value for key, value in exc.fields.items()}) from exc
         if len(body.validated_data) > services.BATCH_SIZE:
             # Large: run as work that reports progress (GET /api/v1/calls/{id} and …/events follow it).
             work = [work_start(tenant=self.tenant, tool_name="knowledge_ingest", actor=acting_user(request),

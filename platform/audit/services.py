@@ -3,9 +3,9 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 from django.utils import timezone
-from rest_framework.exceptions import ValidationError
 
 from tenancy.fastread import insert_row
+from toolkeeper.errors import ServiceError
 
 from .chain import KEYED, PLAIN, audit_key, entry_digest, entry_payload, head_signature, head_signed_by
 from .models import ChainHead, Event
@@ -121,7 +121,7 @@ def audit_chain_sign(*, tenant) -> ChainCheck:
     sign its head (and record that it was signed). Any other chain is left as it is; returns its check."""
     key = audit_key()
     if not key:
-        raise ValidationError("set TOOLKEEPER_AUDIT_KEY to sign audit chains")
+        raise ServiceError("set TOOLKEEPER_AUDIT_KEY to sign audit chains")
     check = audit_check(tenant=tenant, key=key)
     if check.status != UNSIGNED:
         return check

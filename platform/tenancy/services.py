@@ -4,9 +4,9 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
-from rest_framework.exceptions import ValidationError
 
 from audit.services import audit_record
+from toolkeeper.errors import ServiceError
 
 from .models import (
     SYSTEM_AGENT_RESERVED,
@@ -41,11 +41,11 @@ def tenant_limits_set(*, tenant: Tenant, actor=None, **limits) -> Tenant:
     """Change the tenant's rate limits (tenancy.limits; 0 is no limit). Only the named limits change."""
     unknown = sorted(set(limits) - set(LIMIT_FIELDS))
     if unknown:
-        raise ValidationError({name: ["not a limit"] for name in unknown})
+        raise ServiceError({name: ["not a limit"] for name in unknown})
     errors = {name: [f"a whole number from 0 (no limit) to {LIMIT_MAX}"] for name, value in limits.items()
               if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= LIMIT_MAX}
     if errors:
-        raise ValidationError(errors)
+        raise ServiceError(errors)
     changed = {name: value for name, value in limits.items() if getattr(tenant, name) != value}
     if changed:
         with transaction.atomic():
@@ -59,7 +59,7 @@ def tenant_limits_set(*, tenant: Tenant, actor=None, **limits) -> Tenant:
 
 def membership_set(*, tenant: Tenant, user, role: str, actor=None) -> Membership:
     if role not in Role.values:
-        raise ValidationError({"role": [f"must be one of {', '.join(Role.values)}"]})
+        raise ServiceError({"role": [f"must be one of {', '.join(Role.values)}"]})
     membership, _ = Membership.objects.update_or_create(user=user, tenant=tenant, defaults={"role": role})
     audit_record(tenant=tenant, actor=actor, verb="membership.set", target=f"user:{user.username}",
                  data={"role": role})
@@ -88,9 +88,9 @@ def apikey_create(*, tenant: Tenant, name: str, scopes: list[str], agent: str = 
     unknown = sorted(set(scopes) - set(Scope.values))
     if unknown or not scopes:
         got = ", ".join(unknown) or "none"
-        raise ValidationError({"scopes": [f"choose from {', '.join(Scope.values)}; got {got}"]})
+        raise ServiceError({"scopes": [f"choose from {', '.join(Scope.values)}; got {got}"]})
     if is_system_agent(agent):
-        raise ValidationError({"agent": [SYSTEM_AGENT_RESERVED]})
+        raise ServiceError({"agent": [SYSTEM_AGENT_RESERVED]})
     prefix, secret, key = new_key_material()
     api_key = ApiKey.objects.create(
         tenant=tenant, name=name, prefix=prefix, secret_hash=hash_secret(secret),

@@ -5,7 +5,8 @@
   `register_url_objects`): missing or another tenant's → 404, before the method or the role is even looked
   at. Reading needs the page's `read` level, changing (any other method) its `write` level.
 - `page_of`: one page of a list. `acting_user`: who a service records as the actor.
-- `add_service_errors` / `service_messages`: a service's refusal shown on a form, or as plain messages.
+- `add_service_errors` / `service_messages`: a service's refusal (`toolkeeper.errors.ServiceError`) shown on a
+  form, or as plain messages: the console's one mapping of those errors.
 - `TenantForm`: the base of the forms of tenant pages (the generic views in `tenancy.editing` build them).
 """
 from functools import wraps
@@ -16,7 +17,8 @@ from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpResponseNotAllowed
 from django.shortcuts import redirect
-from rest_framework.exceptions import ValidationError
+
+from toolkeeper.errors import ServiceError
 
 from .models import ApiKey, Role
 from .selectors import access_object, access_tenant
@@ -27,9 +29,9 @@ PAGE_SIZE = 50
 # A form the server refused (by the form's own checks or by the service) is shown again with this status,
 # as the API answers invalid input with 400.
 INVALID_STATUS = 400
-# The refusals of a service that a form shows as its own errors. A platform `ServiceError` joins this
-# tuple once services raise it; `service_errors` reads any refusal with a DRF-shaped `detail`.
-SERVICE_REFUSALS = (ValidationError,)
+# The refusals of a service that a form shows as its own errors. A page that answers a refusal otherwise (a
+# 403 for `NotPermitted`, a 409 for `Conflict`) catches that subclass first.
+SERVICE_REFUSALS = (ServiceError,)
 ISSUED_KEY = "console.issued_key"  # session entry holding a new API key until the one page that shows it
 
 # URL parameter name → (tenant-owned model, the view's keyword argument), declared by each app's URL conf.
@@ -105,26 +107,19 @@ def acting_user(request):
     return f"apikey:{auth.name}" if isinstance(auth, ApiKey) else request.user
 
 
-def service_errors(exc) -> list[tuple[str | None, str]]:
-    """A service's refusal as (field, message) pairs; field None when it concerns the whole request.
-    Reads the DRF shape of `detail`: a dict of field → message(s), a list of messages, or one message."""
-    detail = exc.detail
-    if not isinstance(detail, dict):
-        detail = {None: detail}
-    pairs = []
-    for field, messages in detail.items():
-        for message in (messages if isinstance(messages, list | tuple) else [messages]):
-            pairs.append((field, str(message)))
-    return pairs
+def service_errors(exc: ServiceError) -> list[tuple[str | None, str]]:
+    """A service's refusal as (field, message) pairs; field None when it concerns the whole request."""
+    return [(None, message) for message in exc.messages] + [
+        (field, message) for field, messages in exc.fields.items() for message in messages]
 
 
-def add_service_errors(form: forms.Form, exc) -> None:
+def add_service_errors(form: forms.Form, exc: ServiceError) -> None:
     """Show a service's refusal on the form: field errors on their fields, anything else on top."""
     for field, message in service_errors(exc):
         form.add_error(field if field in form.fields else None, message)
 
 
-def service_messages(exc) -> list[str]:
+def service_messages(exc: ServiceError) -> list[str]:
     """A service's refusal as plain messages (for pages without a form)."""
     return [message for _, message in service_errors(exc)]
 

@@ -1,6 +1,7 @@
 """The API's shared plumbing: the error envelope, the size-limited parser, pagination.
 
-Every error leaves as `{"error": {"code", "message", "fields"}}` (API.md), never a stack trace.
+Every error leaves as `{"error": {"code", "message", "fields"}}` (API.md), never a stack trace. A service's
+refusal (`toolkeeper.errors.ServiceError`) is mapped to its status and envelope here, in `exception_handler`.
 """
 import io
 import logging
@@ -13,6 +14,7 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
+from .errors import ServiceError
 from .json_values import MAX_JSON_DEPTH, json_problem
 
 logger = logging.getLogger("toolkeeper.api")
@@ -22,12 +24,6 @@ class RequestTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "The request body is larger than the limit."
     default_code = "too_large"
-
-
-class Conflict(exceptions.APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_detail = "The request conflicts with the current state."
-    default_code = "conflict"
 
 
 class LimitedJSONParser(JSONParser):
@@ -103,7 +99,27 @@ def _flatten_fields(detail) -> dict:
     return str(detail)
 
 
+def _invalid_body(detail) -> dict:
+    """The envelope of invalid input: messages by field, or the messages joined."""
+    if isinstance(detail, dict):
+        fields = _flatten_fields(detail)
+        non_field = fields.pop("non_field_errors", None)
+        message = non_field[0] if non_field else "Some fields are invalid."
+        return error_body("invalid", message, fields)
+    items = _flatten_fields(detail)
+    return error_body("invalid", "; ".join(items) if isinstance(items, list) else str(items))
+
+
+def _service_error_response(exc: ServiceError) -> Response:
+    """A service's refusal, answered as DRF answers its ValidationError (400), PermissionDenied (403) and an
+    APIException of code `conflict` (409)."""
+    body = _invalid_body(exc.detail) if exc.code == ServiceError.code else error_body(exc.code, exc.message)
+    return Response(body, status=exc.status)
+
+
 def exception_handler(exc, context):
+    if isinstance(exc, ServiceError):
+        return _service_error_response(exc)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -118,15 +134,7 @@ def exception_handler(exc, context):
     if getattr(exc, "wait", None):
         headers["Retry-After"] = str(int(exc.wait))
     if isinstance(exc, exceptions.ValidationError):
-        detail = exc.detail
-        if isinstance(detail, dict):
-            fields = _flatten_fields(detail)
-            non_field = fields.pop("non_field_errors", None)
-            message = non_field[0] if non_field else "Some fields are invalid."
-            body = error_body("invalid", message, fields)
-        else:
-            items = _flatten_fields(detail)
-            body = error_body("invalid", "; ".join(items) if isinstance(items, list) else str(items))
+        body = _invalid_body(exc.detail)
     else:
         code = exc.get_codes() if isinstance(exc.get_codes(), str) else exc.default_code
         body = error_body(str(code), str(exc.detail))

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from approvals.models import ApprovalRequest, RequestStatus, Vote
 from approvals.services import request_decide
 from tenancy.services import apikey_create
-from toolkeeper.api import Conflict
+from toolkeeper.errors import Conflict
 from tools.calls import calls_submit
 from tools.models import CallStatus, ToolCall
 

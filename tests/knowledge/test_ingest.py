@@ -3,7 +3,6 @@ import io
 
 import pytest
 from django.core.management import CommandError, call_command
-from rest_framework.exceptions import ValidationError
 
 from knowledge.models import Chunk, Document
 from knowledge.selectors import chunks_search
@@ -15,6 +14,7 @@ from knowledge.services import (
     document_ingest,
     documents_ingest_bulk,
 )
+from toolkeeper.errors import ServiceError as ValidationError
 
 pytestmark = pytest.mark.django_db
 

@@ -1,13 +1,13 @@
 """API keys: a prefix to find them, a hash to check them, scopes, agent lock, revocation, last use."""
 import pytest
 from django.db import connection
-from rest_framework.exceptions import ValidationError
 from rest_framework.test import APIClient
 
 from audit.models import Event
 from tenancy.models import ApiKey
 from tenancy.selectors import apikey_from_token
 from tenancy.services import apikey_create, apikey_revoke
+from toolkeeper.errors import ServiceError as ValidationError
 
 
 def _parts(key: str) -> tuple[str, str]:

@@ -8,11 +8,11 @@ import pytest
 from django import forms
 from django.core.exceptions import ImproperlyConfigured
 from django.urls import get_resolver, resolve, reverse
-from rest_framework.exceptions import ValidationError
 
 from tenancy.editing import ObjectActionView, ObjectDeleteView, ObjectFormView
 from tenancy.models import ApiKey
 from tenancy.web import URL_OBJECTS, acting_user, add_service_errors, register_url_objects, service_messages
+from toolkeeper.errors import ServiceError as ValidationError
 from tools.models import ToolCall
 
 ROOT = Path(__file__).resolve().parents[2]

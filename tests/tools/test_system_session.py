@@ -6,11 +6,11 @@ from asgiref.sync import async_to_sync
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.core.management import CommandError, call_command
-from rest_framework.exceptions import ValidationError
 from rest_framework.test import APIClient
 
 from tenancy.models import SYSTEM_AGENT, ApiKey
 from tenancy.services import apikey_create
+from toolkeeper.errors import ServiceError as ValidationError
 from toolkeeper.routing import websocket_urlpatterns
 from tools.calls import work_start
 from tools.models import AgentSession

@@ -13,6 +13,7 @@ from tenancy.grants import Grant, grant_of
 from tenancy.models import ApiKey, Scope
 from tenancy.permissions import sees_secrets
 from tenancy.selectors import access_object, key_sessions
+from tenancy.web import acting_user
 from toolkeeper.api import exception_handler
 from toolkeeper.openapi import CONFLICT
 from tools import calls as tool_calls
@@ -132,8 +133,7 @@ class CallCancelView(AgentView):
     @extend_schema(request=None, responses={200: s.CallSerializer, 409: CONFLICT})
     def post(self, request, call_id):
         call = access_call(request, call_id)
-        actor = request.user if not isinstance(request.auth, ApiKey) else f"apikey:{request.auth.name}"
-        return Response(s.call_data(tool_calls.call_cancel(call=call, actor=actor)))
+        return Response(s.call_data(tool_calls.call_cancel(call=call, actor=acting_user(request))))
 
 
 def _render(view, request, *args, **kwargs):
@@ -184,10 +184,6 @@ def _refusal(grant: Grant) -> HttpResponse:
 
 # --- admin endpoints ---------------------------------------------------------------------------
 
-def _actor(request):
-    return request.user if not isinstance(request.auth, ApiKey) else f"apikey:{request.auth.name}"
-
-
 class ToolViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,
                   TenantScopedViewSet):
     serializer_class = s.ToolSerializer
@@ -198,12 +194,12 @@ class ToolViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Updat
         """Define an external (schema-only) tool."""
         body = s.ExternalToolSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        tool = services.tool_external_create(tenant=self.tenant, actor=_actor(request), **body.validated_data)
+        tool = services.tool_external_create(tenant=self.tenant, actor=acting_user(request), **body.validated_data)
         return Response(s.ToolSerializer(tool).data, status=201)
 
     def perform_update(self, serializer):
         changes = {k: v for k, v in serializer.validated_data.items()}
-        serializer.instance = services.tool_update(tool=serializer.instance, actor=_actor(self.request), **changes)
+        serializer.instance = services.tool_update(tool=serializer.instance, actor=acting_user(self.request), **changes)
 
 
 class GroupViewSet(TenantModelViewSet):
@@ -215,17 +211,17 @@ class GroupViewSet(TenantModelViewSet):
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)
         tools = data.pop("tools", [])
-        serializer.instance = services.group_create(tenant=self.tenant, tools=tools, actor=_actor(self.request),
+        serializer.instance = services.group_create(tenant=self.tenant, tools=tools, actor=acting_user(self.request),
                                                     **data)
 
     def perform_update(self, serializer):
         data = dict(serializer.validated_data)
         tools = data.pop("tools", None)
         serializer.instance = services.group_update(group=serializer.instance, tools=tools,
-                                                    actor=_actor(self.request), **data)
+                                                    actor=acting_user(self.request), **data)
 
     def perform_destroy(self, instance):
-        services.group_delete(group=instance, actor=_actor(self.request))
+        services.group_delete(group=instance, actor=acting_user(self.request))
 
 
 class BindingViewSet(TenantModelViewSet):
@@ -248,7 +244,7 @@ class BindingViewSet(TenantModelViewSet):
         return queryset
 
     def perform_create(self, serializer):
-        serializer.instance = services.binding_set(tenant=self.tenant, actor=_actor(self.request),
+        serializer.instance = services.binding_set(tenant=self.tenant, actor=acting_user(self.request),
                                                    **serializer.validated_data)
 
     def perform_update(self, serializer):
@@ -256,8 +252,8 @@ class BindingViewSet(TenantModelViewSet):
                 **serializer.validated_data}
         if (data["tool"], data["agent"], data["name"]) != (serializer.instance.tool, serializer.instance.agent,
                                                          serializer.instance.name):
-            services.binding_delete(binding=serializer.instance, actor=_actor(self.request))
-        serializer.instance = services.binding_set(tenant=self.tenant, actor=_actor(self.request), **data)
+            services.binding_delete(binding=serializer.instance, actor=acting_user(self.request))
+        serializer.instance = services.binding_set(tenant=self.tenant, actor=acting_user(self.request), **data)
 
     def perform_destroy(self, instance):
-        services.binding_delete(binding=instance, actor=_actor(self.request))
+        services.binding_delete(binding=instance, actor=acting_user(self.request))

@@ -2,11 +2,11 @@
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
-from rest_framework.exceptions import ValidationError
 
 from knowledge import services
 from knowledge.models import Dataset
 from tenancy.models import Tenant
+from toolkeeper.errors import ServiceError
 
 
 class Command(BaseCommand):
@@ -67,7 +67,7 @@ class Command(BaseCommand):
             result = services.documents_ingest_bulk(tenant=tenant_obj, dataset=dataset_obj, documents=documents,
                                                     actor="manage.py", batch_size=max(1, batch_size),
                                                     progress=progress)
-        except ValidationError as exc:
+        except ServiceError as exc:
             raise CommandError(f"nothing was ingested: {exc.detail}") from exc
         summary = result.summary
         self.stdout.write(self.style.SUCCESS(

@@ -1,10 +1,10 @@
 import json
 
 from django.core.management.base import BaseCommand, CommandError
-from rest_framework.exceptions import ValidationError
 
 from tenancy.models import Tenant
 from tenancy.services import apikey_create
+from toolkeeper.errors import ServiceError
 
 
 class Command(BaseCommand):
@@ -24,7 +24,7 @@ class Command(BaseCommand):
         try:
             issued = apikey_create(tenant=tenant_obj, name=name, agent=agent,
                                    scopes=[s.strip() for s in scopes.split(",") if s.strip()])
-        except ValidationError as exc:
+        except ServiceError as exc:
             raise CommandError(str(exc.detail)) from exc
         if json:
             self.stdout.write(_json_dumps({"key": issued.key, "id": issued.api_key.pk}))
