@@ -95,11 +95,11 @@ def dataset_upload(request, dataset):
     if not problems and len(documents) > services.BATCH_SIZE:
         try:
             services.documents_clean(documents)  # refuse bad files now, not halfway through the work
+            work = work_start(tenant=request.tenant, tool_name="knowledge_ingest", actor=acting_user(request),
+                              arguments={"dataset_id": dataset.pk, "documents": documents})
         except SERVICE_REFUSALS as exc:
             problems.extend(_named_problems(exc))
         else:
-            work = work_start(tenant=request.tenant, tool_name="knowledge_ingest", actor=acting_user(request),
-                              arguments={"dataset_id": dataset.pk, "documents": documents})
             messages.success(request, f"Ingesting {len(documents)} files: follow the progress here.")
             return tenant_redirect(request, "console:call_detail", call_id=work.pk)
     if not problems:

@@ -1,7 +1,7 @@
 """Rate limits per API key and per tenant: requests per minute and calls in flight.
 
 One place for every entry point (the REST API through `RequestRateThrottle`, MCP and WebSockets by
-calling `requests_admit` themselves). A refusal is `RateLimited`: 429 in the API's error envelope,
+calling `requests_admit` themselves). A refusal is `toolkeeper.errors.RateLimited`: 429 in the API's error envelope,
 with `Retry-After` in seconds.
 
 Requests are counted in fixed one-minute windows in Django's cache: in-process memory in the embedded
@@ -17,8 +17,9 @@ import time
 from collections.abc import Callable
 
 from django.core.cache import cache
-from rest_framework import exceptions, status
 from rest_framework.throttling import BaseThrottle
+
+from toolkeeper.errors import RateLimited
 
 from .models import ApiKey, Tenant
 
@@ -29,16 +30,6 @@ WINDOW_S = 60
 COUNTER_TTL_S = 2 * WINDOW_S
 # Nobody knows when a call in flight will finish; a short pause before retrying is the honest answer.
 IN_FLIGHT_RETRY_S = 2
-
-
-class RateLimited(exceptions.APIException):
-    status_code = status.HTTP_429_TOO_MANY_REQUESTS
-    default_detail = "Too many requests."
-    default_code = "rate_limited"
-
-    def __init__(self, detail: str, *, wait: int):
-        super().__init__(detail)
-        self.wait = wait  # seconds; the API's exception handler sends it as Retry-After
 
 
 def _count_request(bucket: str, window: int) -> int:
@@ -77,7 +68,7 @@ def requests_admit(*, tenant: Tenant, api_key: ApiKey | None = None, user=None) 
         if count > limit:
             wait = max(1, math.ceil((window + 1) * WINDOW_S - now))
             raise RateLimited(f"Rate limit reached: {whose} may make {limit} requests a minute. "
-                              f"Retry in {wait} s.", wait=wait)
+                              f"Retry in {wait} s.", retry_after=wait)
 
 
 def calls_admit(*, tenant: Tenant, api_key: ApiKey | None, adding: int,
@@ -98,7 +89,7 @@ def calls_admit(*, tenant: Tenant, api_key: ApiKey | None, adding: int,
         if limit and count + adding > limit:
             raise RateLimited(
                 f"Too many calls in flight: {whose} has {count} calls received, queued or running, and may have "
-                f"{limit}; this request adds {adding}. Retry when some have finished.", wait=IN_FLIGHT_RETRY_S)
+                f"{limit}; this request adds {adding}. Retry when some have finished.", retry_after=IN_FLIGHT_RETRY_S)
 
 
 class RequestRateThrottle(BaseThrottle):

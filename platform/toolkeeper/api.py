@@ -14,7 +14,7 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
-from .errors import ServiceError
+from .errors import RateLimited, ServiceError
 from .json_values import MAX_JSON_DEPTH, json_problem
 
 logger = logging.getLogger("toolkeeper.api")
@@ -114,7 +114,8 @@ def _service_error_response(exc: ServiceError) -> Response:
     """A service's refusal, answered as DRF answers its ValidationError (400), PermissionDenied (403) and an
     APIException of code `conflict` (409)."""
     body = _invalid_body(exc.detail) if exc.code == ServiceError.code else error_body(exc.code, exc.message)
-    return Response(body, status=exc.status)
+    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else None
+    return Response(body, status=exc.status, headers=headers)
 
 
 def exception_handler(exc, context):

@@ -51,5 +51,16 @@ class Conflict(ServiceError):
     code = "conflict"
 
 
+class RateLimited(ServiceError):
+    """Too many requests or calls for now (429); `retry_after` says in how many seconds to try again."""
+
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, detail, *, retry_after: int):
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+
 def _messages(value) -> list[str]:
     return [str(item) for item in value] if isinstance(value, list | tuple) else [str(value)]

@@ -14,7 +14,7 @@ from knowledge.services import (
     document_ingest,
     documents_ingest_bulk,
 )
-from toolkeeper.errors import ServiceError as ValidationError
+from toolkeeper.errors import ServiceError
 
 pytestmark = pytest.mark.django_db
 
@@ -63,7 +63,7 @@ def test_bulk_validates_everything_first_and_stores_nothing_on_error(world, data
     documents = [{"title": f"Doc {i}", "text": f"text number {i}"} for i in range(5)]
     documents.append({"title": "Empty", "text": "   "})
     documents.append({"title": "Doc 1", "text": "again"})
-    with pytest.raises(ValidationError) as raised:
+    with pytest.raises(ServiceError) as raised:
         documents_ingest_bulk(tenant=world.a.tenant, dataset=dataset, documents=documents)
     assert set(raised.value.detail) == {"documents[5].text", "documents[6].external_id"}
     assert not Document.objects.for_tenant(world.a.tenant).exists()
@@ -83,7 +83,7 @@ def test_bulk_runs_in_batches_and_reports_progress(world, dataset):
 
 def test_a_foreign_dataset_is_refused(world, dataset):
     foreign = dataset_create(tenant=world.b.tenant, name="b-data")
-    with pytest.raises(ValidationError):
+    with pytest.raises(ServiceError):
         documents_ingest_bulk(tenant=world.a.tenant, dataset=foreign, documents=[{"title": "x", "text": "y"}])
     assert not Document.objects.for_tenant(world.b.tenant).exists()
 

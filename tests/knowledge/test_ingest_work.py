@@ -5,7 +5,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from knowledge.models import Document
 from knowledge.services import BATCH_SIZE, dataset_create
 from tools.calls import calls_submit
-from tools.models import CallEvent, CallStatus, ToolCall
+from tools.models import CallEvent, CallStatus, Tool, ToolCall
 from tools.services import session_create
 
 from ..tools.support import wait_terminal
@@ -84,3 +84,16 @@ def test_models_are_never_offered_the_ingest_work(world):
     [call] = calls_submit(session=session, calls=[{"name": "knowledge_ingest",
                                                    "input": {"dataset_id": 1, "documents": []}}])
     assert call.status == CallStatus.FAILED and call.error["errorType"] == "ToolNotAvailable"
+
+
+@pytest.mark.django_db
+def test_a_large_upload_with_the_ingest_tool_disabled_is_refused_on_the_page(world):
+    """An operator may disable `knowledge_ingest`; a large upload then says so (400), storing nothing."""
+    Tool.objects.for_tenant(world.a.tenant).filter(name="knowledge_ingest").update(enabled=False)
+    dataset = dataset_create(tenant=world.a.tenant, name="notes")
+    files = [SimpleUploadedFile(f"note-{i}.md", f"# Note {i}\n\nText {i}.".encode()) for i in range(BATCH_SIZE + 1)]
+    response = world.a.console("operator").post(f"/t/acme/knowledge/datasets/{dataset.pk}/upload/", {"files": files})
+    assert response.status_code == 400
+    assert b"knowledge_ingest is not available" in response.content
+    assert not ToolCall.objects.for_tenant(world.a.tenant).filter(tool_name="knowledge_ingest").exists()
+    assert not Document.objects.for_tenant(world.a.tenant).exists()

@@ -7,7 +7,7 @@ from audit.models import Event
 from tenancy.models import ApiKey
 from tenancy.selectors import apikey_from_token
 from tenancy.services import apikey_create, apikey_revoke
-from toolkeeper.errors import ServiceError as ValidationError
+from toolkeeper.errors import ServiceError
 
 
 def _parts(key: str) -> tuple[str, str]:
@@ -81,7 +81,7 @@ def test_last_used_at_is_set(world):
 
 @pytest.mark.parametrize("scopes", [[], ["root"], ["agent", "superuser"]])
 def test_scopes_are_validated(world, scopes):
-    with pytest.raises(ValidationError):
+    with pytest.raises(ServiceError):
         apikey_create(tenant=world.a.tenant, name="bad", scopes=scopes)
 
 

@@ -12,7 +12,7 @@ from django.urls import get_resolver, resolve, reverse
 from tenancy.editing import ObjectActionView, ObjectDeleteView, ObjectFormView
 from tenancy.models import ApiKey
 from tenancy.web import URL_OBJECTS, acting_user, add_service_errors, register_url_objects, service_messages
-from toolkeeper.errors import ServiceError as ValidationError
+from toolkeeper.errors import ServiceError
 from tools.models import ToolCall
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,10 +52,10 @@ class _Form(forms.Form):
 def test_a_service_refusal_lands_on_its_field_or_on_top(detail, on_name, on_top):
     form = _Form({"name": "x"})
     assert form.is_valid()
-    add_service_errors(form, ValidationError(detail))
+    add_service_errors(form, ServiceError(detail))
     assert form.errors.get("name", []) == on_name
     assert form.non_field_errors() == on_top
-    assert service_messages(ValidationError(detail)) == on_name + on_top
+    assert service_messages(ServiceError(detail)) == on_name + on_top
 
 
 def test_a_url_parameter_names_one_thing():

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from tenancy.models import SYSTEM_AGENT, ApiKey
 from tenancy.services import apikey_create
-from toolkeeper.errors import ServiceError as ValidationError
+from toolkeeper.errors import ServiceError
 from toolkeeper.routing import websocket_urlpatterns
 from tools.calls import work_start
 from tools.models import AgentSession
@@ -29,14 +29,14 @@ def test_an_app_cannot_create_a_session_under_the_system_agent(world, agent):
     console.force_login(world.a.users["operator"])
     response = console.post("/api/v1/sessions", {"agent": agent}, format="json", HTTP_X_TENANT="acme")
     assert response.status_code == 400, response.content
-    with pytest.raises(ValidationError):
+    with pytest.raises(ServiceError):
         session_create(tenant=world.a.tenant, agent=agent)
     assert not AgentSession.objects.for_tenant(world.a.tenant).filter(agent__iexact=SYSTEM_AGENT).exists()
 
 
 @pytest.mark.parametrize("agent", RESERVED_SPELLINGS)
 def test_no_api_key_is_locked_to_the_system_agent(world, agent):
-    with pytest.raises(ValidationError) as refused:
+    with pytest.raises(ServiceError) as refused:
         apikey_create(tenant=world.a.tenant, name="sneaky", scopes=["agent"], agent=agent)
     assert "agent" in refused.value.detail
     with pytest.raises(CommandError, match="reserved"):
