@@ -42,7 +42,8 @@ from tests.distributed.support import Api, is_terminal, ws_connect  # noqa: E402
 
 TARGET_P99_MS = 50.0
 PACED_INTERVAL_MS = 5.0
-BENCH_ENV = {"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING"}
+BENCH_ENV = {"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING",
+             "TOOLKEEPER_SECRETS_KEY": "YmVuY2gtb25seS14eHh4eHh4eHh4eHh4eHh4eHh4eHg="}
 
 
 

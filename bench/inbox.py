@@ -16,6 +16,7 @@ the queries per page must not change with the number of requests. The database i
 Targets: page_p99_ms ≤ 150; queries per page constant in the number of requests.
 """
 import argparse
+import base64
 import gc
 import json
 import os
@@ -58,6 +59,7 @@ def run_parent(args) -> int:
             "DJANGO_SETTINGS_MODULE": "toolkeeper.settings",
             "DEBUG": "0",
             "SECRET_KEY": "bench-inbox-" + secrets.token_hex(16),
+            "TOOLKEEPER_SECRETS_KEY": base64.urlsafe_b64encode(os.urandom(32)).decode(),
             "ALLOWED_HOSTS": "testserver",
             "TOOLKEEPER_DATA_DIR": os.environ.get("TOOLKEEPER_DATA_DIR", "/tmp/toolkeeper-bench-inbox"),
         }

@@ -44,7 +44,8 @@ from tests.live.server import LiveServer  # noqa: E402
 
 BODY = {"name": "current_time", "input": {}, "wait": 10}
 TARGETS = {"local_calls_per_s": 300.0, "celery_calls_per_s": 150.0}
-BENCH_ENV = {"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING"}
+BENCH_ENV = {"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING",
+             "TOOLKEEPER_SECRETS_KEY": "YmVuY2gtb25seS14eHh4eHh4eHh4eHh4eHh4eHh4eHg="}
 
 
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SECRETS_KEY = "kJ0zvNL1GRvHnbR0EpwQX5kHRDEk8ET4H8DUlpGvZ2k="  # a Fernet key of this test only
 
 PROBE = (
     "import json, sys; sys.path[:0] = ['platform', '.'];"
@@ -18,7 +19,8 @@ PROBE = (
 
 def load_settings(tmp_path, **env):
     clean = {k: v for k, v in os.environ.items()
-             if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG", "SECRET_KEY", "TOOLKEEPER_EXECUTOR"}}
+             if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG", "SECRET_KEY", "TOOLKEEPER_EXECUTOR",
+                          "TOOLKEEPER_SECRETS_KEY", "TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS"}}
     clean.update({"TOOLKEEPER_DATA_DIR": str(tmp_path / "data"), **env})
     return subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=clean, capture_output=True, text=True)
 
@@ -48,9 +50,29 @@ def test_production_refuses_the_development_secret(tmp_path):
     refused = load_settings(tmp_path, DEBUG="0")
     assert refused.returncode != 0
     assert "SECRET_KEY must be set" in refused.stderr
-    started = load_settings(tmp_path, DEBUG="0", SECRET_KEY="a-real-secret-of-this-deployment")
+    started = load_settings(tmp_path, DEBUG="0", SECRET_KEY="a-real-secret-of-this-deployment",
+                            TOOLKEEPER_SECRETS_KEY=SECRETS_KEY)
     assert started.returncode == 0, started.stderr
     assert json.loads(started.stdout)["debug"] is False
+
+
+def test_production_refuses_to_start_without_a_secrets_key(tmp_path):
+    refused = load_settings(tmp_path, DEBUG="0", SECRET_KEY="a-real-secret-of-this-deployment")
+    assert refused.returncode != 0
+    assert "TOOLKEEPER_SECRETS_KEY must be set when DEBUG is off" in refused.stderr
+    assert not (tmp_path / "data" / "development-secrets.key").exists()
+
+
+def test_development_makes_its_secrets_key_once_and_says_so(tmp_path):
+    first = load_settings(tmp_path)
+    assert first.returncode == 0, first.stderr
+    key_file = tmp_path / "data" / "development-secrets.key"
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    warnings = [line for line in first.stderr.splitlines() if "TOOLKEEPER_SECRETS_KEY is not set" in line]
+    assert len(warnings) == 1 and str(key_file) in warnings[0]
+    key = key_file.read_text()
+    assert key.strip() not in first.stderr + first.stdout
+    assert load_settings(tmp_path).returncode == 0 and key_file.read_text() == key
 
 
 def test_unknown_executor_is_refused(tmp_path):

@@ -4,7 +4,12 @@ Embedded default (no variables set): SQLite under TOOLKEEPER_DATA_DIR, the in-pr
 layer and the local thread-pool executor. Distributed: DATABASE_URL (PostgreSQL), REDIS_URL,
 TOOLKEEPER_EXECUTOR=celery.
 """
+import base64
+import binascii
+import contextlib
+import logging
 import os
+import secrets
 from pathlib import Path
 
 import dj_database_url
@@ -33,6 +38,56 @@ CSRF_TRUSTED_ORIGINS = [
 
 DATA_DIR = Path(os.environ.get("TOOLKEEPER_DATA_DIR") or BASE_DIR / "var")
 DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+DEV_SECRETS_KEY_FILE = "development-secrets.key"
+
+
+def development_secrets_key(path: Path) -> str:
+    """The key in `path`, created there (readable by this user only) if there is none yet. Processes
+    starting together agree: the key is written aside and linked into place, never over another."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "w") as file:
+            file.write(base64.urlsafe_b64encode(os.urandom(32)).decode() + "\n")
+        with contextlib.suppress(FileExistsError):  # another process was first: its key is the key
+            os.link(draft, path)
+    finally:
+        draft.unlink()
+    return path.read_text().strip()
+
+
+def secrets_keys(value: str, *, debug: bool, data_dir: Path) -> list[str]:
+    """The keys of the credentials stored encrypted (toolkeeper.secrets), from TOOLKEEPER_SECRETS_KEY:
+    comma-separated Fernet keys, the first encrypts and all decrypt (rotation). Unset, a development
+    process uses a key generated once into the data dir; a production one (DEBUG off) refuses to start.
+    It is never derived from SECRET_KEY: rotating one must not make the other unreadable."""
+    keys = [k.strip() for k in value.split(",") if k.strip()]
+    if not keys:
+        if not debug:
+            raise ImproperlyConfigured(
+                "TOOLKEEPER_SECRETS_KEY must be set when DEBUG is off (stored credentials are encrypted with it); make "
+                "one with: python -c 'import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())'")
+        path = data_dir / DEV_SECRETS_KEY_FILE
+        keys = [development_secrets_key(path)]
+        logging.getLogger("toolkeeper.settings").warning(
+            "TOOLKEEPER_SECRETS_KEY is not set: stored credentials are encrypted with the development key in %s", path)
+    for position, key in enumerate(keys, 1):
+        try:
+            valid = len(base64.urlsafe_b64decode(key.encode("ascii"))) == 32
+        except (binascii.Error, UnicodeError, ValueError):
+            valid = False
+        if not valid:
+            raise ImproperlyConfigured(f"TOOLKEEPER_SECRETS_KEY: key {position} of {len(keys)} is not a Fernet key "
+                                       "(32 bytes in URL-safe base64, 44 characters)")
+    return keys
+
+
+TOOLKEEPER_SECRETS_KEYS = secrets_keys(os.environ.get("TOOLKEEPER_SECRETS_KEY", ""), debug=DEBUG, data_dir=DATA_DIR)
 
 INSTALLED_APPS = [
     "daphne",
@@ -228,6 +283,11 @@ TOOLKEEPER_MAX_WAIT_S = 60
 # With a key, the audit log's hash chain is keyed (HMAC-SHA256): database access alone cannot rewrite it.
 TOOLKEEPER_AUDIT_KEY = os.environ.get("TOOLKEEPER_AUDIT_KEY", "")
 TOOLKEEPER_MAX_BATCH = 64
+# Outbound requests to addresses tenants give (toolkeeper.outbound) reach public addresses only; these
+# host names, IP addresses and networks (CIDR) are opened by the admin, e.g. an internal MCP server.
+TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = [
+    h.strip() for h in os.environ.get("TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS", "").split(",") if h.strip()
+]
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "memory://"
 CELERY_TASK_ACKS_LATE = True

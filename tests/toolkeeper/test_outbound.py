@@ -1,0 +1,331 @@
+"""The outbound guard: a tenant's URL reaches public addresses only, checked on the address actually
+connected to, at connect time, for every hop; the admin's allow-list opens named exceptions."""
+import asyncio
+import ssl
+
+import httpcore2
+import httpx2
+import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from toolkeeper import outbound
+from toolkeeper.outbound import OutboundRefused, async_http_client, check_url, http_client
+
+PUBLIC = "93.184.215.14"  # never connected to: every test that resolves it is refused before connecting
+
+
+@pytest.fixture
+def connections(monkeypatch):
+    """The addresses the network layer under the guard was asked to connect to."""
+    attempts = []
+    real_async, real_sync = httpcore2.AnyIOBackend.connect_tcp, httpcore2.SyncBackend.connect_tcp
+
+    async def connect_async(self, host, port, *args, **kwargs):
+        attempts.append(host)
+        return await real_async(self, host, port, *args, **kwargs)
+
+    def connect_sync(self, host, port, *args, **kwargs):
+        attempts.append(host)
+        return real_sync(self, host, port, *args, **kwargs)
+
+    monkeypatch.setattr(httpcore2.AnyIOBackend, "connect_tcp", connect_async)
+    monkeypatch.setattr(httpcore2.SyncBackend, "connect_tcp", connect_sync)
+    return attempts
+
+
+def fetch(url: str, **options) -> httpx2.Response:
+    async def run():
+        async with async_http_client(timeout=5, **options) as client:
+            return await client.get(url)
+
+    return asyncio.run(run())
+
+
+def fetch_sync(url: str, **options) -> httpx2.Response:
+    with http_client(timeout=5, **options) as client:
+        return client.get(url)
+
+
+# Every class of forbidden address, as a tenant could write it; {port} is a live server on 127.0.0.1.
+FORBIDDEN = [
+    ("http://127.0.0.1:{port}/ok", "a loopback address"),
+    ("http://127.0.0.2:{port}/ok", "a loopback address"),
+    ("http://[::1]:{port}/ok", "a loopback address"),
+    ("http://127.1:{port}/ok", "a loopback address"),
+    ("http://2130706433:{port}/ok", "a loopback address"),
+    ("http://0x7f.0.0.1:{port}/ok", "a loopback address"),
+    ("http://localhost:{port}/ok", "a loopback address"),
+    ("http://0.0.0.0:{port}/ok", "an unspecified address"),
+    ("http://[::]:{port}/ok", "an unspecified address"),
+    ("http://10.1.2.3/", "a private address"),
+    ("http://172.16.0.1/", "a private address"),
+    ("http://192.168.1.1/", "a private address"),
+    ("http://[fd12:3456::1]/", "a private address"),
+    ("http://[fc00::1]/", "a private address"),
+    ("http://169.254.1.1/", "a link-local address"),
+    ("http://[fe80::1]/", "a link-local address"),
+    ("http://169.254.169.254/latest/meta-data/", "a cloud metadata address"),
+    ("http://[fd00:ec2::254]/", "a cloud metadata address"),
+    ("http://100.100.100.200/", "a cloud metadata address"),
+    ("http://168.63.129.16/", "a cloud metadata address"),
+    ("http://100.64.0.1/", "a carrier-grade NAT address"),
+    ("http://224.0.0.1/", "a multicast address"),
+    ("http://[ff02::1]/", "a multicast address"),
+    ("http://240.0.0.1/", "a reserved address"),
+    ("http://255.255.255.255/", "a reserved address"),
+    ("http://198.18.0.1/", "a reserved address"),
+    ("http://192.0.2.1/", "a documentation address"),
+    ("http://[2001:db8::1]/", "a documentation address"),
+    ("http://[::ffff:127.0.0.1]:{port}/ok", "a loopback address (127.0.0.1 written as IPv6)"),
+    ("http://[::ffff:10.0.0.1]/", "a private address (10.0.0.1 written as IPv6)"),
+    ("http://[::127.0.0.1]:{port}/ok", "a loopback address (127.0.0.1 written as IPv6)"),
+    ("http://[64:ff9b::10.0.0.1]/", "a private address (10.0.0.1 written as IPv6)"),
+    ("http://[64:ff9b::169.254.169.254]/", "a cloud metadata address (169.254.169.254 written as IPv6)"),
+    ("http://[2002:7f00:1::1]/", "a loopback address (127.0.0.1 written as IPv6)"),
+]
+
+
+@pytest.mark.parametrize(("url", "kind"), FORBIDDEN, ids=[u for u, _ in FORBIDDEN])
+def test_every_forbidden_address_is_refused_when_saved_and_when_connecting(url, kind, http_port, connections):
+    url = url.format(port=http_port)
+    with pytest.raises(OutboundRefused, match="; only public addresses may be reached$") as saved:
+        check_url(url)
+    assert f" is {kind};" in str(saved.value)
+    for fetch_with in (fetch, fetch_sync):  # a real request through each client
+        with pytest.raises(OutboundRefused, match="; only public addresses may be reached$") as connecting:
+            fetch_with(url)
+        assert f" {kind};" in str(connecting.value)
+    assert connections == []  # refused before any connection was attempted
+
+
+def test_messages_name_what_the_tenant_wrote():
+    for url, message in (
+        ("http://127.0.0.1:8000/", "127.0.0.1 is a loopback address; only public addresses may be reached"),
+        ("http://[::ffff:127.0.0.1]/", "::ffff:127.0.0.1 is a loopback address (127.0.0.1 written as IPv6); "
+                                       "only public addresses may be reached"),
+        ("http://169.254.169.254/", "169.254.169.254 is a cloud metadata address; "
+                                    "only public addresses may be reached"),
+        ("http://LocalHost./", "localhost. is a loopback address; only public addresses may be reached"),
+    ):
+        with pytest.raises(OutboundRefused) as refused:
+            check_url(url)
+        assert str(refused.value) == message
+
+
+def test_public_addresses_pass_the_check():
+    for url in ("https://8.8.8.8/", "http://[2606:4700:4700::1111]/mcp", "http://[64:ff9b::8.8.8.8]/",
+                "https://mcp.example.com/mcp", "http://example.com:8080/sse"):
+        check_url(url)
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("ftp://example.com/", "only http and https URLs may be reached, not ftp"),
+    ("file:///etc/passwd", "only http and https URLs may be reached"),
+    ("http://user:pass@example.com/", "may not carry a user name or password"),
+    ("http:///path", "no host"),
+    ("/relative", "only http and https URLs may be reached"),
+    ("http://0177.0.0.1/", "not a valid URL"),
+])
+def test_malformed_urls_are_refused(url, message):
+    with pytest.raises(OutboundRefused, match=message):
+        check_url(url)
+
+
+def test_a_name_resolving_to_loopback_is_refused_at_connect(http_port, resolver, connections):
+    resolver["evil.test"] = ["127.0.0.1"]
+    check_url(f"http://evil.test:{http_port}/ok")  # a name is not looked up when saved, unless asked
+    with pytest.raises(OutboundRefused) as refused:
+        fetch(f"http://evil.test:{http_port}/ok")
+    # the tenant learns the kind of address, not the address (that would map the internal network)
+    assert str(refused.value) == "evil.test resolves to a loopback address; only public addresses may be reached"
+    with pytest.raises(OutboundRefused, match="evil.test resolves to a loopback address"):
+        check_url(f"http://evil.test:{http_port}/ok", resolve=True)
+    assert connections == []
+
+
+def test_a_name_with_any_forbidden_address_is_refused(resolver, connections):
+    resolver["mixed.test"] = [PUBLIC, "10.0.0.7"]
+    with pytest.raises(OutboundRefused, match="mixed.test resolves to a private address"):
+        fetch("http://mixed.test/")
+    assert connections == []  # not even the public address: the outcome must not depend on the order
+
+
+def test_dns_rebinding_is_refused_at_connect(http_port, resolver, connections):
+    """Public when the URL is checked, loopback when the connection is made."""
+    resolver["rebind.test"] = [[PUBLIC], ["127.0.0.1"]]
+    url = f"http://rebind.test:{http_port}/ok"
+    check_url(url, resolve=True)
+    with pytest.raises(OutboundRefused, match="rebind.test resolves to a loopback address"):
+        fetch(url)
+    assert resolver.lookups["rebind.test"] == 2
+    assert connections == []
+
+
+def test_the_connection_goes_to_the_address_that_was_checked(http_port, resolver, connections):
+    """One lookup per connection; the address it gave is the one connected to, not the name again."""
+    resolver["mcp.test"] = [["127.0.0.1"], [PUBLIC]]
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["127.0.0.1"]):
+        response = fetch(f"http://mcp.test:{http_port}/ok")
+    assert response.status_code == 200 and response.text == "hello"
+    assert resolver.lookups["mcp.test"] == 1
+    assert connections == ["127.0.0.1"]
+
+
+def test_an_allow_listed_address_is_reachable_and_only_then(http_port, connections):
+    url = f"http://127.0.0.1:{http_port}/ok"
+    with pytest.raises(OutboundRefused):
+        fetch(url)
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["127.0.0.1"]):
+        check_url(url)
+        assert fetch(url).text == "hello"
+        assert fetch_sync(url).text == "hello"
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["127.0.0.0/8", "10.0.0.0/8"]):
+        assert fetch(url).text == "hello"
+        assert fetch(f"http://localhost:{http_port}/ok").text == "hello"  # a name is judged by its addresses
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["10.0.0.0/8"]), pytest.raises(OutboundRefused):
+        fetch(url)
+    assert connections == ["127.0.0.1"] * 4
+
+
+def test_an_allow_listed_name_is_reachable_and_no_other_name(http_port, resolver):
+    resolver["internal-mcp.corp"] = ["127.0.0.1"]
+    resolver["other.corp"] = ["127.0.0.1"]
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["Internal-MCP.corp."]):
+        check_url(f"http://internal-mcp.corp:{http_port}/ok", resolve=True)
+        assert fetch(f"http://internal-mcp.corp:{http_port}/ok").text == "hello"
+        with pytest.raises(OutboundRefused, match="other.corp resolves to a loopback address"):
+            fetch(f"http://other.corp:{http_port}/ok")
+        with pytest.raises(OutboundRefused):
+            fetch(f"http://127.0.0.1:{http_port}/ok")
+
+
+def test_metadata_stays_refused_unless_its_exact_address_is_allowed(resolver):
+    resolver["internal.corp"] = ["169.254.169.254"]
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["169.254.0.0/16", "100.64.0.0/10", "internal.corp"]):
+        check_url("http://169.254.10.10/")  # the network is open…
+        check_url("http://100.64.1.1/")
+        for url in ("http://169.254.169.254/", "http://100.100.100.200/", "http://[::ffff:169.254.169.254]/",
+                    "http://internal.corp/"):
+            with pytest.raises(OutboundRefused, match="a cloud metadata address"):  # …but not its metadata
+                check_url(url, resolve=True)
+        with pytest.raises(OutboundRefused, match="internal.corp resolves to a cloud metadata address"):
+            fetch("http://internal.corp/")
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["169.254.169.254"]):
+        check_url("http://169.254.169.254/latest/meta-data/")
+
+
+def test_a_redirect_to_a_forbidden_address_is_refused(http_port, resolver, connections):
+    resolver["mcp.test"] = ["127.0.0.1"]
+    resolver["internal.test"] = ["127.0.0.1"]
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["mcp.test"]):
+        start = f"http://mcp.test:{http_port}/redirect?to="
+        for target, message in ((f"http://internal.test:{http_port}/ok", "internal.test resolves to a loopback"),
+                                ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is a cloud metadata"),
+                                (f"http://[::1]:{http_port}/ok", "::1 is a loopback")):
+            with pytest.raises(OutboundRefused, match=message):
+                fetch(start + target, follow_redirects=True)
+            with pytest.raises(OutboundRefused, match=message):
+                fetch_sync(start + target, follow_redirects=True)
+        # by default redirects are not followed: the caller gets the redirect itself
+        assert fetch(start + "http://169.254.169.254/").status_code == 302
+        assert fetch(start + f"http://mcp.test:{http_port}/ok", follow_redirects=True).text == "hello"
+    assert set(connections) == {"127.0.0.1"}  # only the allowed server was ever connected to
+
+
+def test_https_to_a_name_verifies_the_name_not_the_address(tls_server, resolver):
+    port, sni = tls_server["port"], tls_server["sni"]
+    resolver["mcp.test"] = ["127.0.0.1"]
+    trusted = ssl.create_default_context(cafile=tls_server["cafile"])
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["127.0.0.1"]):
+        assert fetch(f"https://mcp.test:{port}/ok", verify=trusted).text == "hello"
+        assert fetch_sync(f"https://mcp.test:{port}/ok", verify=trusted).text == "hello"
+        assert sni == ["mcp.test", "mcp.test"]
+        # the certificate names mcp.test only: reaching the same server by its address fails verification
+        with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED|match"):
+            fetch(f"https://127.0.0.1:{port}/ok", verify=trusted)
+        # and an untrusted certificate is refused: verification is on by default
+        with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            fetch(f"https://mcp.test:{port}/ok")
+
+
+def test_tls_starts_on_the_checked_address_with_the_name_as_server_hostname(tls_server, resolver):
+    resolver["mcp.test"] = ["127.0.0.1"]
+
+    class Recording(httpcore2.AsyncNetworkBackend):
+        def __init__(self):
+            self.inner, self.hosts, self.server_hostnames = httpcore2.AnyIOBackend(), [], []
+
+        async def connect_tcp(self, host, port, **kwargs):
+            self.hosts.append(host)
+            stream, recording = await self.inner.connect_tcp(host, port, **kwargs), self
+
+            class Stream(httpcore2.AsyncNetworkStream):
+                read, write, aclose = stream.read, stream.write, stream.aclose
+                get_extra_info = stream.get_extra_info
+
+                async def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+                    recording.server_hostnames.append(server_hostname)
+                    return await stream.start_tls(ssl_context, server_hostname=server_hostname, timeout=timeout)
+
+            return Stream()
+
+    recording = Recording()
+
+    async def run():
+        context = ssl.create_default_context(cafile=tls_server["cafile"])
+        network_backend = outbound.AsyncGuardedNetworkBackend(recording)
+        async with httpcore2.AsyncConnectionPool(ssl_context=context, network_backend=network_backend) as pool:
+            return await pool.request("GET", f"https://mcp.test:{tls_server['port']}/ok")
+
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["127.0.0.1"]):
+        response = asyncio.run(run())
+    assert response.status == 200
+    assert recording.hosts == ["127.0.0.1"] and recording.server_hostnames == ["mcp.test"]
+
+
+def test_proxies_from_the_environment_are_not_used(http_port, monkeypatch, connections):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "all_proxy"):
+        monkeypatch.setenv(name, "http://10.9.9.9:3128")
+    monkeypatch.setenv("NO_PROXY", "")
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["127.0.0.1"]):
+        assert fetch(f"http://127.0.0.1:{http_port}/ok").text == "hello"
+    assert connections == ["127.0.0.1"]
+
+
+def test_options_that_would_bypass_the_guard_are_refused():
+    for option in ({"proxy": "http://10.9.9.9:3128"}, {"transport": httpx2.AsyncHTTPTransport()},
+                   {"mounts": {}}, {"trust_env": True}):
+        with pytest.raises(TypeError, match="the guarded client sets"):
+            async_http_client(**option)
+        with pytest.raises(TypeError):
+            http_client(**option)
+    client = async_http_client(headers={"Authorization": "Bearer t"})
+    assert client.trust_env is False and client.follow_redirects is False
+    assert client.timeout == outbound.DEFAULT_TIMEOUT
+
+
+def test_unix_sockets_are_refused():
+    with pytest.raises(OutboundRefused, match="Unix sockets"):
+        asyncio.run(outbound.AsyncGuardedNetworkBackend().connect_unix_socket("/var/run/docker.sock"))
+    with pytest.raises(OutboundRefused, match="Unix sockets"):
+        outbound.GuardedNetworkBackend().connect_unix_socket("/var/run/docker.sock")
+
+
+def test_a_name_that_does_not_resolve_is_a_connect_error(resolver):
+    resolver["nowhere.test"] = []
+    with pytest.raises(httpx2.ConnectError, match="nowhere.test could not be resolved"):
+        fetch("http://nowhere.test/")
+    with pytest.raises(OutboundRefused, match="nowhere.test could not be resolved"):
+        check_url("http://nowhere.test/", resolve=True)
+
+
+def test_a_bad_allow_list_entry_is_a_configuration_error():
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["10.0.0.0/33"]), \
+            pytest.raises(ImproperlyConfigured, match="10.0.0.0/33"):
+        check_url("http://example.com/")
+
+
+def test_the_allow_list_is_empty_by_default():
+    assert settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS == []
