@@ -3,6 +3,7 @@ import uuid
 from django.db import models
 
 from tenancy.scoping import TenantOwned
+from toolkeeper.secrets import EncryptedJSONField
 
 RESERVED_GROUP = "basic"
 
@@ -14,6 +15,52 @@ class ToolSource(models.TextChoices):
     BUILTIN = "builtin"
 
 
+class McpTransport(models.TextChoices):
+    STREAMABLE_HTTP = "streamable_http", "streamable HTTP"
+    SSE = "sse", "SSE"
+    STDIO = "stdio", "stdio"
+
+
+class McpStatus(models.TextChoices):
+    NEW = "new", "not synced yet"
+    OK = "ok", "ok"
+    ERROR = "error", "error"
+
+
+class McpServer(TenantOwned):
+    """An MCP server a tenant registered; its tools enter the catalog as `mcp__{name}__{tool}`.
+
+    HTTP servers are reached at `url` (with `headers`, encrypted); stdio servers are started from the
+    platform admin's allow-list (`settings.TOOLKEEPER_MCP_STDIO_SERVERS`), which `command` names: a tenant
+    never gives a command line. `env` holds values for the environment names that allow-list entry lets
+    tenants set (encrypted).
+    """
+
+    name = models.CharField(max_length=24)
+    transport = models.CharField(max_length=16, choices=McpTransport.choices)
+    url = models.CharField(max_length=2000, blank=True, default="")
+    headers = EncryptedJSONField(null=True, blank=True)
+    command = models.CharField(max_length=64, blank=True, default="")
+    env = EncryptedJSONField(null=True, blank=True)
+    enabled = models.BooleanField(default=True)
+    timeout_s = models.FloatField(default=30)
+    include = models.JSONField(default=list, blank=True, help_text="upstream tool names to take; empty: all")
+    exclude = models.JSONField(default=list, blank=True, help_text="upstream tool names to leave out")
+    trusted = models.BooleanField(default=False, help_text="its tools' annotations become their flags")
+    status = models.CharField(max_length=8, choices=McpStatus.choices, default=McpStatus.NEW)
+    last_error = models.TextField(blank=True, default="")
+    last_synced_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="mcp_server_name_per_tenant")]
+
+    def __str__(self):
+        return self.name
+
+
 class Tool(TenantOwned):
     """A tool in a tenant's catalog, synced from its source."""
 
@@ -23,6 +70,8 @@ class Tool(TenantOwned):
     output_schema = models.JSONField(null=True, blank=True)
     source = models.CharField(max_length=10, choices=ToolSource.choices)
     source_ref = models.CharField(max_length=255, blank=True, default="")
+    # MCP tools: the server they came from (source_ref holds the upstream name); kept, disabled, when it goes.
+    mcp_server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.SET_NULL, related_name="tools")
     read_only = models.BooleanField(default=False)
     trusted = models.BooleanField(default=True, help_text="its flags come from code or a trusted server, "
                                   "not from an untrusted server's annotations")
