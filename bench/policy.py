@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Decision time of the permission engine as a tenant's rules grow (issue 3, point 8).
 
-In-process, no database: rules are plain objects compiled into `approvals.engine.RuleIndex`, and each
+In-process, no database (Django is set up only to load the engine's module): rules are plain objects
+compiled into `approvals.engine.RuleIndex`, and each
 query is one `approvals.engine.decide(...)` — the same function the call pipeline, `rules/evaluate` and the
 console simulator use. One tenant with 100 / 1k / 10k / 100k rules in a realistic mix (exact tool names,
 MCP server globs, argument globs, agent- and user-scoped rules, a few tenant-wide globs), queried with calls
@@ -20,6 +21,7 @@ from the same run.
 import argparse
 import gc
 import json
+import os
 import random
 import statistics
 import sys
@@ -29,6 +31,12 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "platform")]
+
+import django  # noqa: E402
+
+# The engine module loads the policy version's model; Django is set up for that alone (no database is used).
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolkeeper.settings")
+django.setup()
 
 from approvals.engine import RuleIndex, compile_rule, decide  # noqa: E402
 
