@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.tools.support import poll
@@ -135,11 +134,3 @@ def install_mcp_tools(server: McpServer, *, group: str = "basic", timeout_s: flo
         target.tools.add(tool)
         rows[upstream.name] = tool
     return rows
-
-
-def wait_until(predicate, *, timeout: float = 10.0, message: str = "condition"):
-    return poll(predicate, timeout=timeout, message=message)
-
-
-def sleep_briefly(seconds: float = 0.05) -> None:
-    time.sleep(seconds)
