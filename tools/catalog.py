@@ -9,8 +9,6 @@ tool looks like on a session's surface (`ExposedTool`).
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.db.models import Q
-
 from tenancy.versions import VersionedCache, version_bump
 
 from .models import RESERVED_GROUP, BoundArgument, CatalogVersion, Tool, ToolGroup, ToolSource
@@ -90,9 +88,10 @@ class ExposedTool:
 
 def _load(tenant_id: int, version: int) -> CatalogSnapshot:
     snapshot = CatalogSnapshot(version=version)
-    # An MCP tool is available while its server is there and enabled (a disabled server's tools keep their rows).
-    usable = Q(source=ToolSource.MCP, mcp_server__enabled=True) | ~Q(source=ToolSource.MCP)
-    tools = {tool.pk: tool for tool in Tool.objects.for_tenant(tenant_id).filter(usable, enabled=True)}
+    # The tools of a disabled MCP server leave the surface with it (their rows stay as they are). A tool whose
+    # server was deleted is disabled by the sync side; if one is not, its source refuses the call.
+    tools = {tool.pk: tool for tool in Tool.objects.for_tenant(tenant_id).filter(enabled=True).exclude(
+        source=ToolSource.MCP, mcp_server__enabled=False)}
     snapshot.tools = {tool.name: tool for tool in tools.values()}
     members = ToolGroup.tools.through.objects.filter(toolgroup__tenant_id=tenant_id).values_list(
         "toolgroup_id", "tool_id")
