@@ -28,9 +28,10 @@ open per process.
   callbacks registered with `mcp_on_tools_changed(callback)` with the endpoint's key, in a worker thread,
   coalesced per key.
 
-Errors are plain words safe to show a tenant: `UpstreamUnavailable` (could not reach, lost the connection,
-refused by the outbound guard, did not answer in time: `UpstreamTimedOut`), `UpstreamToolError` (the tool
-ran and answered isError: the upstream text, bounded), `UpstreamCancelled` (the caller stopped the call).
+Errors are plain words safe to show a tenant: `UpstreamUnavailable` (could not reach, lost the connection;
+did not answer in time: `UpstreamTimedOut`; refused by the outbound guard or the allow-list:
+`UpstreamRefused`), `UpstreamToolError` (the tool ran and answered isError: the upstream text, bounded),
+`UpstreamCancelled` (the caller stopped the call).
 No message or log line carries a header or environment value.
 """
 import atexit
@@ -124,6 +125,11 @@ class UpstreamTimedOut(UpstreamUnavailable):
     """The server did not answer within the time given (it was told to stop)."""
 
 
+class UpstreamRefused(UpstreamUnavailable):
+    """The platform will not reach this server: the outbound guard refused its address, or its stdio name is
+    not in the allow-list. Trying again cannot help."""
+
+
 class UpstreamToolError(Exception):
     """The server ran the tool and answered `isError`; the message is the upstream text."""
 
@@ -171,7 +177,7 @@ def endpoint_of(server) -> McpEndpoint:
     if transport == "stdio":
         entry = stdio_allow_list().get(server.command)
         if entry is None:
-            raise UpstreamUnavailable(f"{server.command!r} is not an allowed stdio server")
+            raise UpstreamRefused(f"{server.command!r} is not an allowed stdio server")
         command, args = entry["command"], tuple(entry.get("args", ()))
         env = dict(entry.get("env") or {})
         for name, value in (server.env or {}).items():
@@ -248,6 +254,13 @@ def describe_failure(exc: BaseException | None, endpoint: McpEndpoint, http_stat
     if endpoint.transport == "stdio":
         return f"{who} could not be started or ended at once (see the server log)"
     return f"{who} could not be reached"
+
+
+def unavailable(exc: BaseException | None, endpoint: McpEndpoint,
+                http_status: int | None = None) -> UpstreamUnavailable:
+    """The exception for a server that could not be reached: UpstreamRefused when the guard refused it."""
+    refused = exc is not None and any(isinstance(leaf, OutboundRefused) for leaf in _leaves(exc))
+    return (UpstreamRefused if refused else UpstreamUnavailable)(describe_failure(exc, endpoint, http_status))
 
 
 def _bounded(text: str, limit: int = MAX_ERROR_CHARS) -> str:
@@ -526,7 +539,7 @@ class _Pool:
             raise UpstreamTimedOut(f"{_who(endpoint)} did not answer within "
                                    f"{round(max(0.0, deadline - opened_at), 1):g} s")
         if session.client is None or (session.dead and session.failure is not None):
-            raise UpstreamUnavailable(describe_failure(session.failure, endpoint, session.connection.http_status))
+            raise unavailable(session.failure, endpoint, session.connection.http_status)
         session.last_used = anyio.current_time()
         return session
 
@@ -576,6 +589,10 @@ class _Pool:
         except MCPError as exc:
             raise UpstreamUnavailable(f"{_who(endpoint)} refused to list its tools: "
                                       f"{_bounded(exc.error.message, 300)}") from None
+        except (RuntimeError, ValueError):  # a listing the SDK cannot read (it validates each tool)
+            logger.warning("MCP server %s answered tools/list with a listing that cannot be read", endpoint.server_id,
+                           exc_info=True)
+            raise UpstreamUnavailable(f"{_who(endpoint)} answered with a tool list that cannot be read") from None
 
     async def call_tool(self, endpoint: McpEndpoint, name: str, arguments: dict, timeout_s: float,
                         progress: Callable | None) -> dict:
@@ -616,7 +633,7 @@ class _Pool:
         except TimeoutError:
             raise UpstreamTimedOut(f"{_who(endpoint)} did not answer within {endpoint.timeout_s:g} s") from None
         except Exception as exc:
-            raise UpstreamUnavailable(describe_failure(exc, endpoint, connection.http_status)) from None
+            raise unavailable(exc, endpoint, connection.http_status) from None
 
     async def close_all(self) -> None:
         sessions = list(self.sessions.values())

@@ -29,6 +29,7 @@ from django.utils import timezone
 from .decorators import CallCancelled, ToolContext, ToolError
 from .mcp_client import (
     UpstreamCancelled,
+    UpstreamRefused,
     UpstreamTimedOut,
     UpstreamToolError,
     UpstreamUnavailable,
@@ -87,6 +88,8 @@ class McpSource:
                 raise ToolError(str(exc), error_type="UpstreamToolError") from None
             except UpstreamTimedOut as exc:
                 raise ToolError(str(exc), error_type="TimedOut") from None
+            except UpstreamRefused as exc:  # the address or the command is refused: no use trying again
+                raise ToolError(str(exc), error_type="UpstreamUnavailable") from None
             except UpstreamUnavailable as exc:
                 pause = RETRY_PAUSES_S[min(attempt, len(RETRY_PAUSES_S) - 1)]
                 if not tool.idempotent or attempt == len(RETRY_PAUSES_S) or time.monotonic() + pause >= deadline:

@@ -7,6 +7,7 @@ import pytest
 from approvals.models import ApprovalRequest
 from approvals.services import request_decide, rule_create
 from tests.tools.support import events_of, poll, submit, wait_status, wait_terminal
+from tools.mcp_client import mcp_sessions_close
 from tools.mcp_source import McpSource
 from tools.models import CallEvent, CallStatus, EventKind, Tool
 from tools.services import binding_set, catalog_sync, session_create
@@ -184,6 +185,20 @@ def test_an_unreachable_server_fails_the_call_with_upstream_unavailable(world, l
     assert call["status"] == "failed", call
     assert call["error"]["errorType"] == "UpstreamUnavailable"
     assert call["error"]["error"] == "MCP server web could not be reached (the connection failed)"
+
+
+def test_a_refused_address_fails_at_once_even_for_an_idempotent_tool(mcp, settings, caplog):
+    setup = mcp("streamable_http")
+    set_fields(setup.tools["lookup"], idempotent=True)  # (trusted annotations made it so already)
+    settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = []  # (settings are read at start in production:
+    mcp_sessions_close()  # here the session the listing opened goes, so the next one connects anew)
+    call = setup.submit("lookup", {"key": "k"})
+    assert call["status"] == "failed", call
+    assert call["error"]["errorType"] == "UpstreamUnavailable"
+    assert call["error"]["error"] == ("MCP server local may not be reached: 127.0.0.1 is a loopback address; "
+                                      "only public addresses may be reached")
+    refusals = [r for r in caplog.records if r.name == "toolkeeper.outbound"]
+    assert len(refusals) == 1  # one attempt: trying again cannot help
 
 
 def test_an_idempotent_tool_is_tried_again_when_the_server_is_lost_and_another_is_not(mcp, tmp_path):

@@ -16,6 +16,7 @@ from tools.isolation import CallStop
 from tools.mcp_client import (
     McpEndpoint,
     UpstreamCancelled,
+    UpstreamRefused,
     UpstreamTimedOut,
     UpstreamToolError,
     UpstreamUnavailable,
@@ -257,7 +258,7 @@ def test_a_loopback_server_is_refused_without_the_admins_allow_list(http_server,
                                         headers={"Authorization": f"Bearer {token}"}))
     for attempt in (lambda: mcp_list_tools(target), lambda: mcp_call_tool(target, "echo", {}, timeout_s=5),
                     lambda: mcp_probe(target)):
-        with pytest.raises(UpstreamUnavailable) as refused:
+        with pytest.raises(UpstreamRefused) as refused:
             attempt()
         assert str(refused.value) == ("MCP server local may not be reached: 127.0.0.1 is a loopback address; "
                                       "only public addresses may be reached")
@@ -275,21 +276,21 @@ def test_a_name_resolving_to_loopback_is_refused_at_connect_time(http_server, mo
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     target = endpoint_of(unsaved_server(transport="streamable_http",
                                         url=f"http://tools.example.test:{http_server.port}/mcp"))
-    with pytest.raises(UpstreamUnavailable, match="tools.example.test resolves to a loopback address"):
+    with pytest.raises(UpstreamRefused, match="tools.example.test resolves to a loopback address"):
         mcp_list_tools(target)
 
 
 def test_a_metadata_address_is_refused(settings):
     settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = ["169.254.0.0/16"]  # a network does not open metadata
     target = endpoint_of(unsaved_server(transport="streamable_http", url="http://169.254.169.254/mcp"))
-    with pytest.raises(UpstreamUnavailable, match="169.254.169.254 is a cloud metadata address"):
+    with pytest.raises(UpstreamRefused, match="169.254.169.254 is a cloud metadata address"):
         mcp_call_tool(target, "echo", {}, timeout_s=5)
 
 
 def test_a_stdio_server_outside_the_allow_list_is_refused(stdio_servers):
-    with pytest.raises(UpstreamUnavailable, match=r"^'bash' is not an allowed stdio server$"):
+    with pytest.raises(UpstreamRefused, match=r"^'bash' is not an allowed stdio server$"):
         endpoint_of(unsaved_server(transport="stdio", command="bash"))
-    with pytest.raises(UpstreamUnavailable, match="is not an allowed stdio server"):
+    with pytest.raises(UpstreamRefused, match="is not an allowed stdio server"):
         endpoint_of(unsaved_server(transport="stdio", command="/bin/sh"))
 
 
