@@ -9,13 +9,13 @@ class ToolsConfig(AppConfig):
 
         from tenancy.signals import tenant_created
 
-        from . import builtins, examples, sources  # noqa: F401  (registers the shipped Python tools)
+        from . import builtins, examples, mcp_source, sources  # noqa: F401  (registers the shipped tools' sources)
         from .catalog import bump_on_change
-        from .models import BoundArgument, Tool, ToolGroup
+        from .models import BoundArgument, McpServer, Tool, ToolGroup
         from .services import catalog_sync_all, tenant_seed_catalog
 
         tenant_created.connect(tenant_seed_catalog, dispatch_uid="tools.seed_catalog")
-        for model in (Tool, ToolGroup, BoundArgument):
+        for model in (Tool, ToolGroup, BoundArgument, McpServer):  # a server's tools leave the surface with it
             post_save.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.save.{model.__name__}")
             post_delete.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.delete.{model.__name__}")
         m2m_changed.connect(bump_on_change, sender=ToolGroup.tools.through, dispatch_uid="tools.catalog.members")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from tenancy.versions import VersionedCache, version_bump
 
-from .models import RESERVED_GROUP, BoundArgument, CatalogVersion, Tool, ToolGroup
+from .models import RESERVED_GROUP, BoundArgument, CatalogVersion, Tool, ToolGroup, ToolSource
 from .schemas import InputValidator
 
 
@@ -88,7 +88,10 @@ class ExposedTool:
 
 def _load(tenant_id: int, version: int) -> CatalogSnapshot:
     snapshot = CatalogSnapshot(version=version)
-    tools = {tool.pk: tool for tool in Tool.objects.for_tenant(tenant_id).filter(enabled=True)}
+    # The tools of a disabled MCP server leave the surface with it (their rows stay as they are). A tool whose
+    # server was deleted is disabled by the sync side; if one is not, its source refuses the call.
+    tools = {tool.pk: tool for tool in Tool.objects.for_tenant(tenant_id).filter(enabled=True).exclude(
+        source=ToolSource.MCP, mcp_server__enabled=False)}
     snapshot.tools = {tool.name: tool for tool in tools.values()}
     members = ToolGroup.tools.through.objects.filter(toolgroup__tenant_id=tenant_id).values_list(
         "toolgroup_id", "tool_id")

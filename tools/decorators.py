@@ -72,6 +72,12 @@ class ToolContext:
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
+    @property
+    def cancel_signal(self) -> threading.Event:
+        """The call's stop signal itself, for code that waits where `sleep` and `emit` cannot see, such as a
+        request on another event loop (the MCP source): it is set at the call's timeout or cancel."""
+        return self._cancelled
+
     def check_cancelled(self) -> None:
         if self._cancelled.is_set():
             raise CallCancelled("the call was cancelled")

@@ -7,6 +7,7 @@ TOOLKEEPER_EXECUTOR=celery.
 import base64
 import binascii
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -88,6 +89,25 @@ def secrets_keys(value: str, *, debug: bool, data_dir: Path) -> list[str]:
 
 
 TOOLKEEPER_SECRETS_KEYS = secrets_keys(os.environ.get("TOOLKEEPER_SECRETS_KEY", ""), debug=DEBUG, data_dir=DATA_DIR)
+
+
+def mcp_stdio_servers(value: str) -> dict:
+    """The stdio MCP servers tenants may pick (tools.mcp_client), from TOOLKEEPER_MCP_STDIO_SERVERS: a JSON
+    object, or the path of a file holding one: {"name": {"command": "...", "args": [...], "env": {...},
+    "tenant_env": ["NAMES", "a tenant may set"]}}. A tenant names an entry; it never gives a command."""
+    value = value.strip()
+    if not value:
+        return {}
+    try:
+        text = value if value.startswith("{") else Path(value).read_text()
+        servers = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise ImproperlyConfigured(f"TOOLKEEPER_MCP_STDIO_SERVERS: not a JSON object nor a file holding one ({exc})") \
+            from None
+    if not isinstance(servers, dict):
+        raise ImproperlyConfigured("TOOLKEEPER_MCP_STDIO_SERVERS: a JSON object of name → {command, args, env, "
+                                   "tenant_env}")
+    return servers
 
 INSTALLED_APPS = [
     "daphne",
@@ -288,6 +308,12 @@ TOOLKEEPER_MAX_BATCH = 64
 TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS", "").split(",") if h.strip()
 ]
+# Tenants' MCP servers (tools.mcp_client, tools.mcp_source): the stdio servers tenants may pick (the admin's
+# allow-list, see mcp_stdio_servers above), how often each enabled server's tools are synced, and how long
+# an unused pooled session stays open.
+TOOLKEEPER_MCP_STDIO_SERVERS = mcp_stdio_servers(os.environ.get("TOOLKEEPER_MCP_STDIO_SERVERS", ""))
+TOOLKEEPER_MCP_SYNC_INTERVAL_S = float(os.environ.get("TOOLKEEPER_MCP_SYNC_INTERVAL_S", 300))
+TOOLKEEPER_MCP_SESSION_IDLE_S = float(os.environ.get("TOOLKEEPER_MCP_SESSION_IDLE_S", 900))
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "memory://"
 CELERY_TASK_ACKS_LATE = True
