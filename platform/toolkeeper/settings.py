@@ -7,6 +7,7 @@ TOOLKEEPER_EXECUTOR=celery.
 import base64
 import binascii
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -288,6 +289,9 @@ TOOLKEEPER_MAX_BATCH = 64
 TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS", "").split(",") if h.strip()
 ]
+# The MCP servers tenants may start as local processes (stdio): name -> {"command": str, "args": [str],
+# "env": {name: value}, "tenant_env": [names a tenant may set]}. A tenant picks a name, never a command line.
+TOOLKEEPER_MCP_STDIO_SERVERS = json.loads(os.environ.get("TOOLKEEPER_MCP_STDIO_SERVERS", "{}"))
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "memory://"
 CELERY_TASK_ACKS_LATE = True
