@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from audit.models import Event
-from tools.mcp_servers import UNEXPECTED, mcp_server_create, mcp_tool_name
+from tools.mcp_servers import UNEXPECTED, mcp_server_create, mcp_servers_sync_all, mcp_tool_name
 from tools.models import McpServer, Tool
 
 pytestmark = pytest.mark.django_db
@@ -140,3 +140,12 @@ def test_a_url_refused_at_connect_time_is_an_error_in_plain_words(world, unreach
     settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = []
     sync = world.a.client("admin").post(f"{URL}/{server.pk}/sync").json()["sync"]
     assert sync["status"] == "error" and "loopback" in sync["error"]
+
+
+def test_the_periodic_sync_takes_every_enabled_server(world, stdio_upstream):
+    stdio_server(world.a.client("admin"), listed=["search"])
+    off = stdio_server(world.b.client("admin"), listed=["search"], enabled=False)
+    assert mcp_servers_sync_all() == 1
+    assert McpServer.objects.for_tenant(world.a.tenant).get().status == "ok"
+    assert McpServer.objects.for_tenant(world.b.tenant).get(pk=off["id"]).status == "new"
+    assert not Tool.objects.for_tenant(world.b.tenant).filter(source="mcp").exists()
