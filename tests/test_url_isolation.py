@@ -20,7 +20,9 @@ from tenancy.models import ApiKey
 from tenancy.scoping import TenantOwned
 from tenancy.services import apikey_create
 from tools.calls import calls_submit
-from tools.models import AgentSession, BoundArgument, Tool, ToolCall, ToolGroup
+from tools.mcp_client import UpstreamTool
+from tools.mcp_servers import mcp_server_create, mcp_tools_reconcile
+from tools.models import AgentSession, BoundArgument, McpServer, Tool, ToolCall, ToolGroup
 from tools.services import binding_set, group_create, session_create
 
 SKIPPED_PREFIXES = ("admin/", "api/schema/", "api/docs/", "login/", "logout/")
@@ -140,6 +142,17 @@ def _knowledge_rows(tw, marker: str) -> None:
     document_ingest(tenant=tw.tenant, dataset=dataset, title=f"{marker} document", text=f"{marker} text")
 
 
+def _mcp_rows(tw, marker: str) -> None:
+    """An MCP server with a credential and a synced tool. Disabled, so a control request (sync, test) is refused
+    without reaching out to anything."""
+    server = mcp_server_create(tenant=tw.tenant, name="walk", transport="streamable_http",
+                               url="https://93.184.215.14/mcp", headers={"Authorization": f"Bearer {marker}-token"},
+                               include=[f"{marker}-tool", "search"])
+    mcp_tools_reconcile(server=server, listed=[UpstreamTool(f"{marker}-tool", f"{marker} tool", {"type": "object"})])
+    server.enabled = False
+    server.save()
+
+
 @pytest.fixture
 def scene(world):
     a, b = world.a, world.b
@@ -155,6 +168,7 @@ def scene(world):
     for tw in (a, b):
         _governance_rows(tw, note=f"{B_MARKER} rule" if tw is b else "A rule")
         _knowledge_rows(tw, B_MARKER if tw is b else "A-only")
+        _mcp_rows(tw, B_MARKER if tw is b else "A-only")
     issued = apikey_create(tenant=a.tenant, name="walker", scopes=["agent", "external", "admin"])
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.key}")
@@ -230,6 +244,7 @@ PARAM_MODELS = {
     "request_id": "approvals.ApprovalRequest",
     "dataset_id": "knowledge.Dataset",
     "document_id": "knowledge.Document",
+    "server_id": "tools.McpServer",
 }
 
 
@@ -260,9 +275,9 @@ def _console_kwargs(route: Route, ids: dict, tenant_slug: str) -> dict:
 
 
 # Console links to objects: /t/<slug>/<kind>/<id>/ — B's ids must never be linked from A's pages.
-LINK = re.compile(r"/t/[\w-]+/(tools|groups|bindings|keys|sessions|calls)/([\w-]+)/")
+LINK = re.compile(r"/t/[\w-]+/(tools|groups|bindings|keys|sessions|calls|mcp-servers)/([\w-]+)/")
 LINK_MODELS = {"tools": Tool, "groups": ToolGroup, "bindings": BoundArgument, "keys": ApiKey,
-               "sessions": AgentSession, "calls": ToolCall}
+               "sessions": AgentSession, "calls": ToolCall, "mcp-servers": McpServer}
 B_IDS: dict = {}  # model -> B's ids as strings, filled by the test
 
 
@@ -416,7 +431,9 @@ def test_every_route_is_covered_and_isolated(scene):
 def test_walker_sees_the_api_and_console_routes():
     names = {route.name for route in walk()}
     for expected in ("api:session-detail", "api:session-calls", "api:call-detail", "api:call-cancel",
-                     "api:tool-detail", "api:group-list", "api:binding-detail", "api:audit-list", "console:dashboard"):
+                     "api:tool-detail", "api:group-list", "api:binding-detail", "api:audit-list", "console:dashboard",
+                     "api:mcp-server-detail", "api:mcp-server-sync", "api:mcp-server-test", "console:mcp_server_detail",
+                     "console:mcp_server_sync"):
         assert expected in names
 
 

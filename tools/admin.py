@@ -9,9 +9,13 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from audit.services import audit_record
+from toolkeeper.errors import ServiceError
 from toolkeeper.json_values import JSONValueField
 
-from .models import AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolGroup
+from .mcp_servers import FIELDS as MCP_SERVER_FIELDS
+from .mcp_servers import SECRET_FIELDS, mcp_server_check, mcp_server_delete
+from .models import AgentSession, BoundArgument, CallEvent, McpServer, Tool, ToolCall, ToolGroup
 from .schemas import SchemaProblem, schema_check
 
 
@@ -158,3 +162,59 @@ class ToolCallAdmin(ReadOnlyMixin, PlatformAdminMixin, admin.ModelAdmin):
     list_select_related = ("tenant",)
     date_hierarchy = "created_at"
     inlines = [CallEventInline]
+
+
+class McpServerForm(SameTenantForm):
+    """Checked as the tenant's own forms are (outbound addresses, the stdio allow-list). Credentials are not
+    fields at all: they are the tenant's, written through the console or the API, and never shown."""
+
+    class Meta:
+        model = McpServer
+        fields = ("tenant", *(name for name in MCP_SERVER_FIELDS if name not in SECRET_FIELDS))
+
+    def clean(self):
+        cleaned = super().clean()
+        tenant = cleaned.get("tenant") or getattr(self.instance, "tenant", None)
+        if tenant is None:
+            return cleaned
+        instance = self.instance if self.instance.pk else None
+        changes = {name: cleaned[name] for name in MCP_SERVER_FIELDS if name in cleaned}
+        try:
+            mcp_server_check(tenant, changes, instance=instance)
+        except ServiceError as exc:
+            for field, messages in exc.fields.items():
+                self.add_error(field if field in self.fields else None, messages)
+            for message in exc.messages:
+                self.add_error(None, message)
+        return cleaned
+
+
+@admin.register(McpServer)
+class McpServerAdmin(PlatformAdminMixin, admin.ModelAdmin):
+    form = McpServerForm
+    list_display = ("name", "tenant", "transport", "enabled", "trusted", "status", "last_synced_at")
+    list_filter = ("transport", "enabled", "trusted", "status")
+    search_fields = ("name", "tenant__slug", "url", "command")
+    list_select_related = ("tenant",)
+    readonly_fields = ("header_names", "env_names", "status", "last_error", "last_synced_at", "created_at",
+                       "updated_at")
+
+    @admin.display(description="headers (names only)")
+    def header_names(self, server) -> str:
+        return ", ".join(sorted(server.headers or {})) or "—"
+
+    @admin.display(description="environment (names only)")
+    def env_names(self, server) -> str:
+        return ", ".join(sorted(server.env or {})) or "—"
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        audit_record(tenant=obj.tenant, actor=request.user, verb=f"mcp_server.{'updated' if change else 'created'}",
+                     target=f"mcp_server:{obj.name}", data={"fields": sorted(form.changed_data), "via": "admin"})
+
+    def delete_model(self, request, obj):
+        mcp_server_delete(server=obj, actor=request.user)  # its tools disabled and kept, audited
+
+    def delete_queryset(self, request, queryset):
+        for server in queryset:
+            mcp_server_delete(server=server, actor=request.user)

@@ -1,11 +1,11 @@
 """Console routes. Parameter names are fixed (the cross-tenant URL-conf walk substitutes ids by name):
-`tenant` (slug), `tool_id`, `group_id`, `binding_id`, `key_id`, `session_id`, `call_id`; what each names is
+`tenant` (slug), `tool_id`, `group_id`, `binding_id`, `key_id`, `session_id`, `call_id`, `server_id`; what each names is
 declared here for `tenant_view`."""
 from django.urls import include, path
 
 from tenancy.models import ApiKey
 from tenancy.web import register_url_objects
-from tools.models import AgentSession, BoundArgument, Tool, ToolCall, ToolGroup
+from tools.models import AgentSession, BoundArgument, McpServer, Tool, ToolCall, ToolGroup
 
 from . import views
 
@@ -18,12 +18,20 @@ register_url_objects({
     "key_id": (ApiKey, "api_key"),
     "session_id": (AgentSession, "session"),
     "call_id": (ToolCall, "call"),
+    "server_id": (McpServer, "server"),
 })
 
 tenant_pages = [
     path("", views.dashboard, name="dashboard"),
     path("tools/", views.tool_list, name="tool_list"),
     path("tools/<int:tool_id>/", views.tool_detail, name="tool_detail"),
+    path("mcp-servers/", views.mcp_server_list, name="mcp_server_list"),
+    path("mcp-servers/new/", views.mcp_server_create, name="mcp_server_create"),
+    path("mcp-servers/<int:server_id>/", views.mcp_server_detail, name="mcp_server_detail"),
+    path("mcp-servers/<int:server_id>/edit/", views.mcp_server_edit, name="mcp_server_edit"),
+    path("mcp-servers/<int:server_id>/delete/", views.mcp_server_delete, name="mcp_server_delete"),
+    path("mcp-servers/<int:server_id>/sync/", views.mcp_server_sync, name="mcp_server_sync"),
+    path("mcp-servers/<int:server_id>/test/", views.mcp_server_test, name="mcp_server_test"),
     path("groups/", views.group_list, name="group_list"),
     path("groups/new/", views.group_create, name="group_create"),
     path("groups/<int:group_id>/", views.group_edit, name="group_edit"),

@@ -171,6 +171,30 @@ def test_each_operation_states_the_scope_its_view_enforces(schema):
     assert schema["paths"]["/api/v1/rules"]["get"]["x-console-roles"] == ["admin", "operator", "reviewer", "viewer"]
 
 
+def test_mcp_servers_are_documented_with_write_only_credentials(schema):
+    for path, methods in (("/api/v1/mcp-servers", {"get", "post"}),
+                          ("/api/v1/mcp-servers/{id}", {"get", "put", "patch", "delete"}),
+                          ("/api/v1/mcp-servers/{id}/sync", {"post"}), ("/api/v1/mcp-servers/{id}/test", {"post"})):
+        assert set(schema["paths"][path]) & set(METHODS) == methods, path
+        for method in methods:
+            assert schema["paths"][path][method]["x-required-scope"] == ["admin"], (method, path)
+    assert "201" in schema["paths"]["/api/v1/mcp-servers"]["post"]["responses"]
+    server = body(schema, "/api/v1/mcp-servers/{id}", "get", 200)
+    assert {"header_names", "env_names", "status", "last_error", "last_synced_at", "tools"} <= set(server["properties"])
+    assert not {"headers", "env"} & set(server["properties"])  # never in an answer
+    sent = request(schema, "/api/v1/mcp-servers", "post")
+    assert sorted(sent["required"]) == ["name", "transport"]
+    for name in ("headers", "env"):
+        assert sent["properties"][name]["writeOnly"] is True
+        assert sent["properties"][name]["additionalProperties"] == {"type": "string"}
+    assert "required" not in request(schema, "/api/v1/mcp-servers/{id}", "patch")
+    sync = body(schema, "/api/v1/mcp-servers/{id}/sync", "post", 200)
+    assert sorted(sync["required"]) == ["server", "sync"]
+    counts = ref(schema, sync["properties"]["sync"])
+    assert sorted(counts["required"]) == ["added", "disabled", "error", "skipped", "status", "updated"]
+    assert "requestBody" not in schema["paths"]["/api/v1/mcp-servers/{id}/sync"]["post"]
+
+
 def _api_routes(resolver: URLResolver, prefix: str = ""):
     for pattern in resolver.url_patterns:
         route = prefix + str(pattern.pattern)

@@ -1,6 +1,15 @@
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
+from tools.models import McpServer
+
+
+def mcp_server_of(tenant_world) -> McpServer:
+    """The tenant's MCP server for page tests (disabled: nothing here reaches out to it)."""
+    server, _ = McpServer.objects.get_or_create(tenant=tenant_world.tenant, name="pages", defaults={
+        "transport": "streamable_http", "url": "https://93.184.215.14/mcp", "enabled": False})
+    return server
+
 
 def object_ids(tenant_world) -> dict:
     """One id per console URL parameter, from a tenant of the test world."""
@@ -11,6 +20,7 @@ def object_ids(tenant_world) -> dict:
         "key_id": tenant_world.key_objects["agent"].pk,
         "session_id": str(tenant_world.session.pk),
         "call_id": str(tenant_world.calls[0].pk),
+        "server_id": mcp_server_of(tenant_world).pk,
     }
 
 

@@ -3,7 +3,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from tools.models import AgentSession, BoundArgument, Tool, ToolCall, ToolGroup
+from tools.mcp_client import UpstreamTool
+from tools.mcp_servers import mcp_server_create, mcp_tools_reconcile
+from tools.models import AgentSession, BoundArgument, McpServer, Tool, ToolCall, ToolGroup
 
 pytestmark = pytest.mark.django_db
 
@@ -74,3 +76,49 @@ def test_admin_adds_a_binding_and_refuses_a_duplicate(world, superuser_client):
     assert again.status_code == 200
     assert "already exists" in again.content.decode()
     assert BoundArgument.objects.for_tenant(world.a.tenant).filter(tool=tool, agent="", name="timezone").count() == 1
+
+
+MCP_TOKEN = "Bearer admin-page-5ecret-31c"  # noqa: S105
+
+
+def _mcp_server(tenant, **fields):
+    return mcp_server_create(tenant=tenant, name="github", transport="streamable_http",
+                             url="https://93.184.215.14/mcp", headers={"Authorization": MCP_TOKEN}, **fields)
+
+
+def _admin_form(server, **changes) -> dict:
+    form = {"tenant": server.tenant_id, "name": server.name, "transport": server.transport, "url": server.url,
+            "command": "", "timeout_s": server.timeout_s, "include": "[]", "exclude": "[]"}
+    form.update({"enabled": "on"} if server.enabled else {})
+    return {**form, **changes}
+
+
+def test_admin_shows_mcp_servers_with_header_names_only(world, superuser_client):
+    server = _mcp_server(world.a.tenant)
+    for url in ("/admin/tools/mcpserver/", f"/admin/tools/mcpserver/{server.pk}/change/"):
+        response = superuser_client.get(url)
+        assert response.status_code == 200, url
+        assert "admin-page-5ecret" not in response.content.decode()
+    assert "Authorization" in superuser_client.get(f"/admin/tools/mcpserver/{server.pk}/change/").content.decode()
+
+
+def test_admin_checks_an_mcp_server_as_tenants_forms_do_and_keeps_its_headers(world, superuser_client):
+    server = _mcp_server(world.a.tenant)
+    url = f"/admin/tools/mcpserver/{server.pk}/change/"
+    refused = superuser_client.post(url, _admin_form(server, url="http://169.254.169.254/latest/"))
+    assert refused.status_code == 200 and "a cloud metadata address" in refused.content.decode()
+    moved = superuser_client.post(url, _admin_form(server, url="https://93.184.215.15/mcp"))
+    assert moved.status_code == 200 and "send the headers again" in moved.content.decode()
+    saved = superuser_client.post(url, _admin_form(server, timeout_s=9))
+    assert saved.status_code == 302, saved.content.decode()[:3000]
+    server = McpServer.objects.for_tenant(world.a.tenant).get(pk=server.pk)
+    assert server.timeout_s == 9 and dict(server.headers) == {"Authorization": MCP_TOKEN}
+
+
+def test_admin_deleting_an_mcp_server_disables_its_tools(world, superuser_client):
+    server = _mcp_server(world.a.tenant)
+    mcp_tools_reconcile(server=server, listed=[UpstreamTool("search", "", {"type": "object"})])
+    response = superuser_client.post(f"/admin/tools/mcpserver/{server.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    tool = Tool.objects.for_tenant(world.a.tenant).get(name="mcp__github__search")
+    assert tool.enabled is False and tool.mcp_server_id is None

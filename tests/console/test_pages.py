@@ -8,10 +8,11 @@ pytestmark = pytest.mark.django_db
 
 # Pages a member of each role may open with GET (the rest are POST-only or need a higher role).
 READ_PAGES = ["dashboard", "tool_list", "tool_detail", "group_list", "binding_list", "apikey_list", "session_list",
-              "session_detail", "call_list", "call_detail"]
-OPERATOR_PAGES = ["group_create", "group_edit", "group_delete", "binding_create", "tenant_settings"]
+              "session_detail", "call_list", "call_detail", "mcp_server_list", "mcp_server_detail"]
+OPERATOR_PAGES = ["group_create", "group_edit", "group_delete", "binding_create", "tenant_settings",
+                  "mcp_server_create", "mcp_server_edit", "mcp_server_delete"]
 ADMIN_PAGES = ["apikey_create", "apikey_created"]
-POST_ONLY = ["binding_delete", "apikey_revoke"]
+POST_ONLY = ["binding_delete", "apikey_revoke", "mcp_server_sync", "mcp_server_test"]
 
 
 def test_the_page_lists_cover_every_console_route(routes):

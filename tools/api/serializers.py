@@ -6,7 +6,15 @@ from rest_framework import serializers
 
 from toolkeeper import serializers as strict
 from toolkeeper.openapi import NOT_NULL
-from tools.models import AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolGroup
+from tools.mcp_servers import (
+    HEADERS_MAX,
+    NAME_LENGTH_MAX,
+    NAMES_MAX,
+    SERVER_NAME,
+    SERVER_NAME_RULE,
+    TIMEOUT_RANGE,
+)
+from tools.models import AgentSession, BoundArgument, CallEvent, McpServer, McpTransport, Tool, ToolCall, ToolGroup
 from tools.registry import annotate_calls
 from tools.selectors import FORMATS
 
@@ -322,3 +330,104 @@ class BindingSerializer(strict.ModelSerializer):
         if data["value_hidden"]:
             data["value"] = None
         return data
+
+
+# --- MCP servers -------------------------------------------------------------------------------
+
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}, "writeOnly": True})
+class CredentialsField(serializers.JSONField):
+    """Names and values of credentials (headers, environment): written, never read back. The service checks
+    them whole (types, names, sizes), without echoing a value in its messages."""
+
+    def __init__(self, **kwargs):
+        super().__init__(write_only=True, required=False, **kwargs)
+
+
+class McpServerToolSerializer(serializers.ModelSerializer):
+    upstream_name = serializers.CharField(source="source_ref", help_text="the tool's name on the server")
+    offered = serializers.SerializerMethodField(help_text="false when the server no longer offers it (it is then "
+                                                "disabled and taken back, enabled, when offered again)")
+
+    class Meta:
+        model = Tool
+        fields = ["id", "name", "upstream_name", "enabled", "offered"]
+        read_only_fields = fields
+
+    def get_offered(self, tool) -> bool:
+        return tool.mcp_server_id is not None
+
+
+def upstream_names_field(help_text: str) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.CharField(trim_whitespace=False, max_length=NAME_LENGTH_MAX), max_length=NAMES_MAX,
+        required=False, help_text=help_text)
+
+
+class McpServerSerializer(strict.ModelSerializer):
+    name = serializers.CharField(max_length=24, validators=[RegexValidator(
+        r"^(?:" + SERVER_NAME.pattern + r")\Z", SERVER_NAME_RULE)],
+        help_text="the `{server}` of its tools' names `mcp__{server}__{tool}`; cannot change")
+    transport = serializers.ChoiceField(choices=McpTransport.values)
+    url = serializers.CharField(max_length=2000, required=False, allow_blank=True,
+                                help_text="HTTP transports: the server's URL (public addresses only, unless the "
+                                          "platform admin allows the host)")
+    headers = CredentialsField(help_text="HTTP transports: headers sent with every request, e.g. Authorization. "
+                               "Write-only: left out, the stored ones stay; `{}` removes them. Changing the URL "
+                               f"to another host needs them sent again. At most {HEADERS_MAX}.")
+    header_names = serializers.SerializerMethodField(help_text="the names of the stored headers (never their values)")
+    command = serializers.CharField(max_length=64, required=False, allow_blank=True,
+                                    help_text="stdio: a name from the platform admin's allow-list of servers")
+    env = CredentialsField(help_text="stdio: values of the environment variables that server lets tenants set. "
+                           "Write-only, like headers.")
+    env_names = serializers.SerializerMethodField(help_text="the names of the stored variables (never their values)")
+    timeout_s = serializers.FloatField(min_value=TIMEOUT_RANGE[0], max_value=TIMEOUT_RANGE[1], required=False,
+                                       help_text="the limit of each call of its tools, and of a sync")
+    include = upstream_names_field("upstream tool names to take; empty: every tool")
+    exclude = upstream_names_field("upstream tool names to leave out")
+    trusted = serializers.BooleanField(required=False, help_text="its tools' annotations (readOnlyHint, "
+                                       "destructiveHint, idempotentHint) become their flags")
+    tools = serializers.SerializerMethodField()
+
+    class Meta:
+        model = McpServer
+        fields = ["id", "name", "transport", "url", "headers", "header_names", "command", "env", "env_names",
+                  "enabled", "timeout_s", "include", "exclude", "trusted", "status", "last_error", "last_synced_at",
+                  "tools", "created_at", "updated_at"]
+        read_only_fields = ["status", "last_error", "last_synced_at", "created_at", "updated_at"]
+        extra_kwargs = {"last_error": {"help_text": "why the last sync failed, in plain words"}}
+        validators = []  # the service checks the name's uniqueness in the tenant
+
+    def get_header_names(self, server) -> list[str]:
+        return sorted(server.headers or {})
+
+    def get_env_names(self, server) -> list[str]:
+        return sorted(server.env or {})
+
+    @extend_schema_field(McpServerToolSerializer(many=True))
+    def get_tools(self, server) -> list[dict]:
+        tools = self.context.get("tools_by_server", {}).get(server.pk)
+        return McpServerToolSerializer(tools or [], many=True).data
+
+
+class McpSkippedSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="the upstream name")
+    reason = serializers.CharField()
+
+
+class McpSyncSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["ok", "error"])
+    error = serializers.CharField(allow_blank=True, help_text="why the server could not be synced, in plain words")
+    added = serializers.IntegerField()
+    updated = serializers.IntegerField()
+    disabled = serializers.IntegerField(help_text="tools the server no longer offers")
+    skipped = McpSkippedSerializer(many=True, help_text="tools left out, with the reason")
+
+
+class McpSyncResultSerializer(serializers.Serializer):
+    server = McpServerSerializer()
+    sync = McpSyncSerializer()
+
+
+class McpTestResultSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    info = serializers.DictField(help_text="what the server says of itself")

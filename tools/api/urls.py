@@ -7,6 +7,7 @@ router = SimpleRouter(trailing_slash=False)
 router.register("tools", views.ToolViewSet, basename="tool")
 router.register("groups", views.GroupViewSet, basename="group")
 router.register("bindings", views.BindingViewSet, basename="binding")
+router.register("mcp-servers", views.McpServerViewSet, basename="mcp-server")
 
 urlpatterns = [
     path("sessions", views.SessionCreateView.as_view(), name="session-create"),

@@ -1,8 +1,9 @@
-"""The app-facing API of ../shared/API.md, and the admin endpoints for tools, groups and bindings."""
+"""The app-facing API of ../shared/API.md, and the admin endpoints for tools, groups, bindings and MCP servers."""
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins
+from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -17,7 +18,7 @@ from tenancy.web import acting_user
 from toolkeeper.api import exception_handler
 from toolkeeper.openapi import CONFLICT
 from tools import calls as tool_calls
-from tools import selectors, services
+from tools import mcp_servers, selectors, services
 from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, ToolCall
 from tools.runtime import runtime
 from tools.waiting import WaitPlan, run_db
@@ -257,3 +258,56 @@ class BindingViewSet(TenantModelViewSet):
 
     def perform_destroy(self, instance):
         services.binding_delete(binding=instance, actor=acting_user(self.request))
+
+
+class McpServerViewSet(TenantModelViewSet):
+    """A tenant's MCP servers. Credentials (`headers`, `env`) are write-only: answers give their names."""
+
+    serializer_class = s.McpServerSerializer
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.get_queryset())
+        tools = mcp_servers.mcp_tools_by_server(self.tenant, page)
+        context = {**self.get_serializer_context(), "tools_by_server": tools}
+        return self.get_paginated_response(s.McpServerSerializer(page, many=True, context=context).data)
+
+    def retrieve(self, request, *args, **kwargs):
+        return Response(self.represent(self.get_object()))
+
+    def represent(self, server) -> dict:
+        context = {**self.get_serializer_context(),
+                   "tools_by_server": mcp_servers.mcp_tools_by_server(self.tenant, [server])}
+        return s.McpServerSerializer(server, context=context).data
+
+    def create(self, request, *args, **kwargs):
+        body = self.get_serializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        server = mcp_servers.mcp_server_create(tenant=self.tenant, actor=acting_user(request), **body.validated_data)
+        return Response(self.represent(server), status=201)
+
+    def update(self, request, *args, **kwargs):
+        server = self.get_object()
+        body = self.get_serializer(server, data=request.data, partial=kwargs.get("partial", False))
+        body.is_valid(raise_exception=True)
+        server = mcp_servers.mcp_server_update(server=server, actor=acting_user(request), **body.validated_data)
+        return Response(self.represent(server))
+
+    def perform_destroy(self, instance):
+        mcp_servers.mcp_server_delete(server=instance, actor=acting_user(self.request))
+
+    @extend_schema(request=None, responses=s.McpSyncResultSerializer)
+    @action(detail=True, methods=["post"])
+    def sync(self, request, pk=None):
+        """List the server's tools into the catalog now. A server that cannot be reached is no error of this
+        request: the answer is 200 with `sync.status` "error" and the reason, also kept as `last_error`."""
+        server = self.get_object()
+        result = mcp_servers.mcp_server_sync(server=server, actor=acting_user(request))
+        result = {**result, "skipped": [{"name": name, "reason": reason} for name, reason in result["skipped"]]}
+        return Response({"server": self.represent(server), "sync": result})
+
+    @extend_schema(request=None, responses=s.McpTestResultSerializer)
+    @action(detail=True, methods=["post"])
+    def test(self, request, pk=None):
+        """Connect to the server and say whether it answers; a failure is a 400 saying why, in plain words."""
+        server = self.get_object()
+        return Response(mcp_servers.mcp_server_probe(server=server, actor=acting_user(request)))

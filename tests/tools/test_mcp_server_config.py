@@ -1,0 +1,286 @@
+"""Registering an MCP server (tools.mcp_servers): what a tenant may not point it at, the stdio allow-list, and
+credentials that are written, used and never shown back — not in errors, the audit trail or the log."""
+import logging
+import socket
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from audit.models import Event
+from toolkeeper.errors import ServiceError
+from tools.mcp_servers import mcp_server_create, mcp_server_delete, mcp_server_sync, mcp_server_update
+from tools.models import McpServer, McpStatus
+
+pytestmark = pytest.mark.django_db
+
+PUBLIC_URL = "https://93.184.215.14/mcp"  # a literal public address: checked without a lookup, never reached
+TOKEN = "Bearer ghp_5ecret-T0ken-9d2f"  # noqa: S105
+ENV_SECRET = "sk-env-5ecret-77aa"  # noqa: S105
+STDIO = {
+    "files": {"command": "/usr/bin/env", "args": ["mcp-files"], "env": {"ROOT": "/srv"}, "tenant_env": ["API_TOKEN"]},
+    "clock": {"command": "/usr/bin/env", "args": ["mcp-clock"]},
+}
+
+
+@pytest.fixture
+def resolver(monkeypatch):
+    """Names of this test resolved to the addresses given (`resolver["a.test"] = ["127.0.0.1"]`)."""
+    real, names = socket.getaddrinfo, {}
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        key = host.decode() if isinstance(host, bytes) else host
+        if key not in names:
+            return real(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port or 0)) for a in names[key]]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return names
+
+
+def refused(field: str, **fields) -> str:
+    with pytest.raises(ServiceError) as caught:
+        mcp_server_create(**fields)
+    assert field in caught.value.fields, caught.value.detail
+    return " ".join(caught.value.fields[field])
+
+
+def http(tenant, **fields) -> dict:
+    return {"tenant": tenant, "name": "github", "transport": "streamable_http", "url": PUBLIC_URL, **fields}
+
+
+# --- where it may point --------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("url", "kind"), [
+    ("http://127.0.0.1:8000/mcp", "is a loopback address"),
+    ("http://[::1]/mcp", "is a loopback address"),
+    ("http://localhost:3000/mcp", "is a loopback address"),
+    ("http://api.localhost/mcp", "is a loopback address"),
+    ("http://10.1.2.3/mcp", "is a private address"),
+    ("http://192.168.0.10/mcp", "is a private address"),
+    ("http://169.254.169.254/latest/meta-data/", "is a cloud metadata address"),
+    ("http://[fd00:ec2::254]/", "is a cloud metadata address"),
+    ("http://[::ffff:127.0.0.1]/mcp", "is a loopback address"),
+    ("ftp://93.184.215.14/mcp", "only http and https"),
+    ("https://user:pw@93.184.215.14/mcp", "user name or password"),
+    ("not a url", "only http and https"),
+])
+def test_internal_addresses_are_refused(world, url, kind):
+    assert kind in refused("url", **http(world.a.tenant, url=url))
+    assert not McpServer.objects.for_tenant(world.a.tenant).exists()
+
+
+def test_a_name_resolving_to_loopback_is_refused(world, resolver):
+    resolver["evil.test"] = ["127.0.0.1"]
+    resolver["meta.test"] = ["169.254.169.254"]
+    resolver["mixed.test"] = ["93.184.215.14", "10.0.0.7"]
+    assert "evil.test resolves to a loopback address" in refused(
+        "url", **http(world.a.tenant, url="http://evil.test:8000/mcp"))
+    assert "resolves to a cloud metadata address" in refused("url", **http(world.a.tenant, url="http://meta.test/"))
+    assert "resolves to a private address" in refused("url", **http(world.a.tenant, url="http://mixed.test/"))
+
+
+def test_a_name_resolving_to_public_addresses_is_accepted(world, resolver):
+    resolver["mcp.example.test"] = ["93.184.215.14"]
+    server = mcp_server_create(**http(world.a.tenant, url="https://mcp.example.test/mcp"))
+    assert server.url == "https://mcp.example.test/mcp" and server.status == McpStatus.NEW
+
+
+def test_the_admins_allow_list_opens_an_internal_server(world):
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["127.0.0.1"]):
+        server = mcp_server_create(**http(world.a.tenant, url="http://127.0.0.1:9999/mcp"))
+    assert server.url == "http://127.0.0.1:9999/mcp"
+    # once closed, an edit is refused
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=[]), pytest.raises(ServiceError) as caught:
+        mcp_server_update(server=server, url="http://127.0.0.1:9998/mcp")
+    assert "loopback" in caught.value.message
+
+
+# --- stdio: only what the platform admin allows -------------------------------------------------
+
+@override_settings(TOOLKEEPER_MCP_STDIO_SERVERS=STDIO)
+def test_a_stdio_server_is_named_from_the_allow_list(world):
+    server = mcp_server_create(tenant=world.a.tenant, name="files", transport="stdio", command="files",
+                               env={"API_TOKEN": ENV_SECRET})
+    assert (server.command, dict(server.env)) == ("files", {"API_TOKEN": ENV_SECRET})
+    for command in ("/bin/sh", "bash -c 'id'", "python", "files ", "FILES", "", "../files"):
+        message = refused("command", tenant=world.a.tenant, name="x", transport="stdio", command=command)
+        assert "not an allowed stdio server" in message and "clock, files" in message
+
+
+def test_without_an_allow_list_no_stdio_server_can_be_added(world):
+    with override_settings(TOOLKEEPER_MCP_STDIO_SERVERS={}):
+        message = refused("command", tenant=world.a.tenant, name="x", transport="stdio", command="files")
+    assert "none are configured" in message
+
+
+@override_settings(TOOLKEEPER_MCP_STDIO_SERVERS=STDIO)
+def test_only_the_environment_the_entry_lets_tenants_set(world):
+    tenant = world.a.tenant
+    for env in ({"PATH": "/tmp"}, {"LD_PRELOAD": "/tmp/x.so"}, {"ROOT": "/"}, {"API_TOKEN": ENV_SECRET, "HOME": "/"}):
+        message = refused("env", tenant=tenant, name="files", transport="stdio", command="files", env=env)
+        assert "lets tenants set" in message and ENV_SECRET not in message
+    assert "lets tenants set" in refused("env", tenant=tenant, name="clock", transport="stdio", command="clock",
+                                         env={"API_TOKEN": "x"})
+    assert "text" in refused("env", tenant=tenant, name="files", transport="stdio", command="files",
+                             env={"API_TOKEN": 42})
+
+
+@override_settings(TOOLKEEPER_MCP_STDIO_SERVERS=STDIO)
+def test_each_transport_takes_only_its_own_fields(world):
+    tenant = world.a.tenant
+    stdio = {"tenant": tenant, "name": "files", "transport": "stdio", "command": "files"}
+    assert "no URL" in refused("url", **stdio, url=PUBLIC_URL)
+    assert "no headers" in refused("headers", **stdio, headers={"Authorization": TOKEN})
+    assert "names a command" in refused("command", **http(tenant, command="files"))
+    assert "environment" in refused("env", **http(tenant, env={"API_TOKEN": "x"}))
+    assert "needs its URL" in refused("url", **http(tenant, url=""))
+    assert "one of" in refused("transport", **http(tenant, transport="websocket"))
+
+
+@override_settings(TOOLKEEPER_MCP_STDIO_SERVERS=STDIO)
+def test_changing_the_transport_drops_the_other_transports_fields(world):
+    server = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN}))
+    mcp_server_update(server=server, transport="stdio", command="clock")
+    server = McpServer.objects.for_tenant(world.a.tenant).get(pk=server.pk)
+    assert (server.transport, server.url, server.headers, server.command) == ("stdio", "", None, "clock")
+
+
+# --- the rest of the fields --------------------------------------------------------------------
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("name", "GitHub", "lowercase"),
+    ("name", "git_hub", "lowercase"),  # no underscore: `__` separates the server from the tool
+    ("name", "-github", "starting and ending"),
+    ("name", "a" * 25, "1-24"),
+    ("name", "", "1-24"),
+    ("name", "github\n", "1-24"),
+    ("timeout_s", 0, "between 0.1 and 3600"),
+    ("timeout_s", 3601, "between 0.1 and 3600"),
+    ("timeout_s", True, "between 0.1 and 3600"),
+    ("timeout_s", "30", "between 0.1 and 3600"),
+    ("include", "search", "a list"),
+    ("include", [1], "a list"),
+    ("exclude", ["x" * 256], "a list"),
+    ("exclude", ["n"] * 501, "a list"),
+    ("trusted", "yes", "true or false"),
+    ("enabled", 1, "true or false"),
+])
+def test_other_fields_are_checked(world, field, value, message):
+    assert message in refused(field, **http(world.a.tenant, **{field: value}))
+
+
+def test_names_are_unique_in_a_tenant_and_fixed(world):
+    server = mcp_server_create(**http(world.a.tenant))
+    assert "exists" in refused("name", **http(world.a.tenant))
+    mcp_server_create(**http(world.b.tenant))  # another tenant may use it
+    with pytest.raises(ServiceError) as caught:
+        mcp_server_update(server=server, name="gitlab")
+    assert "cannot change" in caught.value.message
+    with pytest.raises(ServiceError):
+        mcp_server_create(**http(world.a.tenant, name="other", colour="blue"))
+
+
+# --- credentials -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("headers", "message"), [
+    ({"Host": "internal"}, "set by the connection"),
+    ({"content-length": "0"}, "set by the connection"),
+    ({"Transfer-Encoding": "chunked"}, "set by the connection"),
+    ({"Connection": "close"}, "set by the connection"),
+    ({"Proxy-Authorization": TOKEN}, "set by the connection"),
+    ({"Mcp-Session-Id": "abc"}, "set by the connection"),
+    ({"Bad Name": "x"}, "is not a header name"),
+    ({"X:Y": "x"}, "is not a header name"),
+    ({"Authorization": TOKEN + "\r\nX-Injected: 1"}, "without line breaks"),
+    ({"Authorization": TOKEN + "\x00"}, "without line breaks"),
+    ({"Authorization": 42}, "must be a string"),
+    ({"Authorization": TOKEN, "authorization": TOKEN}, "given twice"),
+    ({f"X-{n}": "v" for n in range(33)}, "at most 32"),
+    ("Authorization: x", "JSON object"),
+])
+def test_headers_are_checked_without_echoing_a_value(world, headers, message):
+    text = refused("headers", **http(world.a.tenant, headers=headers))
+    assert message in text and "ghp_5ecret" not in text
+
+
+def test_credentials_are_encrypted_at_rest(world):
+    server = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN}))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT headers FROM tools_mcpserver WHERE id = %s", [server.pk])
+        (stored,) = cursor.fetchone()
+    assert "ghp_5ecret" not in stored and "Authorization" not in stored
+    assert dict(McpServer.objects.for_tenant(world.a.tenant).get(pk=server.pk).headers) == {"Authorization": TOKEN}
+    assert "ghp_5ecret" not in repr(server.headers)
+
+
+def test_an_update_without_headers_keeps_them_and_an_empty_object_clears_them(world):
+    server = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN}))
+    mcp_server_update(server=server, timeout_s=10, url=PUBLIC_URL + "/v2")  # the same host: kept
+    assert dict(McpServer.objects.for_tenant(world.a.tenant).get(pk=server.pk).headers) == {"Authorization": TOKEN}
+    mcp_server_update(server=server, headers={"X-Team": "core"})
+    assert dict(McpServer.objects.for_tenant(world.a.tenant).get(pk=server.pk).headers) == {"X-Team": "core"}
+    mcp_server_update(server=server, headers={})
+    assert McpServer.objects.for_tenant(world.a.tenant).get(pk=server.pk).headers is None
+
+
+def test_stored_headers_never_follow_the_url_to_another_host(world):
+    server = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN}))
+    for url in ("https://93.184.215.15/mcp", "http://93.184.215.14/mcp", "https://93.184.215.14:8443/mcp"):
+        with pytest.raises(ServiceError) as caught:
+            mcp_server_update(server=server, url=url)
+        assert "send the headers again" in " ".join(caught.value.fields["headers"])
+    assert McpServer.objects.for_tenant(world.a.tenant).get(pk=server.pk).url == PUBLIC_URL
+    mcp_server_update(server=server, url="https://93.184.215.15/mcp", headers={"Authorization": TOKEN + "-new"})
+    mcp_server_update(server=server, url="https://93.184.215.16/mcp", headers={})
+
+
+@override_settings(TOOLKEEPER_MCP_STDIO_SERVERS={**STDIO, "files2": STDIO["files"]})
+def test_stored_environment_never_follows_another_command(world):
+    server = mcp_server_create(tenant=world.a.tenant, name="files", transport="stdio", command="files",
+                               env={"API_TOKEN": ENV_SECRET})
+    with pytest.raises(ServiceError) as caught:
+        mcp_server_update(server=server, command="files2")
+    assert "send the environment again" in caught.value.message
+    mcp_server_update(server=server, command="files2", env={"API_TOKEN": "other"})
+
+
+def test_changes_are_audited_by_name_never_by_value(world, caplog):
+    caplog.set_level(logging.DEBUG)
+    admin = world.a.users["admin"]
+    server = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN}), actor=admin)
+    mcp_server_update(server=server, headers={"Authorization": TOKEN + "2", "X-Team": "core"}, actor=admin)
+    mcp_server_update(server=server, timeout_s=5, actor=admin)
+    mcp_server_delete(server=server, actor=admin)
+    events = list(Event.objects.for_tenant(world.a.tenant).filter(target="mcp_server:github").order_by("id"))
+    assert [e.verb for e in events] == ["mcp_server.created", "mcp_server.updated", "mcp_server.updated",
+                                        "mcp_server.deleted"]
+    assert events[0].data["header_names"] == ["Authorization"]
+    assert events[1].data["fields"] == ["headers"] and events[1].data["header_names"] == ["Authorization", "X-Team"]
+    assert events[2].data["fields"] == ["timeout_s"]
+    assert all(e.actor_label == admin.username for e in events)
+    assert "ghp_5ecret" not in repr([e.data for e in events])
+    assert "ghp_5ecret" not in caplog.text
+
+
+def test_an_update_that_changes_nothing_records_nothing(world):
+    server = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN}))
+    before = Event.objects.for_tenant(world.a.tenant).count()
+    mcp_server_update(server=server, url=PUBLIC_URL, headers={"Authorization": TOKEN}, timeout_s=30)
+    assert Event.objects.for_tenant(world.a.tenant).count() == before
+
+
+def test_a_new_connection_forgets_the_last_status(world):
+    server = mcp_server_create(**http(world.a.tenant))
+    McpServer.objects.for_tenant(world.a.tenant).filter(pk=server.pk).update(status=McpStatus.ERROR,
+                                                                             last_error="refused")
+    server.refresh_from_db()
+    mcp_server_update(server=server, url=PUBLIC_URL + "/v2")
+    server.refresh_from_db()
+    assert (server.status, server.last_error) == (McpStatus.NEW, "")
+
+
+def test_a_disabled_server_cannot_be_synced(world):
+    server = mcp_server_create(**http(world.a.tenant, enabled=False))
+    with pytest.raises(ServiceError, match="disabled"):
+        mcp_server_sync(server=server)
