@@ -1,11 +1,13 @@
 """Governed calls of MCP tools, end to end on the local executor: the app's API, the pipeline, the MCP source,
 the pooled session, a real server. Calls really run in executor threads, so these tests are transactional."""
+import json
 import uuid
 
 import pytest
 
 from approvals.models import ApprovalRequest
 from approvals.services import request_decide, rule_create
+from audit.models import Event
 from tests.tools.support import events_of, poll, submit, wait_status, wait_terminal
 from tools.mcp_client import mcp_sessions_close
 from tools.mcp_source import McpSource
@@ -77,6 +79,11 @@ def test_a_governed_call_runs_upstream_and_keeps_its_content_and_structure(mcp, 
     if transport != "stdio":  # the server got its own stored credential, never the app's API key
         assert seen["authorization"] == setup.stored_authorization
         assert setup.world.a.keys["agent"] not in str(setup.log.events())
+        # …and the stored credential appears in none of the call's events, its API answer or the audit trail.
+        events = CallEvent.objects.for_tenant(setup.world.a.tenant).filter(call_id=call["id"])
+        trail = Event.objects.for_tenant(setup.world.a.tenant).values_list("data", flat=True)
+        recorded = json.dumps([e.data for e in events]) + json.dumps(call) + json.dumps(list(trail))
+        assert events.exists() and setup.stored_authorization not in recorded
 
 
 def test_a_dotted_long_upstream_name_is_called_by_its_catalog_name(mcp):
