@@ -79,3 +79,16 @@ def test_unknown_executor_is_refused(tmp_path):
     result = load_settings(tmp_path, TOOLKEEPER_EXECUTOR="threads-on-mars")
     assert result.returncode != 0
     assert "TOOLKEEPER_EXECUTOR must be one of" in result.stderr
+
+
+def test_upstream_arguments_are_never_logged_even_at_debug(tmp_path):
+    """The MCP SDK logs what it sends at DEBUG (bound arguments too); LOG_LEVEL=DEBUG must not reach it."""
+    probe = ("import logging, logging.config, sys; sys.path[:0] = ['platform', '.'];"
+             "from toolkeeper import settings as s; logging.config.dictConfig(s.LOGGING);"
+             "print(logging.getLogger('mcp.client.session').getEffectiveLevel(),"
+             " logging.getLogger('toolkeeper').getEffectiveLevel())")
+    env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY"}}
+    env.update({"TOOLKEEPER_DATA_DIR": str(tmp_path / "data"), "LOG_LEVEL": "DEBUG"})
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["20", "10"]  # mcp at INFO; our own loggers follow LOG_LEVEL

@@ -333,5 +333,10 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
-    "loggers": {"toolkeeper": {"level": os.environ.get("LOG_LEVEL", "INFO")}},
+    "loggers": {
+        "toolkeeper": {"level": os.environ.get("LOG_LEVEL", "INFO")},
+        # The MCP SDK logs the arguments it sends upstream at DEBUG, bound ones included (they may be secrets):
+        # never below INFO, whatever LOG_LEVEL says.
+        "mcp": {"level": "INFO"},
+    },
 }
