@@ -67,6 +67,7 @@ FIELDS = ("name", "transport", "url", "headers", "command", "env", "enabled", "t
           "trusted")
 SECRET_FIELDS = ("headers", "env")
 ERROR_MAX = 500
+UNEXPECTED = "the server's answer could not be used"  # a failure the client did not report as such
 SKIPPED_IN_AUDIT = 50
 
 
@@ -166,7 +167,8 @@ def mcp_tools_reconcile(*, server: McpServer, listed: list[UpstreamTool]) -> dic
     for upstream in listed:
         upstream_name = upstream.name if isinstance(upstream.name, str) else ""
         if not upstream_name or len(upstream_name) > UPSTREAM_NAME_MAX or json_problem(upstream_name):
-            skipped.append((upstream_name[:80] or "(no name)", "the server gave it no usable name"))
+            shown = upstream_name[:80] if upstream_name and not json_problem(upstream_name) else "(no usable name)"
+            skipped.append((shown, "the server gave it no usable name"))
             continue
         if upstream_name in seen:
             skipped.append((upstream_name, "the server listed it twice"))
@@ -232,7 +234,8 @@ def _detach_all(server: McpServer) -> int:
 
 def _plain(exc: Exception, server: McpServer, fallback: str) -> str:
     """An upstream failure in plain words for the tenant: one line, bounded, with no stored secret in it."""
-    text = " ".join(str(exc).split()) or fallback
+    text = str(exc).encode("utf-8", "replace").decode("utf-8")  # no lone surrogate
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split()) or fallback  # one line, no NUL
     for secrets in (server.headers, server.env):
         for value in (secrets or {}).values():
             if isinstance(value, str) and len(value) >= 4:
@@ -245,9 +248,9 @@ def _upstream_failure(exc: Exception, server: McpServer) -> str:
         return "the stored credentials cannot be read with the platform's keys; enter them again"
     if isinstance(exc, UpstreamUnavailable | OutboundRefused):
         return _plain(exc, server, "the server could not be reached")
-    logger.error("MCP server %s of tenant %s: %s: %s", server.pk, server.tenant_id, type(exc).__name__,
-                 _plain(exc, server, ""))
-    return "the server's answer could not be used"
+    logger.error("MCP server %s of tenant %s: unexpected failure %s: %s", server.pk, server.tenant_id,
+                 type(exc).__name__, _plain(exc, server, ""))
+    return UNEXPECTED
 
 
 def _target(server: McpServer) -> str:
@@ -298,7 +301,10 @@ def mcp_servers_sync_all(*, tenant=None) -> int:
 
 def mcp_server_probe(*, server: McpServer, actor=None) -> dict:
     """Connect and say whether the server answers (ServiceError in plain words when it does not). Changes
-    nothing but the audit trail, which records that the platform reached out on someone's request."""
+    nothing but the audit trail, which records that the platform reached out on someone's request. A disabled
+    server is not contacted at all."""
+    if not server.enabled:
+        raise ServiceError("the server is disabled: enable it to test the connection")
     try:
         info = mcp_client.mcp_probe(mcp_client.endpoint_of(server))
     except Exception as exc:  # as in mcp_server_sync

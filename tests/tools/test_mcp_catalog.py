@@ -246,10 +246,13 @@ def test_a_bad_schema_later_leaves_the_stored_tool_as_it_was(world):
 def test_unnamed_and_duplicate_tools_are_skipped(world):
     server = server_of(world.a.tenant)
     counts = mcp_tools_reconcile(server=server, listed=[upstream(""), upstream("a"), upstream("a"),
-                                                        upstream("n" * 300)])
+                                                        upstream("n" * 300), upstream("nul\x00name"),
+                                                        upstream("lone\ud800")])
     assert counts["added"] == 1
-    assert [reason for _, reason in counts["skipped"]] == [
-        "the server gave it no usable name", "the server listed it twice", "the server gave it no usable name"]
+    assert counts["skipped"] == [
+        ("(no usable name)", "the server gave it no usable name"), ("a", "the server listed it twice"),
+        ("n" * 80, "the server gave it no usable name"), ("(no usable name)", "the server gave it no usable name"),
+        ("(no usable name)", "the server gave it no usable name")]
 
 
 def test_a_name_taken_by_a_python_tool_is_skipped(world):

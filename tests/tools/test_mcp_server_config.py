@@ -9,6 +9,8 @@ from django.test import override_settings
 
 from audit.models import Event
 from toolkeeper.errors import ServiceError
+from tools import mcp_servers
+from tools.mcp_client import UpstreamUnavailable
 from tools.mcp_servers import mcp_server_create, mcp_server_delete, mcp_server_sync, mcp_server_update
 from tools.models import McpServer, McpStatus
 
@@ -284,3 +286,12 @@ def test_a_disabled_server_cannot_be_synced(world):
     server = mcp_server_create(**http(world.a.tenant, enabled=False))
     with pytest.raises(ServiceError, match="disabled"):
         mcp_server_sync(server=server)
+
+
+def test_an_upstream_failure_is_told_in_one_plain_line_without_stored_secrets(world):
+    server = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN}))
+    text = mcp_servers._upstream_failure(
+        UpstreamUnavailable(f"401 from upstream\nit said: {TOKEN}\x00 \ud800 " + "x" * 600), server)
+    assert "ghp_5ecret" not in text and "[hidden]" in text
+    assert "\n" not in text and "\x00" not in text and "\ud800" not in text and len(text) == 500
+    assert mcp_servers._upstream_failure(RuntimeError(TOKEN), server) == mcp_servers.UNEXPECTED
