@@ -92,3 +92,20 @@ def test_upstream_arguments_are_never_logged_even_at_debug(tmp_path):
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["20", "10"]  # mcp at INFO; our own loggers follow LOG_LEVEL
+
+
+def test_a_tool_process_starts_without_the_mcp_client(tmp_path):
+    """Processes of `isolation="process"` tools run Python tools only: they skip the MCP SDK's slow import."""
+    probe = ("import os, sys; sys.path[:0] = ['platform', '.'];"
+             "os.environ['DJANGO_SETTINGS_MODULE'] = 'toolkeeper.settings';"
+             "import django; django.setup(); from tools.registry import source_for;"
+             "print('mcp' in sys.modules, source_for('mcp') is not None)")
+    env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE"}}
+    env["TOOLKEEPER_DATA_DIR"] = str(tmp_path / "data")
+    seen = {}
+    for flag in ("1", ""):
+        result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={**env, "TOOLKEEPER_TOOL_PROCESS": flag},
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        seen[flag] = result.stdout.split()
+    assert seen == {"1": ["False", "False"], "": ["True", "True"]}

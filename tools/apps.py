@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class ToolsConfig(AppConfig):
@@ -9,10 +10,8 @@ class ToolsConfig(AppConfig):
 
         from tenancy.signals import tenant_created
 
-        from . import builtins, examples, mcp_source, sources  # noqa: F401  (registers the shipped tools' sources)
+        from . import builtins, examples, sources  # noqa: F401  (registers the shipped tools' sources)
         from .catalog import bump_on_change
-        from .mcp_servers import mcp_server_sync
-        from .mcp_source import mcp_sync_register
         from .models import BoundArgument, McpServer, Tool, ToolGroup
         from .services import catalog_sync_all, tenant_seed_catalog
 
@@ -22,4 +21,8 @@ class ToolsConfig(AppConfig):
             post_delete.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.delete.{model.__name__}")
         m2m_changed.connect(bump_on_change, sender=ToolGroup.tools.through, dispatch_uid="tools.catalog.members")
         post_migrate.connect(catalog_sync_all, sender=self, dispatch_uid="tools.sync_catalog")
-        mcp_sync_register(sync=mcp_server_sync)  # periodically, and when a server says its tools changed
+        if not settings.TOOLKEEPER_TOOL_PROCESS:  # a tool process runs Python tools only (tools.isolation)
+            from .mcp_servers import mcp_server_sync
+            from .mcp_source import mcp_sync_register  # registers the source of MCP tools
+
+            mcp_sync_register(sync=mcp_server_sync)  # periodically, and when a server says its tools changed

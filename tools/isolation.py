@@ -39,6 +39,9 @@ logger = logging.getLogger("toolkeeper.calls")
 STOP_GRACE_S = 1.0  # a cooperative tool (ctx.sleep, ctx.check_cancelled, awaits) leaves by itself within this
 STOP_RETRY_MAX_S = 0.5
 CHILD_READY_TIMEOUT_S = 120.0
+# Set in the tool processes: they run Python tools only and must start fast, so they leave out the MCP
+# client (tools.apps), whose SDK alone takes seconds to import.
+TOOL_PROCESS_ENV = "TOOLKEEPER_TOOL_PROCESS"
 
 _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
 
@@ -387,6 +390,7 @@ def _start_child() -> ChildProcess:
     ours, theirs = socket.socketpair()
     env = dict(os.environ)
     env["DJANGO_SETTINGS_MODULE"] = settings.SETTINGS_MODULE
+    env[TOOL_PROCESS_ENV] = "1"
     env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path and os.path.isdir(path))
     with theirs:
         # Our own interpreter and code; nothing from a call reaches the command line.

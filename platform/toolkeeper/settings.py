@@ -109,9 +109,13 @@ def mcp_stdio_servers(value: str) -> dict:
                                    "tenant_env}")
     return servers
 
+# Set by tools.isolation in the processes it starts for `isolation="process"` tools.
+TOOLKEEPER_TOOL_PROCESS = os.environ.get("TOOLKEEPER_TOOL_PROCESS") == "1"
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    # A tool process (tools.isolation) runs Python tools only and must start fast: no admin modules to
+    # discover (they load the MCP client, whose SDK alone takes seconds to import).
+    "django.contrib.admin.apps.SimpleAdminConfig" if TOOLKEEPER_TOOL_PROCESS else "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
