@@ -76,6 +76,7 @@ MAX_STDERR_LINE_CHARS = 1000
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)  # connect/write/pool · between two reads of a stream
 SSE_CONNECT_TIMEOUT_S = 30.0
 CHANGE_COALESCE_S = 0.2  # list_changed notifications of one endpoint within this window trigger one callback
+LISTEN_ACK_WAIT_S = 5.0  # a new session waits this long for its listen stream before it is used anyway
 REAP_EVERY_S = 30.0
 RELAY_SLACK_S = 10.0  # the calling thread gives up this long after the call's own deadline (a wedged loop)
 CLIENT_INFO = types.Implementation(name="toolkeeper", version="1")
@@ -414,6 +415,7 @@ class _Session:
         self.connection = _Connection(endpoint)
         self.client: Client | None = None
         self.ready = anyio.Event()
+        self.listening = anyio.Event()  # set once the listen stream is acknowledged, or known not to exist
         self.closing = anyio.Event()
         self.done = anyio.Event()
         self.scope = anyio.CancelScope()
@@ -453,6 +455,9 @@ class _Session:
                     if (client.protocol_version in MODERN_PROTOCOL_VERSIONS and capabilities.tools is not None
                             and capabilities.tools.list_changed):
                         listening.start_soon(self._listen)
+                        # A change made after the session is handed out must be heard: wait for the ack.
+                        with anyio.move_on_after(LISTEN_ACK_WAIT_S):
+                            await self.listening.wait()
                     self.ready.set()
                     await self.closing.wait()
                     listening.cancel_scope.cancel()
@@ -469,24 +474,34 @@ class _Session:
 
     async def _listen(self) -> None:
         """On the 2026 protocol, change notifications travel on a `subscriptions/listen` stream; the SDK hands
-        them to the message handler too (`_on_message`), so this only keeps one open, and reopens it."""
+        them to the message handler too (`_on_message`), so this only keeps one open, and reopens it. Nothing
+        is replayed across a gap, so a reopened stream counts as a change (the listing is fetched again)."""
         backoff = 1.0
-        while not self.closing.is_set():
-            try:
-                async with self.client.listen(tools_list_changed=True) as subscription:
-                    backoff = 1.0
-                    async for _event in subscription:
-                        pass
-            except ListenNotSupportedError:
-                return
-            except MCPError as exc:
-                if exc.code == types.METHOD_NOT_FOUND:
+        reopening = False
+        try:
+            while not self.closing.is_set():
+                try:
+                    async with self.client.listen(tools_list_changed=True) as subscription:
+                        backoff = 1.0
+                        if reopening:
+                            self.pool.tools_changed(self.endpoint.key)
+                        self.listening.set()
+                        async for _event in subscription:
+                            pass
+                except ListenNotSupportedError:
                     return
-                logger.debug("MCP server %s: listen failed (%s)", self.endpoint.server_id, exc.code)
-            except SubscriptionLost:
-                pass
-            await anyio.sleep(backoff)
-            backoff = min(backoff * 2, 60.0)
+                except MCPError as exc:
+                    if exc.code == types.METHOD_NOT_FOUND:
+                        return
+                    logger.debug("MCP server %s: listen failed (%s)", self.endpoint.server_id, exc.code)
+                except SubscriptionLost:
+                    pass
+                reopening = True
+                self.listening.set()  # a first attempt that failed does not hold the session back
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, 60.0)
+        finally:
+            self.listening.set()
 
 
 class _Pool:

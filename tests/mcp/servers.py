@@ -17,6 +17,7 @@ Tools:
 - `image`: an image block and a text block; `resource`: an embedded text resource
 - `add_tool(name)`: adds a tool of that name (it echoes) and tells the clients their tool list changed
   (notifications/tools/list_changed, or an event on their subscriptions/listen stream)
+- `end_listens`: ends every open subscriptions/listen stream gracefully (nothing changed)
 - `whoami`: the process id and the Authorization header the request carried
 - `die_once(marker)`: the first call (no file at `marker`) creates the file and ends the process at once
 - `env(names)`: the values of those environment variables (None when unset)
@@ -59,6 +60,7 @@ BASE_TOOLS = [
     types.Tool(name="add_tool", description="Adds a tool.", input_schema={
         "type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
     }),
+    types.Tool(name="end_listens", description="Ends the listen streams.", input_schema={"type": "object"}),
     types.Tool(name="whoami", description="Who the server is, what it was sent.", input_schema={"type": "object"}),
     types.Tool(name="die_once", description="Ends the server the first time.", input_schema={
         "type": "object", "properties": {"marker": {"type": "string"}}, "required": ["marker"],
@@ -74,6 +76,7 @@ BASE_TOOLS = [
 ]
 added: list[types.Tool] = []
 bus = InMemorySubscriptionBus()  # tools/list_changed for 2026-era clients (subscriptions/listen)
+listens = ListenHandler(bus)
 
 
 def record(event: str, **data) -> None:
@@ -133,6 +136,9 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         await bus.publish(ToolsListChanged())  # clients of the 2026 protocol listen for it
         await ctx.session.send_tool_list_changed()  # earlier ones get the notification (dropped for the others)
         return types.CallToolResult(content=[text(f"added {arguments['name']}")])
+    if name == "end_listens":
+        listens.close()
+        return types.CallToolResult(content=[text("ended")])
     if name == "whoami":
         return types.CallToolResult(content=[text("whoami")],
                                     structured_content={"pid": os.getpid(), "authorization": authorization(ctx)})
@@ -154,7 +160,7 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
 
 def build() -> Server:
     return Server("toolkeeper-test", version="1.2.3", on_list_tools=list_tools, on_call_tool=call_tool,
-                  on_subscriptions_listen=ListenHandler(bus), get_tool_input_schema=lambda name: None)
+                  on_subscriptions_listen=listens, get_tool_input_schema=lambda name: None)
 
 
 def options(server: Server):

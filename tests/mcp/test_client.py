@@ -391,3 +391,19 @@ def test_tools_list_changed_calls_the_registered_callbacks_with_the_key(endpoint
         assert name in [tool.name for tool in mcp_list_tools(target)]
     finally:
         remove()
+
+
+@pytest.mark.parametrize("transport", ["stdio", "streamable_http"])
+def test_a_reopened_listen_stream_counts_as_a_change(endpoint, transport):
+    # Nothing is replayed across the gap, so whatever changed meanwhile is fetched again.
+    heard = []
+    remove = mcp_on_tools_changed(heard.append)
+    try:
+        target = endpoint(transport)
+        mcp_list_tools(target)
+        assert heard == []
+        mcp_call_tool(target, "end_listens", {}, timeout_s=20)
+        poll(lambda: heard, message="the callback after the stream was reopened")
+        assert set(heard) == {target.key}
+    finally:
+        remove()
