@@ -1,8 +1,92 @@
 """Small generic statements outside the ORM's usual path, for hot paths: single values of tenant-owned
-rows (the tenant id always in the WHERE), appending a row, and whether tables exist yet. The statements
-particular to a call's path are in `tools.call_statements`.
+rows (the tenant id always in the WHERE), one row found by equal fields, appending a row, and whether
+tables exist yet. The statements particular to a call's path are in `tools.call_statements`.
 """
+import threading
+from dataclasses import dataclass
+
 from django.db import connection
+
+_shapes = threading.local()  # per thread, as converters come from the thread's own connection
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """How to select every concrete column of a model and turn a row back into an instance."""
+    columns: str
+    attnames: list[str]
+    converters: list[tuple[int, list]]  # (index, [converter]) for the columns that have any
+    expressions: list
+
+
+def _shape(model) -> _Shape:
+    cache = getattr(_shapes, "by_model", None)
+    if cache is None:
+        cache = _shapes.by_model = {}
+    shape = cache.get(model)
+    if shape is None:
+        quote = connection.ops.quote_name
+        meta = model._meta
+        fields = meta.concrete_fields
+        expressions = [field.get_col(meta.db_table) for field in fields]
+        converters = []
+        for index, expression in enumerate(expressions):
+            found = connection.ops.get_db_converters(expression) + expression.get_db_converters(connection)
+            if found:
+                converters.append((index, found))
+        shape = cache[model] = _Shape(
+            columns=", ".join(f"{quote(meta.db_table)}.{quote(field.column)}" for field in fields),
+            attnames=[field.attname for field in fields], converters=converters, expressions=expressions)
+    return shape
+
+
+def _instance(model, shape: _Shape, values: list):
+    for index, found in shape.converters:
+        for convert in found:
+            values[index] = convert(values[index], shape.expressions[index], connection)
+    return model.from_db(connection.alias, shape.attnames, values)
+
+
+def fetch_one(model, *, join: str | None = None, **equal):
+    """The row of `model` whose fields equal these values, as an instance (None when there is none), read
+    with one plain statement instead of a compiled queryset; `join` names a foreign key whose row is loaded
+    with it, as `select_related` would. For lookups on a request's hot path (its API key, its session), where
+    building the queryset costs several times the statement. Values are prepared as the ORM prepares
+    them: a malformed one raises ValidationError, ValueError or TypeError, as a queryset filter does."""
+    quote = connection.ops.quote_name
+    meta = model._meta
+    shape = _shape(model)
+    columns, source = shape.columns, quote(meta.db_table)
+    related = None
+    if join is not None:
+        foreign_key = meta.get_field(join)
+        related = foreign_key.related_model
+        related_shape = _shape(related)
+        related_meta = related._meta
+        columns += ", " + related_shape.columns
+        source += (f" JOIN {quote(related_meta.db_table)} ON {quote(related_meta.db_table)}."
+                   f"{quote(foreign_key.target_field.column)} = {quote(meta.db_table)}.{quote(foreign_key.column)}")
+    conditions, params = [], []
+    for name, value in equal.items():
+        field = meta.pk if name == "pk" else meta.get_field(name)
+        if field.is_relation and not isinstance(value, int | str):
+            value = value.pk
+        elif not field.is_relation:
+            value = field.to_python(value)
+        conditions.append(f"{quote(meta.db_table)}.{quote(field.column)} = %s")
+        params.append(field.get_db_prep_value(value, connection, prepared=False)
+                      if not field.is_relation else field.target_field.get_db_prep_value(value, connection))
+    sql = f"SELECT {columns} FROM {source} WHERE {' AND '.join(conditions)} LIMIT 1"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    width = len(shape.attnames)
+    instance = _instance(model, shape, list(row[:width]))
+    if related is not None:
+        foreign_key.set_cached_value(instance, _instance(related, _shape(related), list(row[width:])))
+    return instance
 
 
 def tenant_scalar(model, column: str, tenant_id: int, *, order_by_id_desc: bool = False):

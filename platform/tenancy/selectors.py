@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Q
 from django.http import Http404
 
+from .fastread import fetch_one
 from .models import SYSTEM_AGENT, ApiKey, Membership, Scope, Tenant, hash_secret, split_key
 
 
@@ -14,7 +15,7 @@ def apikey_from_token(token: str) -> ApiKey | None:
     if parts is None:
         return None
     prefix, secret = parts
-    api_key = ApiKey.all_tenants.select_related("tenant").filter(prefix=prefix).first()
+    api_key = fetch_one(ApiKey, join="tenant", prefix=prefix)
     if api_key is None or api_key.revoked_at is not None:
         return None
     if not hmac.compare_digest(api_key.secret_hash, hash_secret(secret)):
@@ -22,13 +23,25 @@ def apikey_from_token(token: str) -> ApiKey | None:
     return api_key
 
 
+def _key_session_rule(api_key: ApiKey) -> tuple[str, bool]:
+    """Which sessions an API key may see: its locked agent's only (when it has one), and the tenant's system
+    session (operators' work) only with the admin scope. (agent or "", whether the system session is hidden)"""
+    return api_key.agent, not api_key.has_scope(Scope.ADMIN)
+
+
 def key_sessions(api_key: ApiKey, prefix: str = "") -> Q:
-    """The agent sessions an API key may see (`prefix`: the path to them from another model): its locked
-    agent's only, and the tenant's system session (operators' work) only with the admin scope."""
-    condition = Q(**{f"{prefix}agent": api_key.agent}) if api_key.agent else Q()
-    if not api_key.has_scope(Scope.ADMIN):
+    """The agent sessions an API key may see, as a condition (`prefix`: the path to them from another model)."""
+    agent, hide_system = _key_session_rule(api_key)
+    condition = Q(**{f"{prefix}agent": agent}) if agent else Q()
+    if hide_system:
         condition &= ~Q(**{f"{prefix}agent": SYSTEM_AGENT})
     return condition
+
+
+def key_sees_agent(api_key: ApiKey, agent: str) -> bool:
+    """`key_sessions` for one session already loaded (by its agent)."""
+    locked, hide_system = _key_session_rule(api_key)
+    return (not locked or agent == locked) and not (hide_system and agent == SYSTEM_AGENT)
 
 
 def memberships_of(user) -> list[Membership]:
@@ -60,3 +73,15 @@ def access_object(model, tenant: Tenant, pk, *conditions: Q, **filters):
         return model.objects.for_tenant(tenant).filter(*conditions, **filters).get(pk=pk)
     except (model.DoesNotExist, ValueError, TypeError, DjangoValidationError) as exc:
         raise Http404(f"no such {model._meta.verbose_name}") from exc
+
+
+def access_row(model, tenant: Tenant, pk, allowed=None):
+    """`access_object` for a request's hot path: one plain statement (tenancy.fastread), then `allowed(row)`
+    if given; 404 alike whether the row is missing, foreign, malformed or not allowed."""
+    try:
+        row = fetch_one(model, tenant=tenant.pk, pk=pk)
+    except (ValueError, TypeError, DjangoValidationError) as exc:
+        raise Http404(f"no such {model._meta.verbose_name}") from exc
+    if row is None or (allowed is not None and not allowed(row)):
+        raise Http404(f"no such {model._meta.verbose_name}")
+    return row

@@ -13,7 +13,7 @@ from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.grants import Grant, grant_of
 from tenancy.models import ApiKey, Scope
 from tenancy.permissions import sees_secrets
-from tenancy.selectors import access_object, key_sessions
+from tenancy.selectors import access_object, access_row, key_sees_agent, key_sessions
 from tenancy.web import acting_user
 from toolkeeper.api import exception_handler
 from toolkeeper.openapi import CONFLICT
@@ -28,8 +28,9 @@ from . import serializers as s
 
 def access_session(request, session_id) -> AgentSession:
     """The session, if it is the request's tenant's and one its API key may see (tenancy.selectors.key_sessions)."""
-    conditions = [key_sessions(request.auth)] if isinstance(request.auth, ApiKey) else []
-    session = access_object(AgentSession, request.tenant, session_id, *conditions)
+    api_key = request.auth if isinstance(request.auth, ApiKey) else None
+    session = access_row(AgentSession, request.tenant, session_id,
+                         allowed=api_key and (lambda row: key_sees_agent(api_key, row.agent)))
     session.tenant = request.tenant  # already loaded with the key: save the query
     return session
 
