@@ -9,8 +9,11 @@
   worker's side is `tools.worker`), and sends again what a failed or lost dispatch left queued.
 """
 import copy
+import heapq
+import itertools
 import logging
 import threading
+import time
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,6 +46,49 @@ class Job:
     cancelled: CallStop = field(default_factory=CallStop)
 
 
+class Deadlines:
+    """One thread that fires the deadlines of running calls, instead of a timer thread started per call.
+
+    `arm` returns a token; `disarm(token)` before the deadline and nothing fires. A deadline that passes
+    runs its action on a thread of its own (it is rare, and may wait for the database), so one slow
+    time-out never delays the next.
+    """
+
+    def __init__(self):
+        self._heap: list[tuple[float, int]] = []
+        self._actions: dict[int, tuple] = {}
+        self._numbers = itertools.count()
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, delay_s: float, action, *args) -> int:
+        token = next(self._numbers)
+        with self._changed:
+            self._actions[token] = (action, args)
+            heapq.heappush(self._heap, (time.monotonic() + delay_s, token))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="toolkeeper-deadlines", daemon=True)
+                self._thread.start()
+            if self._heap[0][1] == token:
+                self._changed.notify()
+        return token
+
+    def disarm(self, token: int) -> None:
+        with self._changed:
+            self._actions.pop(token, None)  # its heap entry is dropped when it comes up
+
+    def _serve(self) -> None:
+        while True:
+            with self._changed:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    self._changed.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                _, token = heapq.heappop(self._heap)
+                due = self._actions.pop(token, None)
+            if due is not None:
+                action, args = due
+                threading.Thread(target=action, args=args, name="toolkeeper-time-out", daemon=True).start()
+
+
 class LocalExecutor:
     def __init__(self, workers: int | None = None):
         workers = settings.TOOLKEEPER_LOCAL_WORKERS if workers is None else workers
@@ -52,6 +98,7 @@ class LocalExecutor:
         self._running: dict[str, Job] = {}
         self._running_per_tenant: Counter = Counter()
         self._busy_sessions: set[str] = set()
+        self._deadlines = Deadlines()
 
     def submit(self, call: ToolCall) -> bool:
         tool = call.tool
@@ -100,20 +147,18 @@ class LocalExecutor:
         self._waiting = remaining
 
     def _run(self, job: Job) -> None:
-        timer = None
+        deadline = None
         try:
             call = call_claim(call=job.call)
             if call is not None and not job.cancelled.is_set():
-                timer = threading.Timer(job.timeout_s, self._time_out, args=(job, call))
-                timer.daemon = True
-                timer.start()
+                deadline = self._deadlines.arm(job.timeout_s, self._time_out, job, call)
                 call_execute(call=call, cancelled=job.cancelled)
         except Exception:
             logger.exception("executor failed on call %s", job.call_id)
             close_old_connections()  # a broken connection is not reused by the next call
         finally:
-            if timer is not None:
-                timer.cancel()
+            if deadline is not None:
+                self._deadlines.disarm(deadline)
             with self._lock:
                 self._running.pop(job.call_id, None)
                 self._running_per_tenant[job.tenant_id] -= 1
