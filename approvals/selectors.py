@@ -119,9 +119,13 @@ def external_tasks(*, tenant):
     ).order_by("created_at")
 
 
+def ever_asked(call) -> bool:
+    """Whether a call was ever held for a reviewer (only those have an approval request)."""
+    return (call.decision or {}).get("behavior") == "ask"
+
+
 def approvals_for_calls(calls) -> dict:
-    """The `approval` of each call, for the API (one query, votes included)."""
-    calls = [c for c in calls if (c.decision or {}).get("behavior") == "ask"]  # only these ever asked
+    """The `approval` of each call that was ever asked (`ever_asked`), for the API (one query, votes included)."""
     if not calls:
         return {}
     tenant_id = calls[0].tenant_id

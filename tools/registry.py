@@ -60,20 +60,27 @@ def source_for(kind: str) -> Source | None:
 
 
 # Other apps describe calls too (the approvals app adds each call's approval request). An
-# annotator takes a list of calls and returns {call pk: {field: value}} in one query.
-_call_annotators: list = []
+# annotator takes a list of calls and returns {call pk: {field: value}} in one query; `describes(call)`
+# says, from the call alone, whether it has anything to add, so calls it has nothing for cost no query.
+_call_annotators: dict = {}
 
 
-def register_call_annotator(annotator) -> None:
-    if annotator not in _call_annotators:
-        _call_annotators.append(annotator)
+def register_call_annotator(annotator, *, describes) -> None:
+    _call_annotators[annotator] = describes
+
+
+def calls_annotated(calls) -> bool:
+    """Whether describing these calls reads anything beyond the calls (an annotator has something to add)."""
+    return any(describes(call) for describes in _call_annotators.values() for call in calls)
 
 
 def annotate_calls(calls) -> dict:
     extra: dict = {}
-    for annotator in _call_annotators:
-        for pk, fields in annotator(calls).items():
-            extra.setdefault(pk, {}).update(fields)
+    for annotator, describes in _call_annotators.items():
+        described = [call for call in calls if describes(call)]
+        if described:
+            for pk, fields in annotator(described).items():
+                extra.setdefault(pk, {}).update(fields)
     return extra
 
 

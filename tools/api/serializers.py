@@ -15,7 +15,7 @@ from tools.mcp_servers import (
     TIMEOUT_RANGE,
 )
 from tools.models import AgentSession, BoundArgument, CallEvent, McpServer, McpTransport, Tool, ToolCall, ToolGroup
-from tools.registry import annotate_calls
+from tools.registry import annotate_calls, calls_annotated
 from tools.selectors import FORMATS
 
 
@@ -204,6 +204,11 @@ def calls_data(calls) -> list[dict]:
     """Calls as the API shows them, with what other apps add (approval requests) in one query each."""
     calls = list(calls)
     return CallSerializer(calls, many=True, context={"extras": annotate_calls(calls)}).data
+
+
+def calls_data_offline(calls) -> bool:
+    """Whether `calls_data` reads nothing but the calls themselves (so it may run on the event loop)."""
+    return not calls_annotated(calls)
 
 
 def call_data(call) -> dict:

@@ -96,7 +96,8 @@ class CallSubmitView(AgentView):
         wait = batch.validated_data["wait"]
         calls = tool_calls.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
         plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls, timeout=wait,
-                        until=SETTLED_STATUSES, grant=grant_of(request), render=calls_payload)
+                        until=SETTLED_STATUSES, grant=grant_of(request), render=calls_payload,
+                        offline=s.calls_data_offline)
         # A call still to settle is waited for; the async front then builds the answer itself.
         response = Response({} if plan.waits() else {"calls": s.calls_data(calls)})
         response.wait_plan = plan
@@ -113,7 +114,7 @@ class CallDetailView(AgentView):
         query.is_valid(raise_exception=True)
         plan = WaitPlan(tenant_id=call.tenant_id, session_ids={call.session_id}, calls=[call],
                         timeout=query.validated_data["wait"], until=TERMINAL_STATUSES, grant=grant_of(request),
-                        render=call_payload)
+                        render=call_payload, offline=s.calls_data_offline)
         response = Response({} if plan.waits() else s.call_data(call))
         response.wait_plan = plan
         return response
