@@ -1,3 +1,5 @@
+import json
+
 from django.conf import settings
 from django.core.validators import RegexValidator
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
@@ -63,10 +65,14 @@ class BoundValueFieldSchema(OpenApiSerializerFieldExtension):
         return NOT_NULL if direction == "request" else {**NOT_NULL, "nullable": True}
 
 
+WAIT_MAX_S = 60
+CALL_TEXT_MAX = 128  # characters of a call's id and tool name
+
+
 class CallSpecSerializer(strict.Serializer):
-    id = serializers.CharField(max_length=128, required=False, allow_blank=False,
+    id = serializers.CharField(max_length=CALL_TEXT_MAX, required=False, allow_blank=False,
                                help_text="the model's call id; defaults to call_<n>")
-    name = serializers.CharField(max_length=128, help_text="the tool's name")
+    name = serializers.CharField(max_length=CALL_TEXT_MAX, help_text="the tool's name")
     input = JSONObjectField(required=False, default=dict)
 
     def validate_input(self, value):
@@ -76,7 +82,7 @@ class CallSpecSerializer(strict.Serializer):
 
 
 def wait_field() -> serializers.FloatField:
-    return serializers.FloatField(required=False, default=0, min_value=0, max_value=60,
+    return serializers.FloatField(required=False, default=0, min_value=0, max_value=WAIT_MAX_S,
                                   help_text="seconds to hold the answer until every call settles")
 
 
@@ -103,6 +109,37 @@ class CallBatchSerializer(strict.Serializer):
             single.is_valid(raise_exception=True)
             calls = [single.validated_data]
         return {"calls": [dict(call) for call in calls], "wait": attrs.get("wait", 0)}
+
+
+_ONE_CALL_KEYS = frozenset({"id", "name", "input", "wait"})
+
+
+def _plain_text(value) -> bool:
+    """What CallSpecSerializer takes as an id or a name: a string that is not blank, not too long, with no
+    NUL and no lone surrogate."""
+    return (isinstance(value, str) and 0 < len(value) <= CALL_TEXT_MAX and not value.isspace()
+            and "\x00" not in value and (value.isascii() or not any(0xD800 <= ord(c) <= 0xDFFF for c in value)))
+
+
+def one_call_validated(data) -> dict | None:
+    """`CallBatchSerializer(data=data).validated_data` for the common body, one well-formed call, without
+    building the serializers; None for anything else (a batch, a mistake), which the serializer then
+    handles, errors and all. A test holds the two equal."""
+    if not isinstance(data, dict) or "name" not in data or not _ONE_CALL_KEYS.issuperset(data):
+        return None
+    name, call_input, wait = data["name"], data.get("input", {}), data.get("wait", 0)
+    if not _plain_text(name) or ("id" in data and not _plain_text(data["id"])) or not isinstance(call_input, dict):
+        return None
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= WAIT_MAX_S:
+        return None  # NaN fails the comparison too
+    try:
+        json.dumps(call_input, allow_nan=False)  # as the JSON field checks it (1e999 parses as infinity)
+    except ValueError:
+        return None
+    call = {"name": name, "input": call_input}
+    if "id" in data:
+        call["id"] = data["id"]
+    return {"calls": [call], "wait": float(wait) if "wait" in data else 0}
 
 
 class DecisionSerializer(serializers.Serializer):

@@ -90,11 +90,14 @@ class CallSubmitView(AgentView):
         session = access_session(request, session_id)
         if not isinstance(request.data, dict):
             raise ValidationError("send a JSON object: one call, or {\"calls\": [...]}")
-        batch = s.CallBatchSerializer(data=request.data)
-        batch.is_valid(raise_exception=True)
+        validated = s.one_call_validated(request.data)
+        if validated is None:
+            batch = s.CallBatchSerializer(data=request.data)
+            batch.is_valid(raise_exception=True)
+            validated = batch.validated_data
         api_key = request.auth if isinstance(request.auth, ApiKey) else None
-        wait = batch.validated_data["wait"]
-        calls = tool_calls.calls_submit(session=session, calls=batch.validated_data["calls"], api_key=api_key)
+        wait = validated["wait"]
+        calls = tool_calls.calls_submit(session=session, calls=validated["calls"], api_key=api_key)
         plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls, timeout=wait,
                         until=SETTLED_STATUSES, grant=grant_of(request), render=calls_payload,
                         offline=s.calls_data_offline)
