@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from tenancy.fastread import insert_instance
 from tenancy.limits import calls_admit
 from tenancy.models import SYSTEM_AGENT
 from toolkeeper.errors import Conflict, ServiceError
@@ -92,7 +93,7 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> l
                 tool_name=spec["name"], input=spec.get("input", {}),
             )
             try:
-                call.save(force_insert=True)
+                insert_instance(call)  # nothing listens to a call's save
             except IntegrityError as exc:  # the whole batch rolls back with this error
                 raise Conflict(f"call id {call.call_id!r} is already used in this session") from exc
             results.append(call)
