@@ -62,7 +62,7 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from toolkeeper.outbound import OutboundRefused, async_http_client
+from toolkeeper.outbound import OutboundRefused, ResponseTooLarge, async_http_client
 from toolkeeper.secrets import SecretDict
 
 logger = logging.getLogger("toolkeeper.mcp")
@@ -371,14 +371,19 @@ class _Connection:
     def __init__(self, endpoint: McpEndpoint):
         self.endpoint = endpoint
         self.http_status: int | None = None
+        self.too_large: str | None = None  # why an answer was refused for its size, which ends the session
         self.stderr: _StderrLog | None = None
 
     async def _record_status(self, response: httpx2.Response) -> None:
         self.http_status = response.status_code
 
+    def _record_too_large(self, exc: ResponseTooLarge) -> None:
+        self.too_large = str(exc)
+
     def _http_client(self, **options) -> httpx2.AsyncClient:
         options.setdefault("timeout", HTTP_TIMEOUT)
-        return async_http_client(event_hooks={"response": [self._record_status]}, **options)
+        return async_http_client(event_hooks={"response": [self._record_status]},
+                                 on_too_large=self._record_too_large, **options)
 
     async def client(self, stack: AsyncExitStack, on_end: Callable[[], None], message_handler=None) -> Client:
         """An entered `mcp.Client` on a new transport; its resources are left on `stack`."""
@@ -694,6 +699,8 @@ async def _retry_safely(exc: MCPError, session: _Session, sent_at: float) -> boo
 def _unavailable(exc: MCPError, session: _Session) -> UpstreamUnavailable:
     session.close()
     endpoint = session.endpoint
+    if session.connection.too_large:
+        return UpstreamUnavailable(f"{_who(endpoint)} sent an answer too large to take: {session.connection.too_large}")
     if exc.code == types.CONNECTION_CLOSED:
         return UpstreamUnavailable(f"{_who(endpoint)} closed the connection during the request")
     if _session_lost(exc):

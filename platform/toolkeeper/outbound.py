@@ -39,6 +39,10 @@ Forbidden (only public addresses may be reached):
 A metadata address stays refused under an allowed name or inside an allowed network; only an entry
 naming that exact address opens it.
 
+What comes back is bounded too: a response body over `TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES` (16 MiB),
+or on an event stream (`text/event-stream`, which may rightly last for days) one event over it, ends
+the response with `ResponseTooLarge`, before the rest is read into memory.
+
 Messages of `OutboundRefused` are plain words safe to show the tenant; they never say which address a
 name resolved to (that would map the internal network for the tenant). The log line does, for admins.
 """
@@ -360,16 +364,121 @@ def _pool_options(verify, cert, http1: bool, http2: bool, limits: httpx2.Limits,
     }
 
 
+class ResponseTooLarge(httpx2.ReadError):
+    """A response (or one event of an event stream) went over the size limit; what was read is dropped."""
+
+
+# An event of an event stream ends at an empty line, whichever line ending the server uses.
+EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
+
+
+class MessageBound:
+    """Counts what a response delivers: its whole body, or for an event stream each event on its own."""
+
+    def __init__(self, limit: int, *, events: bool):
+        self.limit = limit
+        self.events = events
+        self.taken = 0  # bytes of the body, or of the event under way
+        self._tail = b""  # the last bytes seen, for an event end split across two chunks
+
+    def take(self, chunk: bytes) -> None:
+        if not self.events:
+            self.taken += len(chunk)
+            self._check(self.taken)
+            return
+        seen = self._tail + chunk
+        counted = len(self._tail)  # bytes of `seen` already in `taken` (or in an event already ended)
+        position = 0
+        while True:
+            ends = [(found, mark) for mark in EVENT_ENDS if (found := seen.find(mark, position)) >= 0]
+            if not ends:
+                break
+            found, mark = min(ends)
+            end = found + len(mark)
+            position = end
+            if end <= counted:
+                continue  # an end within the tail: that event was ended with the previous chunk
+            self._check(self.taken + end - counted)
+            self.taken, counted = 0, end
+        self.taken += len(seen) - counted
+        self._check(self.taken)
+        self._tail = seen[-3:]
+
+    def _check(self, size: int) -> None:
+        if size > self.limit:
+            what = "one event of its stream" if self.events else "its answer"
+            raise ResponseTooLarge(f"the server sent more than {self.limit} bytes in {what}")
+
+
+def _bound_of(response: httpx2.Response, on_too_large) -> MessageBound:
+    limit = settings.TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES
+    events = response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/event-stream"
+    declared = response.headers.get("content-length", "")
+    if not events and declared.isdigit() and int(declared) > limit:
+        _refuse(ResponseTooLarge(f"the server announced an answer of {declared} bytes, over {limit}"), on_too_large)
+    return MessageBound(limit, events=events)
+
+
+def _refuse(exc: ResponseTooLarge, on_too_large):
+    if on_too_large is not None:
+        on_too_large(exc)  # the caller may not see the exception itself (a library reading the stream)
+    raise exc
+
+
+class _BoundedAsyncStream(httpx2.AsyncByteStream):
+    def __init__(self, stream: httpx2.AsyncByteStream, bound: MessageBound, on_too_large):
+        self._stream, self._bound, self._on_too_large = stream, bound, on_too_large
+
+    async def __aiter__(self):
+        async for chunk in self._stream:
+            try:
+                self._bound.take(chunk)
+            except ResponseTooLarge as exc:
+                _refuse(exc, self._on_too_large)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class _BoundedStream(httpx2.SyncByteStream):
+    def __init__(self, stream: httpx2.SyncByteStream, bound: MessageBound, on_too_large):
+        self._stream, self._bound, self._on_too_large = stream, bound, on_too_large
+
+    def __iter__(self):
+        for chunk in self._stream:
+            try:
+                self._bound.take(chunk)
+            except ResponseTooLarge as exc:
+                _refuse(exc, self._on_too_large)
+            yield chunk
+
+    def close(self) -> None:
+        self._stream.close()
+
+
 class AsyncGuardedTransport(httpx2.AsyncHTTPTransport):
     """httpx2's transport on the guarded backend. httpx2 offers no way to pass a network backend, so
     this builds the connection pool its parent would build (the parent's `__init__` only builds it),
-    with the guard as the pool's `network_backend`; no proxy, no Unix socket, no local address."""
+    with the guard as the pool's `network_backend`; no proxy, no Unix socket, no local address.
+    Responses are bounded (`MessageBound`); `on_too_large(exc)` hears of a response refused for its size."""
 
     def __init__(self, *, verify=True, cert=None, http1: bool = True, http2: bool = False,
                  limits: httpx2.Limits = DEFAULT_LIMITS,
-                 retries: int = 0) -> None:
+                 retries: int = 0, on_too_large=None) -> None:
         self._pool = httpcore2.AsyncConnectionPool(network_backend=AsyncGuardedNetworkBackend(),
                                                    **_pool_options(verify, cert, http1, http2, limits, retries))
+        self._on_too_large = on_too_large
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        try:
+            response.stream = _BoundedAsyncStream(response.stream, _bound_of(response, self._on_too_large),
+                                                  self._on_too_large)
+        except ResponseTooLarge:
+            await response.aclose()
+            raise
+        return response
 
 
 class GuardedTransport(httpx2.HTTPTransport):
@@ -377,12 +486,23 @@ class GuardedTransport(httpx2.HTTPTransport):
 
     def __init__(self, *, verify=True, cert=None, http1: bool = True, http2: bool = False,
                  limits: httpx2.Limits = DEFAULT_LIMITS,
-                 retries: int = 0) -> None:
+                 retries: int = 0, on_too_large=None) -> None:
         self._pool = httpcore2.ConnectionPool(network_backend=GuardedNetworkBackend(),
                                               **_pool_options(verify, cert, http1, http2, limits, retries))
+        self._on_too_large = on_too_large
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = super().handle_request(request)
+        try:
+            response.stream = _BoundedStream(response.stream, _bound_of(response, self._on_too_large),
+                                             self._on_too_large)
+        except ResponseTooLarge:
+            response.close()
+            raise
+        return response
 
 
-TRANSPORT_OPTIONS = frozenset({"verify", "cert", "http1", "http2", "limits", "retries"})
+TRANSPORT_OPTIONS = frozenset({"verify", "cert", "http1", "http2", "limits", "retries", "on_too_large"})
 GUARD_OPTIONS = frozenset({"transport", "mounts", "proxy", "trust_env"})
 
 
@@ -401,7 +521,8 @@ def async_http_client(*, headers=None, timeout: httpx2.Timeout | float | None = 
     ways: `streamable_http_client(url, http_client=async_http_client(headers=...))` and
     `sse_client(url, httpx_client_factory=async_http_client)`. `timeout=None` means `DEFAULT_TIMEOUT`;
     other options are httpx2's (`verify`, `follow_redirects`, …), except those that would bypass the
-    guard (`transport`, `mounts`, `proxy`, `trust_env`), which raise TypeError."""
+    guard (`transport`, `mounts`, `proxy`, `trust_env`), which raise TypeError; and `on_too_large(exc)`,
+    called when a response is refused for its size (`ResponseTooLarge`)."""
     transport, client = _client_options(headers, timeout, auth, options)
     return httpx2.AsyncClient(transport=AsyncGuardedTransport(**transport), **client)
 

@@ -309,6 +309,8 @@ TOOLKEEPER_AUDIT_KEY = os.environ.get("TOOLKEEPER_AUDIT_KEY", "")
 TOOLKEEPER_MAX_BATCH = 64
 # Outbound requests to addresses tenants give (toolkeeper.outbound) reach public addresses only; these
 # host names, IP addresses and networks (CIDR) are opened by the admin, e.g. an internal MCP server.
+# The largest response body (or event of an event stream) an outbound request takes (toolkeeper.outbound).
+TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES = int(os.environ.get("TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES", 16 * 1024 * 1024))
 TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS", "").split(",") if h.strip()
 ]

@@ -18,6 +18,7 @@ Tools:
 - `add_tool(name)`: adds a tool of that name (it echoes) and tells the clients their tool list changed
   (notifications/tools/list_changed, or an event on their subscriptions/listen stream)
 - `end_listens`: ends every open subscriptions/listen stream gracefully (nothing changed)
+- `big(size)`: a text block of `size` bytes
 - `whoami`: the process id and the Authorization header the request carried
 - `die_once(marker)`: the first call (no file at `marker`) creates the file and ends the process at once
 - `env(names)`: the values of those environment variables (None when unset)
@@ -59,6 +60,9 @@ BASE_TOOLS = [
     types.Tool(name="resource", description="An embedded resource.", input_schema={"type": "object"}),
     types.Tool(name="add_tool", description="Adds a tool.", input_schema={
         "type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
+    }),
+    types.Tool(name="big", description="A large answer.", input_schema={
+        "type": "object", "properties": {"size": {"type": "integer"}}, "required": ["size"],
     }),
     types.Tool(name="end_listens", description="Ends the listen streams.", input_schema={"type": "object"}),
     types.Tool(name="whoami", description="Who the server is, what it was sent.", input_schema={"type": "object"}),
@@ -136,6 +140,8 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         await bus.publish(ToolsListChanged())  # clients of the 2026 protocol listen for it
         await ctx.session.send_tool_list_changed()  # earlier ones get the notification (dropped for the others)
         return types.CallToolResult(content=[text(f"added {arguments['name']}")])
+    if name == "big":
+        return types.CallToolResult(content=[text("x" * int(arguments["size"]))])
     if name == "end_listens":
         listens.close()
         return types.CallToolResult(content=[text("ended")])

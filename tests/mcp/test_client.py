@@ -407,3 +407,14 @@ def test_a_reopened_listen_stream_counts_as_a_change(endpoint, transport):
         assert set(heard) == {target.key}
     finally:
         remove()
+
+
+@pytest.mark.parametrize("transport", HTTP_TRANSPORTS)
+def test_an_answer_over_the_size_limit_fails_the_call_in_plain_words(endpoint, transport, settings):
+    settings.TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES = 200_000
+    target = endpoint(transport)
+    assert len(mcp_call_tool(target, "big", {"size": 100_000}, timeout_s=20)["content"][0]["text"]) == 100_000
+    with pytest.raises(UpstreamUnavailable) as failure:
+        mcp_call_tool(target, "big", {"size": 1_000_000}, timeout_s=20)
+    assert "too large to take" in str(failure.value) and "200000" in str(failure.value)
+    assert mcp_call_tool(target, "echo", {"after": 1}, timeout_s=20)["structured"] == {"after": 1}

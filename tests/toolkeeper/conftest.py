@@ -17,10 +17,31 @@ TLS_NAME = "mcp.test"
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
-    """`/ok` answers "hello"; `/redirect?to=URL` redirects there."""
+    """`/ok` answers "hello"; `/redirect?to=URL` redirects there; `/bytes?n=N[&length=0]` answers N bytes
+    (without a Content-Length: the body ends with the connection); `/events?count=C&size=S` an event stream
+    of C events of S bytes of data each."""
+
+    protocol_version = "HTTP/1.0"
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         url = urlsplit(self.path)
+        query = {name: values[0] for name, values in parse_qs(url.query).items()}
+        if url.path == "/bytes":
+            size = int(query["n"])
+            self.send_response(200)
+            if query.get("length") != "0":
+                self.send_header("Content-Length", str(size))
+            self.end_headers()
+            for start in range(0, size, 65536):
+                self.wfile.write(b"x" * min(65536, size - start))
+            return
+        if url.path == "/events":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for _ in range(int(query["count"])):
+                self.wfile.write(b"data: " + b"y" * int(query["size"]) + b"\n\n")
+            return
         if url.path == "/redirect":
             self.send_response(302)
             self.send_header("Location", parse_qs(url.query)["to"][0])

@@ -11,7 +11,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from toolkeeper import outbound
-from toolkeeper.outbound import OutboundRefused, async_http_client, check_url, http_client
+from toolkeeper.outbound import (
+    MessageBound,
+    OutboundRefused,
+    ResponseTooLarge,
+    async_http_client,
+    check_url,
+    http_client,
+)
 
 PUBLIC = "93.184.215.14"  # never connected to: every test that resolves it is refused before connecting
 
@@ -329,3 +336,50 @@ def test_a_bad_allow_list_entry_is_a_configuration_error():
 
 def test_the_allow_list_is_empty_by_default():
     assert settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS == []
+
+
+# -- what comes back is bounded ---------------------------------------------------------------------
+
+LIMIT = 100_000
+
+
+@pytest.fixture
+def small_limit(settings):
+    settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES = LIMIT
+
+
+@pytest.mark.parametrize("get", [fetch, fetch_sync], ids=["async", "sync"])
+def test_a_body_over_the_limit_is_refused_whether_announced_or_not(http_port, small_limit, get):
+    base = f"http://127.0.0.1:{http_port}"
+    assert len(get(f"{base}/bytes?n={LIMIT}").content) == LIMIT
+    assert len(get(f"{base}/bytes?n={LIMIT}&length=0").content) == LIMIT
+    with pytest.raises(ResponseTooLarge, match="announced"):
+        get(f"{base}/bytes?n={LIMIT + 1}")
+    with pytest.raises(ResponseTooLarge, match=f"more than {LIMIT} bytes in its answer"):
+        get(f"{base}/bytes?n={LIMIT * 5}&length=0")
+
+
+@pytest.mark.parametrize("get", [fetch, fetch_sync], ids=["async", "sync"])
+def test_an_event_stream_is_bounded_event_by_event(http_port, small_limit, get):
+    base = f"http://127.0.0.1:{http_port}"
+    many = get(f"{base}/events?count=50&size={LIMIT // 10}")  # five times the limit in all, each event small
+    assert many.content.count(b"\n\n") == 50
+    with pytest.raises(ResponseTooLarge, match="one event of its stream"):
+        get(f"{base}/events?count=1&size={LIMIT + 10}")
+
+
+def test_an_event_end_split_across_chunks_still_ends_the_event():
+    bound = MessageBound(10, events=True)
+    for chunk in (b"data: 12\n", b"\n", b"data:3\r", b"\n\r", b"\ndata: 5\n\ndata: 6\n", b"\n"):
+        bound.take(chunk)  # no event over 10 bytes, its end included
+    assert bound.taken == 0
+    with pytest.raises(ResponseTooLarge):
+        MessageBound(10, events=True).take(b"data: 1\n\ndata: 123456\n\ndata: 1\n\n")  # the middle one is over
+    bound.take(b"data: 123")
+    with pytest.raises(ResponseTooLarge):
+        bound.take(b"45")  # 11 bytes with no end: over
+    whole = MessageBound(10, events=False)
+    whole.take(b"x" * 10)
+    with pytest.raises(ResponseTooLarge):
+        whole.take(b"\n\n")  # a plain body counts every byte
