@@ -89,6 +89,10 @@ def tool_update(*, tool: Tool, actor=None, **changes) -> Tool:
         raise ServiceError({name: ["cannot be changed for this tool"] for name in sorted(unknown)})
     if "timeout_s" in changes and not 0.1 <= float(changes["timeout_s"]) <= 86400:
         raise ServiceError({"timeout_s": ["between 0.1 and 86400 seconds"]})
+    if changes.get("enabled") and tool.source == ToolSource.MCP and tool.mcp_server_id is None:
+        # Detached by a sync (its server no longer offers it, or is gone): nothing could run it.
+        raise ServiceError({"enabled": ["its MCP server no longer offers this tool; a sync that finds it again "
+                                        "enables it"]})
     for key, value in changes.items():
         setattr(tool, key, value)
     tool.save()

@@ -105,6 +105,14 @@ def test_a_tool_gone_upstream_is_disabled_and_enabled_when_it_returns(world, std
     assert gone["sync"]["disabled"] == 1
     assert {t["upstream_name"]: (t["enabled"], t["offered"]) for t in gone["server"]["tools"]} == {
         "search": (True, True), "repo.search": (False, False)}
+    tools = Tool.objects.for_tenant(world.a.tenant)
+    detached = tools.get(name=mcp_tool_name("files", "repo.search"))
+    refused = client.patch(f"/api/v1/tools/{detached.pk}", {"enabled": True}, format="json")
+    assert refused.status_code == 400 and "no longer offers" in refused.content.decode()
+    assert not tools.get(pk=detached.pk).enabled
+    offered = tools.get(name=mcp_tool_name("files", "search"))  # an offered one may be switched off and on
+    assert client.patch(f"/api/v1/tools/{offered.pk}", {"enabled": False}, format="json").status_code == 200
+    assert client.patch(f"/api/v1/tools/{offered.pk}", {"enabled": True}, format="json").status_code == 200
     client.patch(f"{URL}/{server['id']}", {"env": {"UPSTREAM_TOOLS": '["search", "repo.search"]'}}, format="json")
     back = client.post(f"{URL}/{server['id']}/sync").json()
     assert back["sync"]["updated"] == 1
