@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 import time
+from collections.abc import Callable
 
 
 class Client:
@@ -40,3 +42,31 @@ def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
     return ordered[index]
+
+
+def run_together(calls: list[Callable[[], float]], per_client: int) -> tuple[list[float], float]:
+    """Every client at once, a thread each, released together: each makes `per_client` timed calls
+    (`calls[n]()` returns one call's seconds). The samples of all, and the wall time from the release."""
+    collected: list[list[float]] = [[] for _ in calls]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(calls) + 1)
+
+    def worker(n: int) -> None:
+        barrier.wait()
+        try:
+            for _ in range(per_client):
+                collected[n].append(calls[n]())
+        except BaseException as exc:  # raised below, in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return [sample for per in collected for sample in per], wall

@@ -22,7 +22,6 @@ import json
 import platform
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -33,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from tests.live.server import LiveServer  # noqa: E402
 
 sys.path.insert(0, str(BENCH_DIR))
-from bench_http import Client, new_session, percentile  # noqa: E402
+from bench_http import Client, new_session, percentile, run_together  # noqa: E402
 from bench_schema import FLOOR_PATH, create_floor_table  # noqa: E402
 
 GOVERNED_BODY = {"name": "current_time", "input": {}, "wait": 10}
@@ -100,32 +99,13 @@ def run_concurrent(server: LiveServer, clients: int, per_client: int, warmup: in
     wall = {"governed": 0.0, "floor": 0.0}
 
     def phase(kind: str, count: int, record: bool) -> None:
-        errors: list[BaseException] = []
-        collected: list[list[float]] = [[] for _ in pool]
-        barrier = threading.Barrier(len(pool) + 1)
-
-        def worker(n: int) -> None:
-            client = pool[n]
+        def caller(n: int):
             path, check = (paths[n], check_governed) if kind == "governed" else (FLOOR_PATH, check_floor)
-            barrier.wait()
-            try:
-                for _ in range(count):
-                    collected[n].append(client.timed(path, GOVERNED_BODY, check))
-            except BaseException as exc:  # reported below
-                errors.append(exc)
+            return lambda: pool[n].timed(path, GOVERNED_BODY, check)
 
-        threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(len(pool))]
-        for thread in threads:
-            thread.start()
-        barrier.wait()
-        start = time.perf_counter()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - start
-        if errors:
-            raise errors[0]
+        collected, elapsed = run_together([caller(n) for n in range(len(pool))], count)
         if record:
-            samples[kind] += [s for per in collected for s in per]
+            samples[kind] += collected
             wall[kind] += elapsed
 
     try:

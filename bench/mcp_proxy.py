@@ -24,7 +24,6 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from tests.live.server import LiveServer  # noqa: E402
 
 sys.path.insert(0, str(BENCH_DIR))
-from bench_http import Client, new_session, percentile  # noqa: E402
+from bench_http import Client, new_session, percentile, run_together  # noqa: E402
 
 TARGET_SHARE = 0.3
 ARGUMENTS = {"text": "hello from the bench"}
@@ -173,29 +172,7 @@ def run_sequential(direct: DirectClient, proxy: ProxyClient, requests: int, warm
 
 def run_concurrent(clients: list, per_client: int) -> dict:
     """All clients at once, each calling `per_client` times; the wall time gives calls/s."""
-    collected: list[list[float]] = [[] for _ in clients]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(len(clients) + 1)
-
-    def worker(n: int) -> None:
-        barrier.wait()
-        try:
-            for _ in range(per_client):
-                collected[n].append(clients[n].timed())
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(len(clients))]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - start
-    if errors:
-        raise errors[0]
-    return summary([s for per in collected for s in per], wall)
+    return summary(*run_together([client.timed for client in clients], per_client))
 
 
 def main(argv=None) -> int:
