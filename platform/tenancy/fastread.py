@@ -85,7 +85,7 @@ def fetch_one(model, *, join: str | None = None, **equal):
     width = len(shape.attnames)
     instance = _instance(model, shape, list(row[:width]))
     if related is not None:
-        foreign_key.set_cached_value(instance, _instance(related, _shape(related), list(row[width:])))
+        foreign_key.set_cached_value(instance, _instance(related, related_shape, list(row[width:])))
     return instance
 
 

@@ -307,10 +307,10 @@ TOOLKEEPER_MAX_WAIT_S = 60
 # With a key, the audit log's hash chain is keyed (HMAC-SHA256): database access alone cannot rewrite it.
 TOOLKEEPER_AUDIT_KEY = os.environ.get("TOOLKEEPER_AUDIT_KEY", "")
 TOOLKEEPER_MAX_BATCH = 64
-# Outbound requests to addresses tenants give (toolkeeper.outbound) reach public addresses only; these
-# host names, IP addresses and networks (CIDR) are opened by the admin, e.g. an internal MCP server.
 # The largest response body (or event of an event stream) an outbound request takes (toolkeeper.outbound).
 TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES = int(os.environ.get("TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES", 16 * 1024 * 1024))
+# Outbound requests to addresses tenants give (toolkeeper.outbound) reach public addresses only; these
+# host names, IP addresses and networks (CIDR) are opened by the admin, e.g. an internal MCP server.
 TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS", "").split(",") if h.strip()
 ]

@@ -377,36 +377,35 @@ def test_a_changed_server_gets_a_new_session_and_its_old_one_is_closed(endpoint)
     assert list(mcp_sessions()) == [new.key]
 
 
+@pytest.fixture
+def heard():
+    """The endpoint keys the registered list_changed callback is called with."""
+    keys: list[str] = []
+    remove = mcp_on_tools_changed(keys.append)
+    yield keys
+    remove()
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_tools_list_changed_calls_the_registered_callbacks_with_the_key(endpoint, transport):
-    heard = []
-    remove = mcp_on_tools_changed(heard.append)
-    try:
-        target = endpoint(transport)
-        mcp_list_tools(target)
-        name = f"added_{uuid.uuid4().hex[:8]}"
-        mcp_call_tool(target, "add_tool", {"name": name}, timeout_s=20)
-        poll(lambda: heard, message="the list_changed callback")
-        assert set(heard) == {target.key}
-        assert name in [tool.name for tool in mcp_list_tools(target)]
-    finally:
-        remove()
+def test_tools_list_changed_calls_the_registered_callbacks_with_the_key(endpoint, transport, heard):
+    target = endpoint(transport)
+    mcp_list_tools(target)
+    name = f"added_{uuid.uuid4().hex[:8]}"
+    mcp_call_tool(target, "add_tool", {"name": name}, timeout_s=20)
+    poll(lambda: heard, message="the list_changed callback")
+    assert set(heard) == {target.key}
+    assert name in [tool.name for tool in mcp_list_tools(target)]
 
 
 @pytest.mark.parametrize("transport", ["stdio", "streamable_http"])
-def test_a_reopened_listen_stream_counts_as_a_change(endpoint, transport):
+def test_a_reopened_listen_stream_counts_as_a_change(endpoint, transport, heard):
     # Nothing is replayed across the gap, so whatever changed meanwhile is fetched again.
-    heard = []
-    remove = mcp_on_tools_changed(heard.append)
-    try:
-        target = endpoint(transport)
-        mcp_list_tools(target)
-        assert heard == []
-        mcp_call_tool(target, "end_listens", {}, timeout_s=20)
-        poll(lambda: heard, message="the callback after the stream was reopened")
-        assert set(heard) == {target.key}
-    finally:
-        remove()
+    target = endpoint(transport)
+    mcp_list_tools(target)
+    assert heard == []
+    mcp_call_tool(target, "end_listens", {}, timeout_s=20)
+    poll(lambda: heard, message="the callback after the stream was reopened")
+    assert set(heard) == {target.key}
 
 
 @pytest.mark.parametrize("transport", HTTP_TRANSPORTS)
