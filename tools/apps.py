@@ -21,7 +21,8 @@ class ToolsConfig(AppConfig):
             post_delete.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.delete.{model.__name__}")
         m2m_changed.connect(bump_on_change, sender=ToolGroup.tools.through, dispatch_uid="tools.catalog.members")
         post_migrate.connect(catalog_sync_all, sender=self, dispatch_uid="tools.sync_catalog")
-        if not settings.TOOLKEEPER_TOOL_PROCESS:  # a tool process runs Python tools only (tools.isolation)
+        # A tool process runs Python tools only (tools.isolation); the MCP host process only reaches servers.
+        if not (settings.TOOLKEEPER_TOOL_PROCESS or settings.TOOLKEEPER_MCP_HOST_PROCESS):
             from .mcp_servers import mcp_server_sync
             from .mcp_source import mcp_sync_register  # registers the source of MCP tools
 

@@ -19,26 +19,22 @@ database; its `ctx.emit` events travel to the parent over the pipe, and the pare
 import contextlib
 import ctypes
 import importlib.util
-import json
 import logging
 import os
-import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 
 from django.conf import settings
 from django.db import connections
+
+from toolkeeper.children import READY_TIMEOUT_S, ChildGone, ChildProcess, start_child
 
 logger = logging.getLogger("toolkeeper.calls")
 
 STOP_GRACE_S = 1.0  # a cooperative tool (ctx.sleep, ctx.check_cancelled, awaits) leaves by itself within this
 STOP_RETRY_MAX_S = 0.5
-CHILD_READY_TIMEOUT_S = 120.0
 # Set in the tool processes: they run Python tools only and must start fast, so they leave out the MCP
 # client (tools.apps), whose SDK alone takes seconds to import.
 TOOL_PROCESS_ENV = "TOOLKEEPER_TOOL_PROCESS"
@@ -241,60 +237,6 @@ def discard_thread_connections() -> None:
 
 # --- processes ---------------------------------------------------------------------------------------
 
-class ChildGone(Exception):
-    """The child process ended (killed at a stop, or it crashed) before it answered."""
-
-
-class ChildProcess:
-    """A pre-started Python process that runs tools one at a time. Messages are JSON; the first one a child
-    sends says it is ready (Django is set up)."""
-
-    def __init__(self, process: subprocess.Popen, conn: Connection):
-        self.process = process
-        self.conn = conn
-        self.killed = False
-        self.ready = False
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return not self.killed and self.process.poll() is None
-
-    def wait_ready(self) -> None:
-        if self.ready:
-            return
-        if not self.conn.poll(CHILD_READY_TIMEOUT_S):
-            self.kill()
-            raise ChildGone("the tool process did not start in time")
-        if self.recv().get("ready") is not True:
-            raise ChildGone("the tool process did not start")
-        self.ready = True
-
-    def send(self, message: dict) -> None:
-        try:
-            self.conn.send_bytes(json.dumps(message).encode())
-        except OSError as exc:
-            raise ChildGone(str(exc)) from exc
-
-    def recv(self) -> dict:
-        try:
-            return json.loads(self.conn.recv_bytes())
-        except (EOFError, OSError) as exc:
-            raise ChildGone(str(exc)) from exc
-
-    def kill(self) -> None:
-        self.killed = True
-        with contextlib.suppress(ProcessLookupError):
-            self.process.send_signal(signal.SIGKILL)
-
-    def close(self) -> None:
-        self.kill()
-        self.conn.close()
-        self.process.wait()
-
-
 class ProcessPool:
     """`size` children, started ahead of need and reused (the most recently used first, its imports warm).
     More calls at once than children start more on demand; beyond `size`, returned children are closed.
@@ -324,7 +266,7 @@ class ProcessPool:
 
     def acquire(self) -> ChildProcess:
         while True:
-            deadline = time.monotonic() + CHILD_READY_TIMEOUT_S
+            deadline = time.monotonic() + READY_TIMEOUT_S
             with self._lock:
                 self._busy += 1
                 self._waiting += 1
@@ -387,18 +329,7 @@ _CHILD_MAIN = "import sys; from tools.isolation_child import main; main(int(sys.
 
 
 def _start_child() -> ChildProcess:
-    ours, theirs = socket.socketpair()
-    env = dict(os.environ)
-    env["DJANGO_SETTINGS_MODULE"] = settings.SETTINGS_MODULE
-    env[TOOL_PROCESS_ENV] = "1"
-    env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path and os.path.isdir(path))
-    with theirs:
-        # Our own interpreter and code; nothing from a call reaches the command line.
-        process = subprocess.Popen(  # noqa: S603
-            [sys.executable, "-c", _CHILD_MAIN, str(theirs.fileno()), str(os.getpid())],
-            pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
-        )
-    return ChildProcess(process, Connection(ours.detach()))
+    return start_child(_CHILD_MAIN, env={TOOL_PROCESS_ENV: "1"})
 
 
 _pool: ProcessPool | None = None

@@ -7,16 +7,16 @@ started it, and has no database.
 import contextlib
 import ctypes
 import importlib
-import json
 import logging
 import os
 import signal
 import threading
 from functools import cache
-from multiprocessing.connection import Connection
 
 import django
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+from toolkeeper.children import ChildSide
 
 from .decorators import PythonTool, ToolContext, ToolError, build_python_tool
 from .results import tool_result
@@ -84,19 +84,12 @@ def _answer(request: dict, send) -> dict:
 def main(fd: int, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the server; the child dies with it
     _die_with_parent(parent_pid)
-    conn = Connection(fd)
-
-    def send(message: dict) -> None:
-        conn.send_bytes(json.dumps(message).encode())
-
+    parent = ChildSide(fd)
+    send = parent.send
     django.setup()
     BaseDatabaseWrapper.ensure_connection = _no_database
     send({"ready": True})
-    while True:
-        try:
-            request = json.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            return
+    while (request := parent.recv()) is not None:
         answer = _answer(request, send)
         try:
             send(answer)

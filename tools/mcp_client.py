@@ -1,6 +1,9 @@
 """The client side of MCP (DESIGN §8): reaching a tenant's MCP servers from sync code, over sessions kept
 open per process.
 
+- By default the sessions live in a host process of this process's own (see "the host process" at the end
+  of this module), so the SDK's work runs beside the server instead of taking its interpreter lock; the
+  host runs everything below. With `TOOLKEEPER_MCP_CLIENT_PROCESS` off it runs in this process.
 - One event-loop thread per process (`_Loop`), started on first use, so every Celery prefork child
   starts its own after the fork (a loop thread does not survive a fork; `os.register_at_fork` drops the
   parent's). It is a daemon thread running a `BlockingPortal`: anyio's `start_blocking_portal` runs its loop
@@ -36,10 +39,15 @@ No message or log line carries a header or environment value.
 """
 import atexit
 import concurrent.futures
+import contextlib
+import dataclasses
+import itertools
 import json
 import logging
 import os
 import queue
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -48,11 +56,13 @@ from dataclasses import dataclass, field
 
 import anyio
 import anyio.to_thread
+import django
 import httpx2
 import mcp_types as types
 from anyio.from_thread import BlockingPortal
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils.crypto import salted_hmac
 from mcp import Client
 from mcp.client.sse import sse_client
@@ -62,6 +72,7 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from toolkeeper.children import ChildGone, ChildSide, start_child
 from toolkeeper.outbound import OutboundRefused, ResponseTooLarge, async_http_client
 from toolkeeper.secrets import SecretDict
 
@@ -79,6 +90,9 @@ CHANGE_COALESCE_S = 0.2  # list_changed notifications of one endpoint within thi
 LISTEN_ACK_WAIT_S = 5.0  # a new session waits this long for its listen stream before it is used anyway
 REAP_EVERY_S = 30.0
 RELAY_SLACK_S = 10.0  # the calling thread gives up this long after the call's own deadline (a wedged loop)
+HOST_PROCESS_ENV = "TOOLKEEPER_MCP_HOST_PROCESS"  # set in the host process (see the end of this module)
+HOST_READY_TIMEOUT_S = 60.0
+HOST_EXIT_WAIT_S = 10.0
 CLIENT_INFO = types.Implementation(name="toolkeeper", version="1")
 # Environment names a tenant can never set for a stdio server, whatever the allow-list says: they change
 # what the command runs rather than how the server behaves.
@@ -781,24 +795,37 @@ def _forget_loop_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_loop_after_fork)
 
 
+def _here() -> bool:
+    """Whether this process holds its sessions itself (a thread of its own), rather than in its host process."""
+    return settings.TOOLKEEPER_MCP_HOST_PROCESS or not settings.TOOLKEEPER_MCP_CLIENT_PROCESS
+
+
 def mcp_sessions_close(timeout_s: float = 5.0) -> None:
     """Close every session of this process (tests, process exit): HTTP sessions are ended, stdio servers
     stopped."""
+    host = _host_state
+    if host is not None and host.pid == os.getpid() and not host.dead:
+        with contextlib.suppress(UpstreamUnavailable):
+            host.request({"op": "close_all"}, timeout_s=timeout_s)
     state = _loop_state
-    if state is None or state.pid != os.getpid():
-        return
-    future = state.portal.start_task_soon(state.pool.close_all)
-    try:
-        future.result(timeout=timeout_s)
-    except (concurrent.futures.TimeoutError, RuntimeError):
-        future.cancel()
+    if state is not None and state.pid == os.getpid():
+        future = state.portal.start_task_soon(state.pool.close_all)
+        try:
+            future.result(timeout=timeout_s)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            future.cancel()
 
 
 atexit.register(mcp_sessions_close, 2.0)
 
 
 def mcp_sessions() -> dict:
-    """The sessions this process holds: key → {server_id, alive, in_use}."""
+    """The sessions this process holds (in its host process, or here): key → {server_id, alive, in_use}."""
+    if not _here():
+        host = _host_state
+        if host is None or host.pid != os.getpid() or host.dead:
+            return {}
+        return host.request({"op": "status"}, timeout_s=10.0)
     state = _loop_state
     if state is None or state.pid != os.getpid():
         return {}
@@ -826,6 +853,10 @@ def mcp_on_tools_changed(callback: Callable[[str], None]) -> Callable[[], None]:
 
 def mcp_list_tools(endpoint: McpEndpoint) -> list[UpstreamTool]:
     """Every tool the server lists (pages followed, at most MAX_TOOLS), over the pooled session."""
+    if not _here():
+        listed = _host().request({"op": "list", "endpoint": _endpoint_json(endpoint)},
+                                 timeout_s=endpoint.timeout_s * (MAX_PAGES + 1) + RELAY_SLACK_S)
+        return [UpstreamTool(**tool) for tool in listed]
     state = _loop()
     return state.portal.call(state.pool.list_tools, endpoint)
 
@@ -833,6 +864,9 @@ def mcp_list_tools(endpoint: McpEndpoint) -> list[UpstreamTool]:
 def mcp_probe(endpoint: McpEndpoint) -> dict:
     """Connect now, on a connection of its own: {server_name, server_version, protocol_version, tool_count}.
     Raises UpstreamUnavailable in plain words."""
+    if not _here():
+        return _host().request({"op": "probe", "endpoint": _endpoint_json(endpoint)},
+                               timeout_s=endpoint.timeout_s + RELAY_SLACK_S)
     state = _loop()
     return state.portal.call(state.pool.probe, endpoint)
 
@@ -849,28 +883,18 @@ def mcp_call_tool(endpoint: McpEndpoint, upstream_name: str, arguments: dict, *,
     is cancelled upstream and UpstreamCancelled raised. `timeout_s` bounds connecting and answering; past
     it the server is told to stop and UpstreamTimedOut is raised.
     Raises UpstreamToolError (isError: the upstream text), UpstreamUnavailable, UpstreamCancelled."""
-    state = _loop()
-    inbox: queue.SimpleQueue = queue.SimpleQueue()
-
-    async def progress(value: float, total: float | None, message: str | None) -> None:
-        inbox.put(("progress", (value, total, message)))
-
-    async def run() -> None:
-        try:
-            outcome = ("result", await state.pool.call_tool(endpoint, upstream_name, dict(arguments or {}),
-                                                            float(timeout_s), progress if on_progress else None))
-        except anyio.get_cancelled_exc_class():
-            inbox.put(("stopped", None))
-            raise
-        except BaseException as exc:
-            outcome = ("error", exc)
-        inbox.put(outcome)
-
     if cancelled is not None and cancelled.is_set():
         raise UpstreamCancelled("the call was cancelled")
-    future = state.portal.start_task_soon(run)
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    request = {"op": "call", "endpoint": endpoint, "name": upstream_name, "arguments": dict(arguments or {}),
+               "timeout_s": float(timeout_s), "progress": on_progress is not None}
+    if _here():
+        state = _loop()
+        stop = state.portal.start_task_soon(_operation(state.pool, request, inbox.put)).cancel
+    else:
+        stop = _host().start({**request, "endpoint": _endpoint_json(endpoint)}, inbox.put)
     on_set = getattr(cancelled, "on_set", None)
-    remove = on_set(future.cancel) if on_set is not None else None
+    remove = on_set(stop) if on_set is not None else None
     give_up_at = time.monotonic() + float(timeout_s) + RELAY_SLACK_S
     try:
         while True:
@@ -879,9 +903,9 @@ def mcp_call_tool(endpoint: McpEndpoint, upstream_name: str, arguments: dict, *,
                                           max(0.01, give_up_at - time.monotonic()))
             except queue.Empty:
                 if cancelled is not None and cancelled.is_set():
-                    future.cancel()
+                    stop()
                 elif time.monotonic() >= give_up_at:
-                    future.cancel()
+                    stop()
                     _wait_stopped(inbox)
                     raise UpstreamTimedOut(f"{_who(endpoint)} did not answer within {timeout_s:g} s") from None
                 continue
@@ -889,7 +913,7 @@ def mcp_call_tool(endpoint: McpEndpoint, upstream_name: str, arguments: dict, *,
                 try:
                     on_progress(*payload)
                 except BaseException:
-                    future.cancel()
+                    stop()
                     _wait_stopped(inbox)
                     raise
                 continue
@@ -903,6 +927,41 @@ def mcp_call_tool(endpoint: McpEndpoint, upstream_name: str, arguments: dict, *,
             remove()
 
 
+def _operation(pool: _Pool, request: dict, put: Callable[[tuple], None]):
+    """The loop's task for one request (its endpoint an McpEndpoint): what it yields goes to `put` as
+    ("progress", (progress, total, message)) …, then ("result", value), ("error", exception) or
+    ("stopped", None) when the task was cancelled."""
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        put(("progress", (value, total, message)))
+
+    async def run() -> None:
+        op, endpoint = request["op"], request.get("endpoint")
+        try:
+            if op == "call":
+                value = await pool.call_tool(endpoint, request["name"], request["arguments"], request["timeout_s"],
+                                             progress if request["progress"] else None)
+            elif op == "list":
+                value = [dataclasses.asdict(tool) for tool in await pool.list_tools(endpoint)]
+            elif op == "probe":
+                value = await pool.probe(endpoint)
+            elif op == "status":
+                value = pool.status()
+            elif op == "close_all":
+                value = await pool.close_all()
+            else:
+                raise UpstreamUnavailable(f"unknown operation {op!r}")
+        except anyio.get_cancelled_exc_class():
+            put(("stopped", None))
+            raise
+        except BaseException as exc:
+            put(("error", exc))
+            return
+        put(("result", value))
+
+    return run
+
+
 def _wait_stopped(inbox: queue.SimpleQueue, timeout_s: float = 5.0) -> None:
     """After a cancel, until the call's task has ended (and told the server), progress dropped."""
     give_up_at = time.monotonic() + timeout_s
@@ -913,3 +972,254 @@ def _wait_stopped(inbox: queue.SimpleQueue, timeout_s: float = 5.0) -> None:
             return
         if kind != "progress":
             return
+
+
+# -- the host process ---------------------------------------------------------------------------------
+#
+# By default (`TOOLKEEPER_MCP_CLIENT_PROCESS`) a server or worker process keeps its sessions in a helper
+# process of its own, started on first use: the SDK's work (HTTP, SSE and JSON-RPC framing, validation,
+# stdio servers' pipes) then runs beside the process serving requests instead of taking its interpreter
+# lock. Requests and answers are JSON frames on a socket pair; the helper runs the loop thread above and
+# ends when its parent does (its socket closes), closing its sessions and stopping its stdio servers. The
+# settings the client reads travel with the requests, so the helper always works with its parent's.
+
+HOST_SETTINGS = ("TOOLKEEPER_MCP_STDIO_SERVERS", "TOOLKEEPER_MCP_SESSION_IDLE_S", "TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS",
+                 "TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES")
+HOST_MAIN = "import sys; from tools.mcp_client import host_main; host_main(int(sys.argv[1]))"
+_ERRORS = {cls.__name__: cls for cls in (UpstreamUnavailable, UpstreamTimedOut, UpstreamRefused, UpstreamToolError,
+                                         UpstreamCancelled)}
+
+
+def _endpoint_json(endpoint: McpEndpoint) -> dict:
+    fields = dataclasses.asdict(endpoint)
+    fields.update(headers=dict(endpoint.headers), env=dict(endpoint.env), args=list(endpoint.args))
+    return fields
+
+
+def _endpoint_from(fields: dict) -> McpEndpoint:
+    return McpEndpoint(**{**fields, "headers": SecretDict(fields["headers"]), "env": SecretDict(fields["env"]),
+                          "args": tuple(fields["args"])})
+
+
+def _error_json(exc: BaseException) -> dict:
+    if type(exc) in _ERRORS.values():
+        error = {"type": type(exc).__name__, "message": str(exc)}
+        if isinstance(exc, UpstreamToolError):
+            error.update(content=exc.content, structured=exc.structured)
+        return error
+    logger.error("the MCP client failed", exc_info=exc)
+    return {"type": "UpstreamUnavailable", "message": "the MCP client failed unexpectedly"}
+
+
+def _error_from(error: dict) -> Exception:
+    cls = _ERRORS.get(error.get("type"), UpstreamUnavailable)
+    if cls is UpstreamToolError:
+        return cls(error["message"], content=error.get("content"), structured=error.get("structured"))
+    return cls(error["message"])
+
+
+def _host_settings() -> dict:
+    return {name: getattr(settings, name, None) for name in HOST_SETTINGS}
+
+
+class _Host:
+    """This process's host process, and the thread reading its answers."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.lock = threading.Lock()  # sending, and the pending table against the reader's last sweep
+        self.pending: dict[int, Callable[[tuple], None]] = {}
+        self.ids = itertools.count(1)
+        self.sent_settings: dict | None = None
+        self.dead = False
+        self.child = start_child(HOST_MAIN, env={HOST_PROCESS_ENV: "1"})
+        try:
+            self.child.wait_ready(HOST_READY_TIMEOUT_S)
+        except ChildGone as exc:
+            self.child.close()
+            raise UpstreamUnavailable("the MCP client process did not start") from exc
+        threading.Thread(target=self._read, name="toolkeeper-mcp-host", daemon=True).start()
+
+    def start(self, request: dict, put: Callable[[tuple], None]) -> Callable[[], None]:
+        """Send a request; its messages go to `put` (see `_operation`). Returns what stops it."""
+        number = next(self.ids)
+        current = _host_settings()
+        with self.lock:
+            if self.dead:
+                raise UpstreamUnavailable("the MCP client process stopped")
+            self.pending[number] = put
+            try:
+                if current != self.sent_settings:
+                    self.child.send({"op": "settings", "values": current})
+                    self.sent_settings = current
+                self.child.send({**request, "id": number})
+            except ChildGone:
+                del self.pending[number]
+                raise UpstreamUnavailable("the MCP client process stopped") from None
+        return lambda: self._send_quietly({"op": "cancel", "id": number})
+
+    def request(self, request: dict, *, timeout_s: float):
+        """Send a request and wait for its answer (no progress)."""
+        inbox: queue.SimpleQueue = queue.SimpleQueue()
+        stop = self.start(request, inbox.put)
+        try:
+            kind, payload = inbox.get(timeout=timeout_s)
+        except queue.Empty:
+            stop()
+            raise UpstreamTimedOut("the MCP client process did not answer in time") from None
+        if kind == "error":
+            raise payload
+        return payload
+
+    def _send_quietly(self, message: dict) -> None:
+        with self.lock, contextlib.suppress(ChildGone):
+            if not self.dead:
+                self.child.send(message)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self.child.recv()
+            except ChildGone:
+                break
+            if "log" in message:
+                record = logging.makeLogRecord(message["log"])
+                logging.getLogger(record.name).handle(record)
+                continue
+            if "changed" in message:
+                threading.Thread(target=_tell_callbacks, args=(message["changed"],), daemon=True).start()
+                continue
+            kind, payload = message["kind"], message.get("payload")
+            put = self.pending.get(message["id"]) if kind == "progress" else self.pending.pop(message["id"], None)
+            if put is None:
+                continue
+            if kind == "progress":
+                put((kind, tuple(payload)))
+            elif kind == "error":
+                put((kind, _error_from(payload)))
+            else:
+                put((kind, payload))
+        with self.lock:
+            self.dead = True
+            orphans, self.pending = list(self.pending.values()), {}
+        for put in orphans:
+            put(("error", UpstreamUnavailable("the MCP client process stopped during the request")))
+        logger.warning("the MCP client process (pid %s) ended; the next request starts another", self.child.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.child.process.wait(timeout=HOST_EXIT_WAIT_S)  # its sessions closing, its stdio servers stopping
+        self.child.close()
+
+
+_host_state: _Host | None = None
+_host_lock = threading.Lock()
+
+
+def _host() -> _Host:
+    global _host_state
+    host = _host_state
+    if host is None or host.dead or host.pid != os.getpid():
+        with _host_lock:
+            if _host_state is None or _host_state.dead or _host_state.pid != os.getpid():
+                _host_state = _Host()
+            host = _host_state
+    return host
+
+
+def _forget_host_after_fork() -> None:
+    """A forked child starts a host of its own; its copy of the parent's socket is closed, so the parent's host
+    still ends with the parent."""
+    global _host_state, _host_lock
+    if _host_state is not None:
+        with contextlib.suppress(OSError):
+            _host_state.child.conn.close()
+    _host_state = None
+    _host_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_host_after_fork)
+
+
+def _tell_callbacks(key: str) -> None:
+    for callback in list(_changed_callbacks):
+        try:
+            callback(key)
+        except Exception:
+            logger.exception("a tools/list_changed callback failed for %s", key)
+
+
+class _ParentLog(logging.Handler):
+    """The host's log records, handled by the parent's logging (its handlers, its tests' captures)."""
+
+    def __init__(self, send: Callable[[dict], None]):
+        super().__init__()
+        self.send = send
+
+    def emit(self, record: logging.LogRecord) -> None:
+        fields = {"name": record.name, "levelno": record.levelno, "levelname": record.levelname,
+                  "msg": record.getMessage(), "pathname": record.pathname, "lineno": record.lineno,
+                  "funcName": record.funcName, "created": record.created, "msecs": record.msecs,
+                  "threadName": record.threadName, "process": record.process}
+        if record.exc_info:
+            fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
+        self.send({"log": fields})
+
+
+def _log_to(send: Callable[[dict], None]) -> None:
+    """Every record goes to the parent (levels stay as configured; the handlers are the parent's)."""
+    for logger_ in [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)] + [logging.root]:
+        if isinstance(logger_, logging.Logger):
+            logger_.handlers.clear()
+            logger_.propagate = True
+    logging.root.addHandler(_ParentLog(send))
+
+
+def _no_database(self, *args, **kwargs):
+    raise RuntimeError("the MCP client process has no database")
+
+
+def host_main(fd: int) -> None:
+    """The host process: requests from the parent run as tasks of the loop thread, their messages go back."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the server; the host ends with it
+    django.setup()
+    BaseDatabaseWrapper.ensure_connection = _no_database
+    parent = ChildSide(fd)
+    send_lock = threading.Lock()
+    running: dict[int, concurrent.futures.Future] = {}
+
+    def send(message: dict) -> None:
+        with send_lock, contextlib.suppress(OSError):
+            parent.send(message)
+
+    def answer(number: int) -> Callable[[tuple], None]:
+        def put(item: tuple) -> None:
+            kind, payload = item
+            if kind == "error":
+                payload = _error_json(payload)
+            try:
+                send({"id": number, "kind": kind, "payload": payload})
+            except (TypeError, ValueError):  # a value JSON cannot carry (structuredContent is JSON already)
+                send({"id": number, "kind": "error",
+                      "payload": {"type": "UpstreamUnavailable", "message": "the MCP answer could not be relayed"}})
+        return put
+
+    _log_to(send)
+    mcp_on_tools_changed(lambda key: send({"changed": key}))
+    state = _loop()
+    send({"ready": True})
+    while (message := parent.recv()) is not None:
+        op, number = message.get("op"), message.get("id")
+        if op == "settings":
+            for name, value in message["values"].items():
+                setattr(settings, name, value)
+        elif op == "cancel":
+            future = running.get(number)
+            if future is not None:
+                future.cancel()
+        else:
+            if "endpoint" in message:
+                message["endpoint"] = _endpoint_from(message["endpoint"])
+            future = state.portal.start_task_soon(_operation(state.pool, message, answer(number)))
+            running[number] = future
+            future.add_done_callback(lambda _done, number=number: running.pop(number, None))
+    mcp_sessions_close()
+    os._exit(0)

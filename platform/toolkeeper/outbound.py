@@ -48,6 +48,7 @@ name resolved to (that would map the internal network for the tenant). The log l
 """
 import ipaddress
 import logging
+import select
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -313,8 +314,8 @@ class AsyncGuardedNetworkBackend(httpcore2.AsyncNetworkBackend):
         failure = None
         for address in checked_addresses(host, addresses, allowed):
             try:
-                return await self._backend.connect_tcp(address, port, timeout=timeout, local_address=local_address,
-                                                       socket_options=socket_options)
+                return _CheckedStream(await self._backend.connect_tcp(
+                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options))
             except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
                 failure = exc
         raise failure
@@ -325,6 +326,44 @@ class AsyncGuardedNetworkBackend(httpcore2.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await self._backend.sleep(seconds)
+
+
+class _CheckedStream(httpcore2.AsyncNetworkStream):
+    """A checked connection's stream, its socket looked up once: the pool asks whether each idle connection's
+    socket is readable at every request, and anyio builds its attribute table anew for each such question."""
+
+    def __init__(self, stream: httpcore2.AsyncNetworkStream) -> None:
+        self._stream = stream
+        self._socket = stream.get_extra_info("socket")
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._stream.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._stream.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(self, ssl_context, server_hostname: str | None = None,
+                        timeout: float | None = None) -> httpcore2.AsyncNetworkStream:
+        return _CheckedStream(await self._stream.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str):
+        if info == "is_readable":
+            return _readable(self._socket)
+        if info == "socket":
+            return self._socket
+        return self._stream.get_extra_info(info)
+
+
+def _readable(sock: socket.socket | None) -> bool:
+    """Whether reading would not block: on an idle keep-alive connection, the peer closed it (or sent junk)."""
+    if sock is None or sock.fileno() == -1:
+        return True
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class GuardedNetworkBackend(httpcore2.NetworkBackend):

@@ -320,6 +320,10 @@ TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = [
 TOOLKEEPER_MCP_STDIO_SERVERS = mcp_stdio_servers(os.environ.get("TOOLKEEPER_MCP_STDIO_SERVERS", ""))
 TOOLKEEPER_MCP_SYNC_INTERVAL_S = float(os.environ.get("TOOLKEEPER_MCP_SYNC_INTERVAL_S", 300))
 TOOLKEEPER_MCP_SESSION_IDLE_S = float(os.environ.get("TOOLKEEPER_MCP_SESSION_IDLE_S", 900))
+# Each server or worker process keeps its MCP sessions in a helper process of its own ("0": in a thread).
+TOOLKEEPER_MCP_CLIENT_PROCESS = os.environ.get("TOOLKEEPER_MCP_CLIENT_PROCESS", "1") != "0"
+# Set by tools.mcp_client in that helper process.
+TOOLKEEPER_MCP_HOST_PROCESS = os.environ.get("TOOLKEEPER_MCP_HOST_PROCESS") == "1"
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "memory://"
 CELERY_TASK_ACKS_LATE = True

@@ -76,8 +76,8 @@ def test_an_mcp_call_runs_in_a_worker_process_with_its_progress_as_events(deploy
     assert call["status"] == "succeeded", call
     assert call["result"]["structured"] == {"marker": marker}
     [seen] = [c for c in log.calls("echo") if c["arguments"] == {"marker": marker}]
-    if transport == "stdio":  # started by the Celery worker process that ran the call
-        assert parent_of(seen["pid"]) in deployment.stack.worker_children()
+    if transport == "stdio":  # started by the MCP host process of the Celery worker process that ran the call
+        assert parent_of(parent_of(seen["pid"])) in deployment.stack.worker_children()
     else:
         assert seen["authorization"] == f"Bearer stored-{call['tool'].split('__')[1]}"
 

@@ -265,7 +265,8 @@ def test_a_loopback_server_is_refused_without_the_admins_allow_list(http_server,
     assert not [e for e in http_server.log.events() if token in str(e)]
 
 
-def test_a_name_resolving_to_loopback_is_refused_at_connect_time(http_server, monkeypatch):
+def test_a_name_resolving_to_loopback_is_refused_at_connect_time(http_server, monkeypatch, settings):
+    settings.TOOLKEEPER_MCP_CLIENT_PROCESS = False  # the resolver is faked in this process: the client must run here
     real = socket.getaddrinfo
 
     def getaddrinfo(host, port, *args, **kwargs):

@@ -1,7 +1,9 @@
 """The outbound guard: a tenant's URL reaches public addresses only, checked on the address actually
 connected to, at connect time, for every hop; the admin's allow-list opens named exceptions."""
 import asyncio
+import socket
 import ssl
+import threading
 
 import httpcore2
 import httpx2
@@ -383,3 +385,39 @@ def test_an_event_end_split_across_chunks_still_ends_the_event():
     whole.take(b"x" * 10)
     with pytest.raises(ResponseTooLarge):
         whole.take(b"\n\n")  # a plain body counts every byte
+
+
+def test_a_pooled_connection_the_server_closed_is_not_reused(settings, connections):
+    """The guarded stream answers the pool's "is this idle socket readable" itself (the socket looked up once):
+    a keep-alive connection the server has closed meanwhile is dropped and a new one made."""
+    settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            accepted.append(conn)
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+
+    async def run() -> list[str]:
+        async with async_http_client(timeout=5) as client:
+            first = await client.get(f"http://127.0.0.1:{port}/")
+            while not accepted:
+                await asyncio.sleep(0.01)
+            accepted[0].close()  # the server ends the idle keep-alive connection
+            await asyncio.sleep(0.1)
+            second = await client.get(f"http://127.0.0.1:{port}/")
+            return [first.text, second.text]
+
+    try:
+        assert asyncio.run(run()) == ["ok", "ok"]
+    finally:
+        server.join(timeout=5)
+        listener.close()
+    assert connections == ["127.0.0.1", "127.0.0.1"]  # a second connection: the closed one was not used
