@@ -15,21 +15,26 @@ pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("d
 
 INSTALL = """
 import json
+from django.db import transaction
 from tenancy.models import Tenant
 from tools.mcp_client import endpoint_of, mcp_list_tools
 from tools.models import McpServer, Tool, ToolGroup
 
 tenant = Tenant.objects.get(slug="bravo")
-server = McpServer.objects.create(tenant=tenant, **json.loads({fields!r}))
+fields = json.loads({fields!r})
+listed = mcp_list_tools(endpoint_of(McpServer(tenant=tenant, **fields)))
 basic = ToolGroup.objects.for_tenant(tenant).get(name="basic")
 names = {{}}
-for upstream in mcp_list_tools(endpoint_of(server)):
-    tool = Tool.objects.create(
-        tenant=tenant, name=f"mcp__{{server.name}}__{{upstream.name}}"[:64], source="mcp", source_ref=upstream.name,
-        mcp_server=server, description=upstream.description, input_schema=upstream.input_schema,
-        timeout_s=server.timeout_s)
-    basic.tools.add(tool)
-    names[upstream.name] = tool.name
+# The server and its tools appear together: the periodic sync must not find the server without them.
+with transaction.atomic():
+    server = McpServer.objects.create(tenant=tenant, **fields)
+    for upstream in listed:
+        tool = Tool.objects.create(
+            tenant=tenant, name=f"mcp__{{server.name}}__{{upstream.name}}"[:64], source="mcp",
+            source_ref=upstream.name, mcp_server=server, description=upstream.description,
+            input_schema=upstream.input_schema, timeout_s=server.timeout_s)
+        basic.tools.add(tool)
+        names[upstream.name] = tool.name
 print(json.dumps(names))
 """
 
