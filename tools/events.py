@@ -13,29 +13,29 @@ from realtime.broadcast import publish_on_commit
 from realtime.groups import calls_group, session_group
 
 from .call_statements import INCREMENTS, call_update, event_insert
-from .models import SETTLED_STATUSES, TERMINAL_STATUSES, CallEvent, CallStatus, ToolCall
+from .models import SETTLED_STATUSES, TERMINAL_STATUSES, CallStatus, ToolCall
 from .results import call_error, error_result
 from .waiting import settle_notify
 
 
-def _record(call: ToolCall, seq: int, kind: str, data: dict) -> CallEvent:
-    event = CallEvent(tenant_id=call.tenant_id, call_id=call.pk, seq=seq, kind=kind, data=data, at=timezone.now())
-    event.pk = event_insert(event)
+def _record(call: ToolCall, seq: int, kind: str, data: dict) -> None:
+    at = timezone.now()
+    event_insert(call, seq=seq, kind=kind, data=data, at=at)
     message = {
         "type": "call.event", "call": str(call.pk), "session": str(call.session_id), "seq": seq,
-        "kind": kind, "data": data, "at": event.at.isoformat(),
+        "kind": kind, "data": data, "at": at.isoformat(),
     }
     publish_on_commit([session_group(call.tenant_id, call.session_id), calls_group(call.tenant_id)], message)
-    return event
 
 
-def call_event_append(*, call: ToolCall, kind: str, data: dict, while_status: str | None = None) -> CallEvent | None:
-    """Append an event; with `while_status`, only while the call is still in it (else None, nothing written)."""
+def call_event_append(*, call: ToolCall, kind: str, data: dict, while_status: str | None = None) -> int | None:
+    """Append an event and return its number; with `while_status`, only while the call is still in it (else
+    None, nothing written)."""
     with transaction.atomic(savepoint=False):
         seq = call_update(call, from_statuses=None if while_status is None else [while_status])
-        if seq is None:
-            return None
-        return _record(call, seq, kind, data)
+        if seq is not None:
+            _record(call, seq, kind, data)
+        return seq
 
 
 def call_transition(*, call: ToolCall, from_statuses, to_status: str, event_data: dict | None = None,

@@ -1,10 +1,10 @@
 """Writes to the audit log: append-only and hash-chained per tenant, with a head per chain."""
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from tenancy.fastread import insert_row
+from tenancy.fastread import insert_row, this_connection
 from toolkeeper.errors import ServiceError
 
 from .chain import KEYED, PLAIN, audit_key, entry_digest, entry_payload, head_signature, head_signed_by
@@ -33,18 +33,19 @@ class Head:
     signature: str
 
 
-def _head_columns() -> list[str]:
-    return [connection.ops.quote_name(ChainHead._meta.get_field(name).column)
+def _head_columns(conn) -> list[str]:
+    return [conn.ops.quote_name(ChainHead._meta.get_field(name).column)
             for name in ("count", "last_id", "hash", "signature")]
 
 
 def _read_head(tenant_id: int, *, lock: bool) -> Head | None:
     """The tenant's head; with `lock`, held (FOR UPDATE) until the transaction ends, so appends queue on it."""
-    quote = connection.ops.quote_name
-    suffix = " FOR UPDATE" if lock and connection.features.has_select_for_update else ""
-    sql = (f"SELECT {', '.join(_head_columns())} FROM {quote(ChainHead._meta.db_table)} "  # noqa: S608
+    conn = this_connection()
+    quote = conn.ops.quote_name
+    suffix = " FOR UPDATE" if lock and conn.features.has_select_for_update else ""
+    sql = (f"SELECT {', '.join(_head_columns(conn))} FROM {quote(ChainHead._meta.db_table)} "  # noqa: S608
            f"WHERE {quote('tenant_id')} = %s{suffix}")
-    with connection.cursor() as cursor:
+    with conn.cursor() as cursor:
         cursor.execute(sql, [tenant_id])
         row = cursor.fetchone()
     return Head(*row) if row else None
@@ -52,10 +53,11 @@ def _read_head(tenant_id: int, *, lock: bool) -> Head | None:
 
 def _locked_head(tenant_id: int) -> Head | None:
     head = _read_head(tenant_id, lock=True)
-    if head is None and connection.vendor == "postgresql":
+    conn = this_connection()
+    if head is None and conn.vendor == "postgresql":
         # A chain's first append has no head row to lock: serialise those with an advisory lock, then look
         # again (a concurrent first append may have made it). SQLite's write lock already serialises.
-        with connection.cursor() as cursor:
+        with conn.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7001, tenant_id])
         head = _read_head(tenant_id, lock=True)
     return head
@@ -66,10 +68,11 @@ def _write_head(tenant_id: int, head: Head, *, new: bool) -> None:
         insert_row(ChainHead, tenant=tenant_id, count=head.count, last_id=head.last_id, hash=head.hash,
                    signature=head.signature)
         return
-    quote = connection.ops.quote_name
-    assignments = ", ".join(f"{column} = %s" for column in _head_columns())
+    conn = this_connection()
+    quote = conn.ops.quote_name
+    assignments = ", ".join(f"{column} = %s" for column in _head_columns(conn))
     sql = f"UPDATE {quote(ChainHead._meta.db_table)} SET {assignments} WHERE {quote('tenant_id')} = %s"  # noqa: S608
-    with connection.cursor() as cursor:
+    with conn.cursor() as cursor:
         cursor.execute(sql, [head.count, head.last_id, head.hash, head.signature, tenant_id])
 
 
