@@ -11,7 +11,8 @@ connection) measures:
 - proxy:  POST /api/v1/sessions/{id}/calls {"name": "mcp__bench__echo", "input": {...}, "wait": 10}
           (the whole pipeline: rules, events, audit, the executor, the pooled upstream session).
 
-Sequentially (p50/p99) and with 16 concurrent clients (calls/s). Prints a table; `--json PATH` writes
+Sequentially (p50/p99) and with 16 concurrent clients (calls/s, in rounds that alternate direct and proxy
+load, so both meet the machine in the same states). Prints a table; `--json PATH` writes
 `direct_p50_ms`, `proxy_p50_ms`, `direct_calls_per_s`, `proxy_calls_per_s` and the rest.
 Target: proxy_calls_per_s ≥ 0.3 × direct_calls_per_s.
 
@@ -170,9 +171,25 @@ def run_sequential(direct: DirectClient, proxy: ProxyClient, requests: int, warm
     return {kind: summary(values, sum(values)) for kind, values in samples.items()}
 
 
-def run_concurrent(clients: list, per_client: int) -> dict:
-    """All clients at once, each calling `per_client` times; the wall time gives calls/s."""
-    return summary(*run_together([client.timed for client in clients], per_client))
+def run_concurrent(pools: dict[str, list], per_client: int, rounds: int) -> tuple[dict, list[dict]]:
+    """Direct and proxy load in `rounds` alternating phases, all of a kind's clients at once in each, each client
+    calling `per_client` times a phase. A phase of one kind and the next of the other meet the same state of the
+    machine, so a slower or faster stretch of the run shifts both and leaves their ratio. Returns each kind's
+    summary over all its phases (calls/s: all its calls over all its phases' wall time) and each round's."""
+    samples: dict[str, list[float]] = {kind: [] for kind in pools}
+    wall = dict.fromkeys(pools, 0.0)
+    per_round = []
+    for clients in pools.values():  # warm-up
+        run_together([client.timed for client in clients], max(1, per_client // 5))
+    for r in range(rounds):
+        this_round = {}
+        for kind in (("direct", "proxy") if r % 2 == 0 else ("proxy", "direct")):
+            collected, elapsed = run_together([client.timed for client in pools[kind]], per_client)
+            samples[kind] += collected
+            wall[kind] += elapsed
+            this_round[kind] = len(collected) / elapsed
+        per_round.append(this_round)
+    return {kind: summary(samples[kind], wall[kind]) for kind in pools}, per_round
 
 
 def main(argv=None) -> int:
@@ -183,7 +200,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     # Quick still gives each concurrent phase a few seconds: at 10 calls a client the direct phase lasted under
     # a second, and its rate swung from 171 to 316 calls/s between runs.
-    requests, warmup, per_client = (100, 10, 25) if args.quick else (500, 30, 40)
+    requests, warmup, per_client, rounds = (100, 10, 25, 3) if args.quick else (500, 30, 40, 5)
 
     with EchoServer() as upstream:
         server = LiveServer(
@@ -203,16 +220,15 @@ def main(argv=None) -> int:
             finally:
                 direct.close()
                 proxy.close()
-            concurrent = {}
-            for kind in ("direct", "proxy"):
-                clients = [DirectClient(upstream.url) if kind == "direct" else ProxyClient(server, n + 1)
-                           for n in range(args.concurrency)]
-                try:
-                    run_concurrent(clients, max(1, per_client // 5))  # warm-up
-                    concurrent[kind] = run_concurrent(clients, per_client)
-                finally:
-                    for client in clients:
-                        client.close()
+            pools: dict[str, list] = {"direct": [], "proxy": []}
+            try:
+                for n in range(args.concurrency):
+                    pools["direct"].append(DirectClient(upstream.url))
+                    pools["proxy"].append(ProxyClient(server, n + 1))
+                concurrent, per_round = run_concurrent(pools, per_client, rounds)
+            finally:
+                for client in pools["direct"] + pools["proxy"]:
+                    client.close()
 
     share = concurrent["proxy"]["calls_per_s"] / concurrent["direct"]["calls_per_s"]
     result = {
@@ -222,11 +238,15 @@ def main(argv=None) -> int:
         "proxy_calls_per_s": concurrent["proxy"]["calls_per_s"],
         "proxy_share": share, "target_share": TARGET_SHARE, "concurrency": args.concurrency,
         "modes": {"sequential": sequential, f"concurrent_{args.concurrency}": concurrent}, "quick": args.quick,
+        "rounds": [{**r, "share": r["proxy"] / r["direct"]} for r in per_round],
     }
     print(f"\n{'mode':<14} {'path':<7} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>9}")
     for mode, kinds in result["modes"].items():
         for kind, s in kinds.items():
             print(f"{mode:<14} {kind:<7} {s['n']:>5} {s['p50_ms']:>8.2f} {s['p99_ms']:>8.2f} {s['calls_per_s']:>9.1f}")
+    print("\nround  direct calls/s  proxy calls/s  share")
+    for r, row in enumerate(result["rounds"], 1):
+        print(f"{r:>5}  {row['direct']:>14.1f}  {row['proxy']:>13.1f}  {row['share']:>5.2f}")
     verdict = "ok" if share >= TARGET_SHARE else "MISSES TARGET"
     print(f"\nproxy calls/s = {share:.2f} × direct (target ≥ {TARGET_SHARE}: {verdict})")
     if args.json:
