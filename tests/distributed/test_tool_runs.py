@@ -10,6 +10,7 @@ from .support import statuses
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 
+COUNTDOWN_S = 8  # a held worker process would keep the second from starting however long the first runs
 OVERLAP_WAIT_S = 20.0  # below the hard time limit (timeout + 30 s) that would free a stuck worker process too
 
 
@@ -28,9 +29,10 @@ def hardening_session(api, agent: str) -> str:
 
 
 def both_worker_processes_serve(api, session) -> None:
-    """Two countdowns run at the same time: each of the two worker processes has taken one."""
-    first = api.submit(session, "countdown", {"seconds": 3})
-    second = api.submit(session, "countdown", {"seconds": 3})
+    """Two countdowns run at the same time: each of the two worker processes has taken one. Each lasts long
+    enough that a busy machine, slow to hand the second one to its process, still shows them overlap."""
+    first = api.submit(session, "countdown", {"seconds": COUNTDOWN_S})
+    second = api.submit(session, "countdown", {"seconds": COUNTDOWN_S})
     wait_until(lambda: all(api.call(c["id"])["status"] == "running" for c in (first, second)),
                "the two calls never ran at the same time: a worker process is still held")
     for call in (first, second):
