@@ -320,6 +320,11 @@ TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = [
 TOOLKEEPER_MCP_STDIO_SERVERS = mcp_stdio_servers(os.environ.get("TOOLKEEPER_MCP_STDIO_SERVERS", ""))
 TOOLKEEPER_MCP_SYNC_INTERVAL_S = float(os.environ.get("TOOLKEEPER_MCP_SYNC_INTERVAL_S", 300))
 TOOLKEEPER_MCP_SESSION_IDLE_S = float(os.environ.get("TOOLKEEPER_MCP_SESSION_IDLE_S", 900))
+# How long a tools/call on /mcp/ waits for its call to settle (a reviewer's approval, a long tool) before it
+# answers `pending_approval` (or the status it is in); a retry of the same call waits again.
+TOOLKEEPER_MCP_MAX_WAIT_S = float(os.environ.get("TOOLKEEPER_MCP_MAX_WAIT_S", 300))
+# While it waits, a progress notification this often keeps the client's request alive.
+TOOLKEEPER_MCP_HEARTBEAT_S = float(os.environ.get("TOOLKEEPER_MCP_HEARTBEAT_S", 10))
 # Each server or worker process keeps its MCP sessions in a helper process of its own ("0": in a thread).
 TOOLKEEPER_MCP_CLIENT_PROCESS = os.environ.get("TOOLKEEPER_MCP_CLIENT_PROCESS", "1") != "0"
 # Set by tools.mcp_client in that helper process.

@@ -1,0 +1,148 @@
+"""`/mcp/`: the HTTP side of the governed MCP endpoint (the protocol side is `tools.mcp_endpoint`).
+
+Before the protocol starts, a request must come for one of the deployment's hosts (`ALLOWED_HOSTS`), from
+no browser origin or one of those hosts or `CSRF_TRUSTED_ORIGINS` (DNS-rebinding protection), and
+present an API key with the agent scope: refusals are real HTTP answers (403, 401) in the API's error
+envelope. Then the agent session the request speaks for is resolved and the SDK's session manager
+answers. Daphne runs no ASGI lifespan, so the manager starts with the first request, once per process,
+in a task that lives as long as the event loop.
+"""
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import parse_qs, urlsplit
+
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+
+from tenancy.authentication import bearer_token
+from tenancy.models import Scope
+from tenancy.selectors import apikey_from_token
+from tools.mcp_endpoint import (
+    AGENT_HEADER,
+    CALLER_SCOPE,
+    SESSION_HEADER,
+    McpAccessError,
+    mcp_protocol_server,
+    mcp_session,
+)
+from tools.waiting import run_db
+
+from .bodies import INVALID_API_KEY, NOT_AUTHENTICATED, Refusal, header_map
+
+MCP_PATHS = frozenset({"/mcp", "/mcp/"})
+SESSION_ID_HEADER = b"mcp-session-id"
+REASONS = {400: ("Bad Request", "invalid"), 403: ("Forbidden", "permission_denied"), 404: ("Not Found", "not_found")}
+NOT_AN_AGENT_KEY = Refusal(403, "Forbidden", "permission_denied", "MCP needs an API key with the agent scope.")
+FOREIGN_HOST = Refusal(403, "Forbidden", "forbidden_host", "This host or origin may not reach the MCP endpoint.")
+
+
+def is_mcp(scope) -> bool:
+    return scope["path"] in MCP_PATHS
+
+
+def _host_allowed(host: str) -> bool:
+    domain, _ = split_domain_port(host)
+    return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
+
+
+def _origin_allowed(origin: str) -> bool:
+    if origin in settings.CSRF_TRUSTED_ORIGINS:
+        return True
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and _host_allowed(parts.netloc.rpartition("@")[2])
+
+
+def host_refusal(headers: dict[bytes, bytes]) -> Refusal | None:
+    """A request for a host the deployment does not serve, or from a foreign page, is refused: a page of
+    another site whose name was re-pointed at this machine cannot drive a local client's tools."""
+    if not _host_allowed(headers.get(b"host", b"").decode("latin-1")):
+        return FOREIGN_HOST
+    origin = headers.get(b"origin")
+    if origin is not None and not _origin_allowed(origin.decode("latin-1")):
+        return FOREIGN_HOST
+    return None
+
+
+def _naming_session(send, session_id):
+    """The answer to a connection's opening request names its session, which the client sends back."""
+    value = str(session_id).encode()
+
+    async def naming(message):
+        if message["type"] == "http.response.start" and message["status"] < 300:
+            headers = [(name, v) for name, v in message.get("headers", []) if name.lower() != SESSION_ID_HEADER]
+            message = {**message, "headers": [*headers, (SESSION_ID_HEADER, value)]}
+        await send(message)
+
+    return naming
+
+
+class McpEndpoint:
+    """The ASGI application behind `/mcp/`."""
+
+    def __init__(self):
+        self.manager: StreamableHTTPSessionManager | None = None
+        self._ready: asyncio.Future | None = None
+        self._task: asyncio.Task | None = None
+
+    async def _started(self) -> StreamableHTTPSessionManager:
+        if self._ready is None:
+            loop = asyncio.get_running_loop()
+            self._ready = loop.create_future()
+            # Host and Origin are checked here, against the deployment's own settings, before the SDK runs.
+            self.manager = StreamableHTTPSessionManager(
+                app=mcp_protocol_server(), stateless=True,
+                security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+            self._task = loop.create_task(self._run(self.manager, self._ready))
+        await asyncio.shield(self._ready)
+        return self.manager
+
+    @staticmethod
+    async def _run(manager: StreamableHTTPSessionManager, ready: asyncio.Future) -> None:
+        try:
+            async with manager.run():
+                ready.set_result(None)
+                await asyncio.Event().wait()  # as long as the event loop
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+    async def __call__(self, scope, receive, send):
+        path = scope["path"]
+        headers = header_map(scope["headers"])
+        refusal = host_refusal(headers)
+        if refusal is None:
+            authorization = headers.get(b"authorization")
+            if authorization is None:
+                refusal = NOT_AUTHENTICATED
+            else:
+                token = bearer_token(authorization.decode("latin-1"))
+                api_key = await run_db(apikey_from_token, token) if token else None
+                if api_key is None:
+                    refusal = INVALID_API_KEY
+                elif not api_key.has_scope(Scope.AGENT):
+                    refusal = NOT_AN_AGENT_KEY
+        if refusal is not None:
+            await refusal.send(send, path)
+            return
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        named = (headers.get(SESSION_ID_HEADER) or headers.get(SESSION_HEADER.encode()) or b"").decode("latin-1") \
+            or query.get("session", [""])[0]
+        agent = headers.get(AGENT_HEADER.encode(), b"").decode("latin-1") or query.get("agent", [""])[0]
+        # Only a 2025-era `initialize` comes without a session and without the protocol's own headers.
+        opening = (scope["method"] == "POST" and not named and b"mcp-method" not in headers
+                   and b"mcp-protocol-version" not in headers)
+        try:
+            caller = await run_db(mcp_session, api_key=api_key, named=named.strip(), agent=agent.strip(),
+                                  opening=opening)
+        except McpAccessError as exc:
+            reason, code = REASONS.get(exc.status, REASONS[400])
+            await Refusal(exc.status, reason, code, exc.message).send(send, path)
+            return
+        manager = await self._started()
+        if caller.opened:
+            send = _naming_session(send, caller.session.pk)
+        await manager.handle_request({**scope, CALLER_SCOPE: caller}, receive, send)

@@ -1,0 +1,251 @@
+"""`/mcp/` on a live server: the key is checked before the protocol, a client gets a session's governed
+surface and calls through the same pipeline as the REST API, in both protocol eras the SDK client speaks."""
+import http.client
+import json
+
+import anyio
+import httpx2
+import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from tests.live.server import LiveServer
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LiveServer(extra_env={"TOOLKEEPER_MCP_HEARTBEAT_S": "0.2", "TOOLKEEPER_MCP_MAX_WAIT_S": "2"}) as live:
+        live.manage("createtenant", "initech")
+        live.credentials["b_key"] = json.loads(live.manage("createapikey", "--tenant", "initech", "--json"))["key"]
+        live.credentials["locked_key"] = json.loads(live.manage(
+            "createapikey", "--tenant", "demo", "--agent", "locked-bot", "--json"))["key"]
+        yield live
+
+
+def rest(server, method: str, path: str, body=None, key: str | None = None) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        headers = {**server.headers(key), "Content-Type": "application/json"}
+        conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+        response = conn.getresponse()
+        payload = response.read()
+    finally:
+        conn.close()
+    return response.status, (json.loads(payload) if payload else {})
+
+
+def db(server, code: str):
+    """What `code` (run in a management shell on the server's database) prints last, as JSON."""
+    return json.loads(server.manage("shell", "-c", code).strip().splitlines()[-1])
+
+
+def calls_of(server, session_id: str) -> list[list]:
+    return db(server, "import json; from tools.models import ToolCall; print(json.dumps([[c.tool_name, c.status] "
+                      f"for c in ToolCall.all_tenants.filter(session_id='{session_id}').order_by('created_at')]))")
+
+
+def sessions_of(server, agent: str) -> list[str]:
+    return db(server, "import json; from tools.models import AgentSession; print(json.dumps([str(s.pk) "
+                      f"for s in AgentSession.all_tenants.filter(agent='{agent}').order_by('created_at')]))")
+
+
+def raw_post(server, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("POST", "/mcp/", body=body, headers={
+            "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers})
+        response = conn.getresponse()
+        return response.status, {name.lower(): value for name, value in response.getheaders()}, response.read()
+    finally:
+        conn.close()
+
+
+def new_session(server, agent: str = "mcp-tester", key: str | None = None) -> str:
+    status, body = rest(server, "POST", "/api/v1/sessions", {"agent": agent}, key=key)
+    assert status == 201, body
+    return body["id"]
+
+
+def mcp(server, work, *, headers: dict | None = None, mode: str = "auto", key: str | None = None):
+    """Run `work(client)` with an SDK client connected to /mcp/; returns what it returns."""
+    async def main():
+        http_client = httpx2.AsyncClient(headers={**server.headers(key), **(headers or {})}, timeout=30)
+        async with Client(streamable_http_client(f"{server.url}/mcp/", http_client=http_client), mode=mode) as client:
+            return await work(client)
+    return anyio.run(main)
+
+
+INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}).encode()
+
+
+def test_without_a_valid_agent_key_the_protocol_never_starts(server):
+    status, headers, body = raw_post(server, INITIALIZE, {"X-Toolkeeper-Agent": "a"})
+    assert status == 401 and json.loads(body)["error"]["code"] == "not_authenticated"
+    assert headers.get("www-authenticate") == "Bearer"
+    wrong = {"Authorization": "Bearer tk_nope_nothing", "X-Toolkeeper-Agent": "a"}
+    status, _, body = raw_post(server, INITIALIZE, wrong)
+    assert status == 401 and json.loads(body)["error"]["code"] == "authentication_failed"
+    status, _, body = raw_post(server, INITIALIZE, {**server.headers(server.admin_api_key), "X-Toolkeeper-Agent": "a"})
+    assert status == 403 and "agent scope" in json.loads(body)["error"]["message"]
+
+
+def test_a_foreign_host_or_origin_is_refused(server):
+    keyed = {**server.headers(), "X-Toolkeeper-Agent": "a"}
+    status, _, _ = raw_post(server, INITIALIZE, {**keyed, "Host": "evil.example.com"})
+    assert status == 403
+    status, _, _ = raw_post(server, INITIALIZE, {**keyed, "Origin": "http://evil.example.com"})
+    assert status == 403
+    status, _, _ = raw_post(server, INITIALIZE, {**keyed, "Origin": f"http://127.0.0.1:{server.port}"})
+    assert status == 200
+
+
+def test_an_agent_is_needed_and_a_locked_key_keeps_its_own(server):
+    status, _, body = raw_post(server, INITIALIZE, server.headers())
+    assert status == 400 and "agent" in json.loads(body)["error"]["message"]
+    locked = server.credentials["locked_key"]
+    status, _, body = raw_post(server, INITIALIZE, {**server.headers(locked), "X-Toolkeeper-Agent": "other"})
+    assert status == 403 and "locked" in json.loads(body)["error"]["message"]
+    status, headers, _ = raw_post(server, INITIALIZE, server.headers(locked))
+    assert status == 200
+    status, session = rest(server, "GET", f"/api/v1/sessions/{headers['mcp-session-id']}", key=locked)
+    assert status == 200 and session["agent"] == "locked-bot"
+
+
+def test_bad_json_rpc_and_unknown_methods_are_json_rpc_errors(server):
+    session = new_session(server)
+    keyed = {**server.headers(), "X-Toolkeeper-Session": session}
+    status, _, body = raw_post(server, b"{not json", keyed)
+    assert status == 400 and json.loads(body)["error"]["code"] == -32700
+    unknown = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/explode", "params": {}}).encode()
+    status, _, body = raw_post(server, unknown, {**keyed, "Mcp-Protocol-Version": "2025-11-25"})
+    assert status < 500
+    assert b"-32601" in body  # method not found, as JSON-RPC (in JSON or in one SSE event)
+
+
+def test_tools_list_is_the_sessions_governed_surface(server):
+    session = new_session(server, agent="support-bot")
+    status, rest_tools = rest(server, "GET", f"/api/v1/sessions/{session}/tools?format=mcp")
+    assert status == 200
+
+    async def listing(client):
+        return [tool.model_dump(by_alias=True, exclude_none=True) for tool in (await client.list_tools()).tools]
+
+    listed = mcp(server, listing, headers={"X-Toolkeeper-Session": session})
+    expected = [{k: v for k, v in tool.items() if v not in (None, {})} for tool in rest_tools["tools"]]
+    assert [tool["name"] for tool in listed] == [tool["name"] for tool in expected]
+    clock = next(tool for tool in listed if tool["name"] == "current_time")
+    assert "timezone" not in clock["inputSchema"].get("properties", {})  # bound for support-bot: hidden
+    assert clock["inputSchema"] == next(t for t in expected if t["name"] == "current_time")["inputSchema"]
+
+
+def test_an_allowed_call_returns_the_tools_result_and_is_on_the_sessions_record(server):
+    session = new_session(server)
+
+    async def calling(client):
+        return await client.call_tool("current_time", {"timezone": "UTC"})
+
+    result = mcp(server, calling, headers={"X-Toolkeeper-Session": session})
+    assert result.is_error is False
+    assert result.structured_content["timezone"] == "UTC"
+    assert "UTC" in result.content[0].text
+    assert calls_of(server, session) == [["current_time", "succeeded"]]
+
+
+def test_a_denied_call_is_an_error_result_and_an_unknown_tool_a_protocol_error(server):
+    status, rule = rest(server, "POST", "/api/v1/rules", {"behavior": "deny", "tool_pattern": "current_time",
+                                                          "agents": ["deny-bot"], "note": "not for this agent"},
+                        key=server.admin_api_key)
+    assert status == 201, rule
+    session = new_session(server, agent="deny-bot")
+
+    async def calling(client):
+        denied = await client.call_tool("current_time", {})
+        with pytest.raises(MCPError) as unknown:
+            await client.call_tool("no_such_tool", {})
+        return denied, unknown.value
+
+    try:
+        denied, unknown = mcp(server, calling, headers={"X-Toolkeeper-Session": session})
+    finally:
+        rest(server, "DELETE", f"/api/v1/rules/{rule['id']}", key=server.admin_api_key)
+    assert denied.is_error is True
+    assert denied.structured_content["errorType"] == "PermissionDenied"
+    assert unknown.code == -32602
+    assert calls_of(server, session) == [["current_time", "denied"]]
+
+
+def test_a_2025_era_connection_gets_a_session_of_its_own(server):
+    async def calling(client):
+        await client.call_tool("current_time", {})
+        await client.call_tool("current_time", {})
+        return client
+
+    mcp(server, calling, headers={"X-Toolkeeper-Agent": "legacy-bot"}, mode="legacy")
+    mcp(server, calling, headers={"X-Toolkeeper-Agent": "legacy-bot"}, mode="legacy")
+    mine = sessions_of(server, "legacy-bot")
+    assert len(mine) == 2  # one per connection, each holding both of its calls
+    for found in mine:
+        assert calls_of(server, found) == [["current_time", "succeeded"]] * 2
+
+
+def test_a_2026_era_client_speaks_for_the_keys_session_of_its_agent(server):
+    async def calling(client):
+        return await client.call_tool("current_time", {})
+
+    for _ in range(2):
+        assert mcp(server, calling, headers={"X-Toolkeeper-Agent": "modern-bot"}).is_error is False
+    mine = sessions_of(server, "modern-bot")
+    assert len(mine) == 1
+    assert calls_of(server, mine[0]) == [["current_time", "succeeded"]] * 2
+
+
+def test_another_tenants_key_never_reaches_a_session(server):
+    session = new_session(server)
+    b_key = server.credentials["b_key"]
+    status, _, body = raw_post(server, INITIALIZE, {**server.headers(b_key), "X-Toolkeeper-Session": session})
+    assert status == 404 and session not in body.decode()
+    status, _, _ = raw_post(server, INITIALIZE, {**server.headers(b_key), "Mcp-Session-Id": session})
+    assert status == 404
+
+    async def listing(client):
+        return [tool.name for tool in (await client.list_tools()).tools]
+
+    b_session = new_session(server, agent="b-bot", key=b_key)
+    status, b_tools = rest(server, "GET", f"/api/v1/sessions/{b_session}/tools?format=mcp", key=b_key)
+    listed = mcp(server, listing, headers={"X-Toolkeeper-Agent": "b-bot"}, key=b_key)
+    assert listed == [tool["name"] for tool in b_tools["tools"]]
+    tenants = db(server, "import json; from tools.models import AgentSession; print(json.dumps(sorted({s.tenant.slug "
+                         "for s in AgentSession.all_tenants.filter(agent='b-bot')})))")
+    assert tenants == ["initech"]
+
+
+def test_an_ask_waits_with_heartbeats_up_to_the_bound_and_a_retry_attaches(server):
+    status, rule = rest(server, "POST", "/api/v1/rules", {"behavior": "ask", "tool_pattern": "current_time",
+                                                          "agents": ["ask-bot"]}, key=server.admin_api_key)
+    assert status == 201, rule
+    session = new_session(server, agent="ask-bot")
+    beats: list[float] = []
+
+    async def progress(value, total, message):
+        beats.append(value)
+
+    async def calling(client):
+        first = await client.call_tool("current_time", {"timezone": "UTC"}, progress_callback=progress)
+        again = await client.call_tool("current_time", {"timezone": "UTC"})
+        other = await client.call_tool("current_time", {"timezone": "Asia/Tokyo"})
+        return first, again, other
+
+    try:
+        first, again, other = mcp(server, calling, headers={"X-Toolkeeper-Session": session})
+    finally:
+        rest(server, "DELETE", f"/api/v1/rules/{rule['id']}", key=server.admin_api_key)
+    assert first.is_error is True
+    assert first.structured_content["status"] == "pending_approval"
+    assert again.structured_content == first.structured_content  # the same call, not a second request
+    assert other.structured_content["call_id"] != first.structured_content["call_id"]
+    assert len(beats) >= 3 and beats == sorted(beats)  # every 0.2 s over the 2 s bound, in order
+    assert calls_of(server, session) == [["current_time", "awaiting_approval"]] * 2
