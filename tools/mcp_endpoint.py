@@ -17,14 +17,18 @@ and hands it to the handlers here in the request's scope (`CALLER_SCOPE`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from dataclasses import dataclass
 
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.http import Http404
 from mcp import types
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
+from realtime.groups import session_group
 from tenancy.grants import grant_of_key
 from tenancy.models import ApiKey
 from tenancy.selectors import access_row, key_sees_agent
@@ -36,6 +40,8 @@ from .runtime import runtime
 from .selectors import session_tools, visible_tool
 from .services import session_create
 from .waiting import WaitPlan, run_db
+
+logger = logging.getLogger("toolkeeper.mcp")
 
 CALLER_SCOPE = "toolkeeper.mcp_caller"
 SESSION_HEADER = "x-toolkeeper-session"
@@ -147,33 +153,127 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
         raise MCPError(code=types.INVALID_PARAMS, message=f"no tool named {params.name!r} is available in this session")
     waiter = runtime().waiter
     spec = {"name": params.name, "input": params.arguments or {}}
-    with waiter.watching(session.pk) as watch:  # armed first: a twin settling meanwhile is not missed
-        twin = await run_db(pending_approval_twin, session, spec["name"], spec["input"])
-        calls = [twin] if twin is not None else await run_db(
-            calls_submit, session=session, calls=[spec], api_key=caller.api_key)
-        plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls,
-                        timeout=settings.TOOLKEEPER_MCP_MAX_WAIT_S, until=TERMINAL_STATUSES,
-                        grant=grant_of_key(caller.api_key), render=list, offline=lambda calls: True)
-        if plan.waits():
-            heartbeat = asyncio.ensure_future(_heartbeat(ctx, calls[0]))
-            try:
-                answer = await waiter.answer(plan, watch)
-            finally:
-                heartbeat.cancel()
-            if answer.refused:
-                raise MCPError(code=types.INVALID_REQUEST, message="the API key of this request was revoked")
-            calls = answer.payload
+    # Both armed before the call exists: its settling and its first progress are not missed.
+    async with _ProgressFeed(session, wanted=_progress_token(ctx) is not None) as feed:
+        with waiter.watching(session.pk) as watch:
+            twin = await run_db(pending_approval_twin, session, spec["name"], spec["input"])
+            calls = [twin] if twin is not None else await run_db(
+                calls_submit, session=session, calls=[spec], api_key=caller.api_key)
+            plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls,
+                            timeout=settings.TOOLKEEPER_MCP_MAX_WAIT_S, until=TERMINAL_STATUSES,
+                            grant=grant_of_key(caller.api_key), render=list, offline=lambda calls: True)
+            if plan.waits():
+                relay = asyncio.ensure_future(feed.relay(ctx, calls[0])) if feed.wanted else None
+                try:
+                    answer = await waiter.answer(plan, watch)
+                finally:
+                    if relay is not None:
+                        relay.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await relay
+                await feed.flush(ctx, calls[0])
+                if answer.refused:
+                    raise MCPError(code=types.INVALID_REQUEST, message="the API key of this request was revoked")
+                calls = answer.payload
     return call_tool_result(calls[0])
 
 
-async def _heartbeat(ctx, call: ToolCall) -> None:
-    """Progress while a call waits (for a reviewer, mostly): many clients give up on a request that shows
-    nothing for 60 s. Nothing is sent to a client that asked for no progress."""
-    beats = 0
-    while True:
-        await asyncio.sleep(settings.TOOLKEEPER_MCP_HEARTBEAT_S)
-        beats += 1
-        await ctx.session.report_progress(beats, None, f"call {call.call_id} is waiting")
+class _ProgressFeed:
+    """The session's call events, heard on the channel layer while a call is waited for, so the tool's own
+    progress (`ctx.emit`) reaches the client as MCP progress, in order. When nothing comes for
+    TOOLKEEPER_MCP_HEARTBEAT_S (a call with a reviewer, mostly), a heartbeat keeps the request alive: many
+    clients give up after 60 s without progress. A client that asked for no progress is sent none."""
+
+    FLUSH_S = 0.05  # after the call settled, how long to look for its last events still on their way
+
+    def __init__(self, session: AgentSession, *, wanted: bool):
+        self.group = session_group(session.tenant_id, session.pk)
+        self.wanted = wanted
+        self.layer = None
+        self.channel = ""
+        self.sent = 0
+        self._held: dict | None = None  # an event the relay received as it was stopped
+
+    async def __aenter__(self) -> _ProgressFeed:
+        if not self.wanted:
+            return self
+        try:
+            self.layer = get_channel_layer()
+            self.channel = await self.layer.new_channel(prefix="mcp")
+            await self.layer.group_add(self.group, self.channel)
+        except Exception:  # heartbeats alone, then
+            logger.warning("cannot hear call progress on the channel layer", exc_info=True)
+            self.layer = None
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.layer is not None:
+            with contextlib.suppress(Exception):
+                await self.layer.group_discard(self.group, self.channel)
+
+    def _text(self, message: dict, call: ToolCall) -> str | None:
+        if message.get("call") == str(call.pk) and message.get("kind") in ("progress", "output"):
+            return str((message.get("data") or {}).get("text", ""))
+        return None  # another call's event, or its status
+
+    async def _send(self, ctx, text: str) -> None:
+        self.sent += 1
+        await ctx.session.report_progress(self.sent, None, text or None)
+
+    async def flush(self, ctx, call: ToolCall) -> None:
+        """The call's events that arrived after the wait ended (its last progress, published just before it
+        settled), so the client has them all, in order, before the result."""
+        if self.layer is None:
+            return
+        if self._held is not None:
+            held, self._held = self._held, None
+            if (text := self._text(held, call)) is not None:
+                await self._send(ctx, text)
+        while True:
+            try:
+                message = await asyncio.wait_for(self.layer.receive(self.channel), self.FLUSH_S)
+            except TimeoutError:
+                return
+            text = self._text(message, call)
+            if text is not None:
+                await self._send(ctx, text)
+
+    async def relay(self, ctx, call: ToolCall) -> None:
+        receiving: asyncio.Future | None = None
+        loop = asyncio.get_running_loop()
+        beat_at = loop.time() + settings.TOOLKEEPER_MCP_HEARTBEAT_S
+        try:
+            while True:
+                if self.layer is not None and receiving is None:
+                    receiving = asyncio.ensure_future(self.layer.receive(self.channel))
+                wait = max(0.0, beat_at - loop.time())
+                if receiving is None:
+                    await asyncio.sleep(wait)
+                    message = None
+                else:
+                    done, _ = await asyncio.wait({receiving}, timeout=wait)
+                    message, receiving = (receiving.result(), None) if done else (None, receiving)
+                if message is None:
+                    if loop.time() < beat_at:
+                        continue
+                    text = f"call {call.call_id} is waiting"
+                else:
+                    text = self._text(message, call)
+                    if text is None:
+                        continue
+                beat_at = loop.time() + settings.TOOLKEEPER_MCP_HEARTBEAT_S
+                await self._send(ctx, text)
+        finally:
+            if receiving is not None and receiving.done() and not receiving.cancelled() \
+                    and receiving.exception() is None:
+                self._held = receiving.result()
+            elif receiving is not None:
+                receiving.cancel()
+
+
+def _progress_token(ctx):
+    meta = ctx.meta
+    return meta.get("progress_token") if isinstance(meta, dict) else getattr(meta, "progress_token", None)
 
 
 def mcp_protocol_server() -> Server:

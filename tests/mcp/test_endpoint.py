@@ -17,7 +17,7 @@ pytestmark = pytest.mark.live
 
 @pytest.fixture(scope="module")
 def server():
-    with LiveServer(extra_env={"TOOLKEEPER_MCP_HEARTBEAT_S": "0.2", "TOOLKEEPER_MCP_MAX_WAIT_S": "2"}) as live:
+    with LiveServer(extra_env={"TOOLKEEPER_MCP_HEARTBEAT_S": "0.2", "TOOLKEEPER_MCP_MAX_WAIT_S": "3"}) as live:
         live.manage("createtenant", "initech")
         live.credentials["b_key"] = json.loads(live.manage("createapikey", "--tenant", "initech", "--json"))["key"]
         live.credentials["locked_key"] = json.loads(live.manage(
@@ -247,5 +247,26 @@ def test_an_ask_waits_with_heartbeats_up_to_the_bound_and_a_retry_attaches(serve
     assert first.structured_content["status"] == "pending_approval"
     assert again.structured_content == first.structured_content  # the same call, not a second request
     assert other.structured_content["call_id"] != first.structured_content["call_id"]
-    assert len(beats) >= 3 and beats == sorted(beats)  # every 0.2 s over the 2 s bound, in order
+    assert len(beats) >= 3 and beats == sorted(beats)  # every 0.2 s over the 3 s bound, in order
     assert calls_of(server, session) == [["current_time", "awaiting_approval"]] * 2
+
+
+def test_a_long_tools_progress_arrives_in_order_before_its_result(server):
+    session = new_session(server, agent="progress-bot")
+    status, ops = rest(server, "POST", f"/api/v1/sessions/{session}/calls",
+                       {"name": "reset_tools", "input": {"ops": True}, "wait": 10})
+    assert status == 200 and ops["calls"][0]["status"] == "succeeded", ops
+    received: list[tuple[float, str]] = []
+
+    async def progress(value, total, message):
+        received.append((value, message))
+
+    async def calling(client):
+        return await client.call_tool("countdown", {"seconds": 1}, progress_callback=progress)
+
+    result = mcp(server, calling, headers={"X-Toolkeeper-Session": session})
+    assert result.is_error is False and "counted down 1 seconds" in result.content[0].text
+    values = [value for value, _ in received]
+    assert values == sorted(set(values))  # strictly increasing, as MCP requires
+    tool_messages = [message for _, message in received if not message.startswith("call ")]
+    assert tool_messages == ["1 s left", "done"]
