@@ -2,6 +2,7 @@
 surface and calls through the same pipeline as the REST API, in both protocol eras the SDK client speaks."""
 import http.client
 import json
+import time
 
 import anyio
 import httpx2
@@ -270,3 +271,53 @@ def test_a_long_tools_progress_arrives_in_order_before_its_result(server):
     assert values == sorted(set(values))  # strictly increasing, as MCP requires
     tool_messages = [message for _, message in received if not message.startswith("call ")]
     assert tool_messages == ["1 s left", "done"]
+
+
+def approve_when_asked(server, agent: str, beats: list) -> dict:
+    """As a reviewer: wait for the agent's request in the inbox and for the client to have heard a
+    heartbeat, then approve it. Returns the decided request."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        status, inbox = rest(server, "GET", f"/api/v1/approvals?agent={agent}", key=server.admin_api_key)
+        assert status == 200, inbox
+        pending = inbox["results"] if isinstance(inbox, dict) else inbox
+        if pending and beats:
+            status, decided = rest(server, "POST", f"/api/v1/approvals/{pending[0]['id']}/decide",
+                                   {"decision": "approve", "message": "fine"}, key=server.admin_api_key)
+            assert status == 200, decided
+            return decided
+        time.sleep(0.05)
+    raise AssertionError("no request reached the inbox, or no heartbeat reached the client")
+
+
+def test_a_call_approved_while_the_client_waits_returns_its_result(server):
+    status, rule = rest(server, "POST", "/api/v1/rules", {"behavior": "ask", "tool_pattern": "current_time",
+                                                          "agents": ["approve-bot"]}, key=server.admin_api_key)
+    assert status == 201, rule
+    session = new_session(server, agent="approve-bot")
+    beats: list = []
+
+    async def progress(value, total, message):
+        beats.append(message)
+
+    async def calling(client):
+        outcome = {}
+
+        async def call():
+            outcome["result"] = await client.call_tool("current_time", {"timezone": "UTC"},
+                                                       progress_callback=progress)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            outcome["decided"] = await anyio.to_thread.run_sync(approve_when_asked, server, "approve-bot", beats)
+        return outcome
+
+    try:
+        outcome = mcp(server, calling, headers={"X-Toolkeeper-Session": session})
+    finally:
+        rest(server, "DELETE", f"/api/v1/rules/{rule['id']}", key=server.admin_api_key)
+    assert outcome["decided"]["status"] == "approved"
+    result = outcome["result"]
+    assert result.is_error is False and result.structured_content["timezone"] == "UTC"
+    assert beats and beats[0].startswith("call ")  # heard while it waited for the reviewer
+    assert calls_of(server, session) == [["current_time", "succeeded"]]
