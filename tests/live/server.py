@@ -17,7 +17,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +73,7 @@ class LiveServer:
     credentials: dict = field(default_factory=dict)
     process: subprocess.Popen | None = None
     _log_file: object = None
+    owns_data_dir: bool = True  # a sibling shares its first server's data dir and leaves it to that one
 
     # -- environment ------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -188,9 +189,20 @@ class LiveServer:
             self._log_file.close()
             self._log_file = None
 
+    def sibling(self) -> LiveServer:
+        """One more server process on this one's database and data dir, on a port of its own: what a
+        deployment of several server processes behind one address looks like to each request."""
+        other = replace(self, process=None, _log_file=None, credentials=dict(self.credentials), owns_data_dir=False)
+        for _ in range(3):
+            other.port = free_port()
+            other.url = f"http://127.0.0.1:{other.port}"
+            if other._serve():
+                return other
+        raise ServerError(f"a second daphne did not start:\n{self.log_tail()}")
+
     def stop(self) -> None:
         self._kill()
-        if self.data_dir is not None:
+        if self.data_dir is not None and self.owns_data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def __enter__(self) -> LiveServer:
