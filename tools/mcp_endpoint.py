@@ -149,7 +149,8 @@ def pending_approval_twin(session: AgentSession, tool_name: str, arguments: dict
 async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
     caller = _caller(ctx)
     session = caller.session
-    if await run_db(visible_tool, session, params.name) is None:
+    exposed = await run_db(visible_tool, session, params.name)
+    if exposed is None:
         raise MCPError(code=types.INVALID_PARAMS, message=f"no tool named {params.name!r} is available in this session")
     waiter = runtime().waiter
     spec = {"name": params.name, "input": params.arguments or {}}
@@ -175,7 +176,18 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
                 if answer.refused:
                     raise MCPError(code=types.INVALID_REQUEST, message="the API key of this request was revoked")
                 calls = answer.payload
+    if exposed.is_meta and calls[0].status == CallStatus.SUCCEEDED:
+        await _surface_changed(ctx)
     return call_tool_result(calls[0])
+
+
+async def _surface_changed(ctx) -> None:
+    """A meta tool changed the session's surface: the client hears `tools/list_changed` on the stream of the
+    call that changed it (in the stateless transport there is no other stream to send it on)."""
+    try:
+        await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
+    except Exception:  # a client that cannot take it lists the tools again when it next needs them
+        logger.info("tools/list_changed could not be sent", exc_info=True)
 
 
 class _ProgressFeed:

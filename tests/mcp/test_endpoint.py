@@ -70,11 +70,18 @@ def new_session(server, agent: str = "mcp-tester", key: str | None = None) -> st
     return body["id"]
 
 
-def mcp(server, work, *, headers: dict | None = None, mode: str = "auto", key: str | None = None):
-    """Run `work(client)` with an SDK client connected to /mcp/; returns what it returns."""
+def mcp(server, work, *, headers: dict | None = None, mode: str = "auto", key: str | None = None, heard=None):
+    """Run `work(client)` with an SDK client connected to /mcp/; returns what it returns. `heard`, a list,
+    collects the notifications the client receives."""
     async def main():
         http_client = httpx2.AsyncClient(headers={**server.headers(key), **(headers or {})}, timeout=30)
-        async with Client(streamable_http_client(f"{server.url}/mcp/", http_client=http_client), mode=mode) as client:
+
+        async def hear(message):
+            if heard is not None:
+                heard.append(message)
+
+        transport = streamable_http_client(f"{server.url}/mcp/", http_client=http_client)
+        async with Client(transport, mode=mode, message_handler=hear) as client:
             return await work(client)
     return anyio.run(main)
 
@@ -321,3 +328,23 @@ def test_a_call_approved_while_the_client_waits_returns_its_result(server):
     assert result.is_error is False and result.structured_content["timezone"] == "UTC"
     assert beats and beats[0].startswith("call ")  # heard while it waited for the reviewer
     assert calls_of(server, session) == [["current_time", "succeeded"]]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_switching_groups_changes_the_list_and_says_so(server, mode):
+    session = new_session(server, agent=f"switch-bot-{mode}")
+    heard: list = []
+
+    async def switching(client):
+        before = [tool.name for tool in (await client.list_tools()).tools]
+        switched = await client.call_tool("reset_tools", {"ops": True})
+        after = [tool.name for tool in (await client.list_tools()).tools]
+        return before, switched, after
+
+    before, switched, after = mcp(server, switching, headers={"X-Toolkeeper-Session": session}, mode=mode,
+                                  heard=heard)
+    assert switched.is_error is False
+    assert "countdown" not in before and "countdown" in after
+    assert any(type(message).__name__ == "ToolListChangedNotification"
+               or getattr(getattr(message, "root", None), "method", "") == "notifications/tools/list_changed"
+               for message in heard), heard
