@@ -78,28 +78,31 @@ class EchoServer:
 
 
 class DirectClient:
-    """One SDK client session to the upstream server, driven from a thread of the load client. The session
-    is entered and left by one owner task (the SDK's rule), and called from the portal's other tasks."""
+    """One SDK client session to an MCP server, driven from a thread of the load client. The session is
+    entered and left by one owner task (the SDK's rule), and called from the portal's other tasks."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, headers: dict | None = None, tool: str = "echo", arguments: dict = ARGUMENTS):
         self.url = url
+        self.headers = headers or {}
+        self.tool, self.arguments = tool, arguments
         self.portal_cm = anyio.from_thread.start_blocking_portal()
         self.portal = self.portal_cm.__enter__()
         self.owner, _ = self.portal.start_task(self._own)
 
     async def _own(self, task_status=anyio.TASK_STATUS_IGNORED):
         self.closing = anyio.Event()
-        async with McpClient(streamable_http_client(self.url, http_client=httpx2.AsyncClient(timeout=30))) as client:
+        http_client = httpx2.AsyncClient(timeout=30, headers=self.headers)
+        async with McpClient(streamable_http_client(self.url, http_client=http_client)) as client:
             self.client = client
             task_status.started()
             await self.closing.wait()
 
     def timed(self) -> float:
         start = time.perf_counter()
-        result = self.portal.call(self.client.call_tool, "echo", ARGUMENTS)
+        result = self.portal.call(self.client.call_tool, self.tool, self.arguments)
         elapsed = time.perf_counter() - start
         if result.is_error:
-            raise RuntimeError(f"the direct call failed: {result}")
+            raise RuntimeError(f"the MCP call failed: {result}")
         return elapsed
 
     def close(self) -> None:
@@ -172,10 +175,11 @@ def run_sequential(direct: DirectClient, proxy: ProxyClient, requests: int, warm
 
 
 def run_concurrent(pools: dict[str, list], per_client: int, rounds: int) -> tuple[dict, list[dict]]:
-    """Direct and proxy load in `rounds` alternating phases, all of a kind's clients at once in each, each client
-    calling `per_client` times a phase. A phase of one kind and the next of the other meet the same state of the
-    machine, so a slower or faster stretch of the run shifts both and leaves their ratio. Returns each kind's
-    summary over all its phases (calls/s: all its calls over all its phases' wall time) and each round's."""
+    """The kinds of load (direct and proxy here) in `rounds` alternating phases, all of a kind's clients at
+    once in each, each client calling `per_client` times a phase. A phase of one kind and the next of the
+    other meet the same state of the machine, so a slower or faster stretch of the run shifts both and
+    leaves their ratio. Returns each kind's summary over all its phases (calls/s: all its calls over all
+    its phases' wall time) and each round's."""
     samples: dict[str, list[float]] = {kind: [] for kind in pools}
     wall = dict.fromkeys(pools, 0.0)
     per_round = []
@@ -183,7 +187,7 @@ def run_concurrent(pools: dict[str, list], per_client: int, rounds: int) -> tupl
         run_together([client.timed for client in clients], max(1, per_client // 5))
     for r in range(rounds):
         this_round = {}
-        for kind in (("direct", "proxy") if r % 2 == 0 else ("proxy", "direct")):
+        for kind in (list(pools) if r % 2 == 0 else list(pools)[::-1]):
             collected, elapsed = run_together([client.timed for client in pools[kind]], per_client)
             samples[kind] += collected
             wall[kind] += elapsed

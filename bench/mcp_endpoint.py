@@ -1,0 +1,138 @@
+#!/usr/bin/env python
+"""What a governed call through `/mcp/` costs next to the same call through the REST API.
+
+Starts Toolkeeper in the embedded mode (bench settings) and, in one run, calls the built-in `current_time`
+(allowed by the demo tenant's default) by the same load client, in two ways:
+
+- mcp:  `tools/call` on /mcp/ with the `mcp` SDK client (one client per thread, its session named by
+        `X-Toolkeeper-Session`), which waits for the result as MCP does;
+- rest: POST /api/v1/sessions/{id}/calls {"name": "current_time", "input": {}, "wait": 10}.
+
+Sequentially (p50/p99) and with 16 concurrent clients (calls/s, in rounds that alternate the two).
+`--json PATH` writes `mcp_p50_ms`, `rest_p50_ms`, `mcp_calls_per_s`, `rest_calls_per_s` and the rest.
+Targets: mcp_p50_ms ≤ 1.5 × rest_p50_ms and mcp_calls_per_s ≥ 0.6 × rest_calls_per_s.
+
+    .venv/bin/python bench/mcp_endpoint.py [--quick] [--json PATH] [--concurrency 16]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH_DIR))
+
+from bench_http import Client, new_session  # noqa: E402
+from mcp_proxy import DirectClient, run_concurrent, summary  # noqa: E402
+
+from tests.live.server import LiveServer  # noqa: E402
+
+P50_TARGET = 1.5  # mcp p50 at most this × rest p50
+RATE_TARGET = 0.6  # mcp calls/s at least this × rest calls/s
+TOOL, ARGUMENTS = "current_time", {}
+
+
+class RestClient:
+    def __init__(self, server: LiveServer, session: str):
+        self.http = Client(server.port, server.api_key)
+        self.path = f"/api/v1/sessions/{session}/calls"
+        self.body = {"name": TOOL, "input": ARGUMENTS, "wait": 10}
+
+    def timed(self) -> float:
+        return self.http.timed(self.path, self.body, check_rest)
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def check_rest(status: int, payload: bytes) -> None:
+    if status != 200 or json.loads(payload)["calls"][0]["status"] != "succeeded":
+        raise RuntimeError(f"the REST call answered {status}: {payload[:300]!r}")
+
+
+def clients(server: LiveServer, n: int) -> dict[str, object]:
+    """An MCP and a REST client, each on a session of its own."""
+    http = Client(server.port, server.api_key)
+    try:
+        sessions = [new_session(http, 1000 + 2 * n), new_session(http, 1001 + 2 * n)]
+    finally:
+        http.close()
+    return {
+        "mcp": DirectClient(f"{server.url}/mcp/", tool=TOOL, arguments=ARGUMENTS, headers={
+            **server.headers(), "X-Toolkeeper-Session": sessions[0]}),
+        "rest": RestClient(server, sessions[1]),
+    }
+
+
+def run_sequential(pair: dict, requests: int, warmup: int) -> dict:
+    samples: dict[str, list[float]] = {"mcp": [], "rest": []}
+    for i in range(warmup + requests):
+        for kind in (("mcp", "rest") if i % 2 == 0 else ("rest", "mcp")):
+            elapsed = pair[kind].timed()
+            if i >= warmup:
+                samples[kind].append(elapsed)
+    return {kind: summary(values, sum(values)) for kind, values in samples.items()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few hundred calls, about a minute")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
+    parser.add_argument("--concurrency", type=int, default=16, help="concurrent clients (default 16)")
+    args = parser.parse_args(argv)
+    requests, warmup, per_client, rounds = (100, 10, 25, 3) if args.quick else (500, 30, 40, 5)
+
+    server = LiveServer(settings_module="bench_settings", extra_pythonpath=[str(BENCH_DIR)],
+                        extra_env={"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING"},
+                        daphne_args=["-v", "0"])
+    print("starting daphne (embedded mode)…", flush=True)
+    with server:
+        pair = clients(server, 0)
+        try:
+            sequential = run_sequential(pair, requests, warmup)
+        finally:
+            for client in pair.values():
+                client.close()
+        pools: dict[str, list] = {"mcp": [], "rest": []}
+        try:
+            for n in range(args.concurrency):
+                for kind, client in clients(server, n + 1).items():
+                    pools[kind].append(client)
+            concurrent, per_round = run_concurrent(pools, per_client, rounds)
+        finally:
+            for client in pools["mcp"] + pools["rest"]:
+                client.close()
+
+    p50_ratio = sequential["mcp"]["p50_ms"] / sequential["rest"]["p50_ms"]
+    rate_share = concurrent["mcp"]["calls_per_s"] / concurrent["rest"]["calls_per_s"]
+    result = {
+        "mcp_p50_ms": sequential["mcp"]["p50_ms"], "rest_p50_ms": sequential["rest"]["p50_ms"],
+        "mcp_p99_ms": sequential["mcp"]["p99_ms"], "rest_p99_ms": sequential["rest"]["p99_ms"],
+        "mcp_calls_per_s": concurrent["mcp"]["calls_per_s"], "rest_calls_per_s": concurrent["rest"]["calls_per_s"],
+        "p50_ratio": p50_ratio, "rate_share": rate_share, "concurrency": args.concurrency, "quick": args.quick,
+        "modes": {"sequential": sequential, f"concurrent_{args.concurrency}": concurrent},
+        "rounds": [{**r, "share": r["mcp"] / r["rest"]} for r in per_round],
+    }
+    print(f"\n{'mode':<14} {'path':<5} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>9}")
+    for mode, kinds in result["modes"].items():
+        for kind, s in kinds.items():
+            print(f"{mode:<14} {kind:<5} {s['n']:>5} {s['p50_ms']:>8.2f} {s['p99_ms']:>8.2f} {s['calls_per_s']:>9.1f}")
+    print("\nround  mcp calls/s  rest calls/s  share")
+    for r, row in enumerate(result["rounds"], 1):
+        print(f"{r:>5}  {row['mcp']:>11.1f}  {row['rest']:>12.1f}  {row['share']:>5.2f}")
+    p50_verdict = "ok" if p50_ratio <= P50_TARGET else "MISSES TARGET"
+    rate_verdict = "ok" if rate_share >= RATE_TARGET else "MISSES TARGET"
+    print(f"\nmcp p50 = {p50_ratio:.2f} × rest (target ≤ {P50_TARGET}: {p50_verdict})")
+    print(f"mcp calls/s = {rate_share:.2f} × rest (target ≥ {RATE_TARGET}: {rate_verdict})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
