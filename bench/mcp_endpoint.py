@@ -87,7 +87,8 @@ def main(argv=None) -> int:
     requests, warmup, per_client, rounds = (100, 10, 25, 3) if args.quick else (500, 30, 40, 5)
 
     server = LiveServer(settings_module="bench_settings", extra_pythonpath=[str(BENCH_DIR)],
-                        extra_env={"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING"},
+                        extra_env={"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING",
+                                   "TOOLKEEPER_SECRETS_KEY": "YmVuY2gtb25seS14eHh4eHh4eHh4eHh4eHh4eHh4eHg="},
                         daphne_args=["-v", "0"])
     print("starting daphne (embedded mode)…", flush=True)
     with server:
