@@ -35,6 +35,7 @@ from tenancy.selectors import access_row, key_sees_agent
 from toolkeeper.errors import ServiceError
 
 from .calls import calls_submit
+from .catalog import ExposedTool
 from .models import TERMINAL_STATUSES, AgentSession, CallStatus, ToolCall
 from .runtime import runtime
 from .selectors import session_tools, visible_tool
@@ -146,20 +147,30 @@ def pending_approval_twin(session: AgentSession, tool_name: str, arguments: dict
     return next((call for call in waiting if call.input == arguments), None)
 
 
+def _submitted(caller: McpCaller, spec: dict) -> tuple[ExposedTool | None, list[ToolCall]]:
+    """The tool as the session sees it and the call: the one still awaiting approval for the same arguments,
+    or a new one; (None, []) when the session has no such tool. One trip to the database pool."""
+    exposed = visible_tool(caller.session, spec["name"])
+    if exposed is None:
+        return None, []
+    twin = pending_approval_twin(caller.session, spec["name"], spec["input"])
+    if twin is not None:
+        return exposed, [twin]
+    return exposed, calls_submit(session=caller.session, calls=[spec], api_key=caller.api_key)
+
+
 async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
     caller = _caller(ctx)
     session = caller.session
-    exposed = await run_db(visible_tool, session, params.name)
-    if exposed is None:
-        raise MCPError(code=types.INVALID_PARAMS, message=f"no tool named {params.name!r} is available in this session")
     waiter = runtime().waiter
     spec = {"name": params.name, "input": params.arguments or {}}
     # Both armed before the call exists: its settling and its first progress are not missed.
     async with _ProgressFeed(session, wanted=_progress_token(ctx) is not None) as feed:
         with waiter.watching(session.pk) as watch:
-            twin = await run_db(pending_approval_twin, session, spec["name"], spec["input"])
-            calls = [twin] if twin is not None else await run_db(
-                calls_submit, session=session, calls=[spec], api_key=caller.api_key)
+            exposed, calls = await run_db(_submitted, caller, spec)
+            if exposed is None:
+                raise MCPError(code=types.INVALID_PARAMS,
+                               message=f"no tool named {params.name!r} is available in this session")
             plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls,
                             timeout=settings.TOOLKEEPER_MCP_MAX_WAIT_S, until=TERMINAL_STATUSES,
                             grant=grant_of_key(caller.api_key), render=list, offline=lambda calls: True)

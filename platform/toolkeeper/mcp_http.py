@@ -25,6 +25,7 @@ from tools.mcp_endpoint import (
     CALLER_SCOPE,
     SESSION_HEADER,
     McpAccessError,
+    McpCaller,
     mcp_protocol_server,
     mcp_session,
 )
@@ -79,6 +80,21 @@ def _naming_session(send, session_id):
     return naming
 
 
+def _caller_of(authorization: str, *, named: str, agent: str, opening: bool) -> McpCaller | Refusal:
+    """The request's key and session, found in one trip to the database pool; or what to answer instead."""
+    token = bearer_token(authorization)
+    api_key = apikey_from_token(token) if token else None
+    if api_key is None:
+        return INVALID_API_KEY
+    if not api_key.has_scope(Scope.AGENT):
+        return NOT_AN_AGENT_KEY
+    try:
+        return mcp_session(api_key=api_key, named=named, agent=agent, opening=opening)
+    except McpAccessError as exc:
+        reason, code = REASONS.get(exc.status, REASONS[400])
+        return Refusal(exc.status, reason, code, exc.message)
+
+
 class McpEndpoint:
     """The ASGI application behind `/mcp/`."""
 
@@ -114,17 +130,9 @@ class McpEndpoint:
         path = scope["path"]
         headers = header_map(scope["headers"])
         refusal = host_refusal(headers)
-        if refusal is None:
-            authorization = headers.get(b"authorization")
-            if authorization is None:
-                refusal = NOT_AUTHENTICATED
-            else:
-                token = bearer_token(authorization.decode("latin-1"))
-                api_key = await run_db(apikey_from_token, token) if token else None
-                if api_key is None:
-                    refusal = INVALID_API_KEY
-                elif not api_key.has_scope(Scope.AGENT):
-                    refusal = NOT_AN_AGENT_KEY
+        authorization = headers.get(b"authorization")
+        if refusal is None and authorization is None:
+            refusal = NOT_AUTHENTICATED
         if refusal is not None:
             await refusal.send(send, path)
             return
@@ -135,12 +143,10 @@ class McpEndpoint:
         # Only a 2025-era `initialize` comes without a session and without the protocol's own headers.
         opening = (scope["method"] == "POST" and not named and b"mcp-method" not in headers
                    and b"mcp-protocol-version" not in headers)
-        try:
-            caller = await run_db(mcp_session, api_key=api_key, named=named.strip(), agent=agent.strip(),
-                                  opening=opening)
-        except McpAccessError as exc:
-            reason, code = REASONS.get(exc.status, REASONS[400])
-            await Refusal(exc.status, reason, code, exc.message).send(send, path)
+        caller = await run_db(_caller_of, authorization.decode("latin-1"), named=named.strip(), agent=agent.strip(),
+                              opening=opening)
+        if isinstance(caller, Refusal):
+            await caller.send(send, path)
             return
         manager = await self._started()
         if caller.opened:
