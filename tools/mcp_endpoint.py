@@ -29,11 +29,13 @@ from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
 from realtime.groups import session_group
+from tenancy.fastread import fetch_one
 from tenancy.grants import grant_of_key
 from tenancy.models import ApiKey
 from tenancy.selectors import access_row, key_sees_agent
 from toolkeeper.errors import ServiceError
 
+from .call_statements import session_calls_awaiting_approval
 from .calls import calls_submit
 from .catalog import ExposedTool
 from .models import TERMINAL_STATUSES, AgentSession, CallStatus, ToolCall
@@ -142,9 +144,9 @@ def call_tool_result(call: ToolCall) -> types.CallToolResult:
 def pending_approval_twin(session: AgentSession, tool_name: str, arguments: dict) -> ToolCall | None:
     """The session's call of this tool with these arguments that waits for a reviewer, if there is one: a
     client that gave up waiting and calls again attaches to it instead of asking the reviewers twice."""
-    waiting = ToolCall.objects.for_tenant(session.tenant_id).filter(
-        session=session, tool_name=tool_name, status=CallStatus.AWAITING_APPROVAL).order_by("created_at")
-    return next((call for call in waiting if call.input == arguments), None)
+    twin = next((pk for pk, call_input in session_calls_awaiting_approval(session, tool_name)
+                 if call_input == arguments), None)
+    return None if twin is None else fetch_one(ToolCall, tenant=session.tenant_id, pk=twin)
 
 
 def _submitted(caller: McpCaller, spec: dict) -> tuple[ExposedTool | None, list[ToolCall]]:
@@ -180,9 +182,7 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
                     answer = await waiter.answer(plan, watch)
                 finally:
                     if relay is not None:
-                        relay.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await relay
+                        await feed.stop(relay)
                 await feed.flush(ctx, calls[0])
                 if answer.refused:
                     raise MCPError(code=types.INVALID_REQUEST, message="the API key of this request was revoked")
@@ -216,6 +216,7 @@ class _ProgressFeed:
         self.channel = ""
         self.sent = 0
         self._held: dict | None = None  # an event the relay received as it was stopped
+        self._stopping = asyncio.Event()
 
     async def __aenter__(self) -> _ProgressFeed:
         if not self.wanted:
@@ -261,21 +262,33 @@ class _ProgressFeed:
             if text is not None:
                 await self._send(ctx, text)
 
+    async def stop(self, relay: asyncio.Future) -> None:
+        """End the relay once it has sent what it is sending: a progress notification cut off mid-way is lost."""
+        self._stopping.set()
+        try:
+            await relay
+        except asyncio.CancelledError:
+            relay.cancel()
+            raise
+
     async def relay(self, ctx, call: ToolCall) -> None:
         receiving: asyncio.Future | None = None
+        stopping = asyncio.ensure_future(self._stopping.wait())
         loop = asyncio.get_running_loop()
         beat_at = loop.time() + settings.TOOLKEEPER_MCP_HEARTBEAT_S
         try:
-            while True:
+            while not self._stopping.is_set():
                 if self.layer is not None and receiving is None:
                     receiving = asyncio.ensure_future(self.layer.receive(self.channel))
                 wait = max(0.0, beat_at - loop.time())
-                if receiving is None:
-                    await asyncio.sleep(wait)
-                    message = None
+                done, _ = await asyncio.wait({stopping} | ({receiving} if receiving else set()), timeout=wait,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if receiving is not None and receiving in done:
+                    message, receiving = receiving.result(), None
+                elif self._stopping.is_set():
+                    break
                 else:
-                    done, _ = await asyncio.wait({receiving}, timeout=wait)
-                    message, receiving = (receiving.result(), None) if done else (None, receiving)
+                    message = None
                 if message is None:
                     if loop.time() < beat_at:
                         continue
@@ -287,6 +300,7 @@ class _ProgressFeed:
                 beat_at = loop.time() + settings.TOOLKEEPER_MCP_HEARTBEAT_S
                 await self._send(ctx, text)
         finally:
+            stopping.cancel()
             if receiving is not None and receiving.done() and not receiving.cancelled() \
                     and receiving.exception() is None:
                 self._held = receiving.result()
