@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH_DIR))
 
 from bench_http import Client, new_session  # noqa: E402
-from mcp_proxy import DirectClient, run_concurrent, summary  # noqa: E402
+from mcp_proxy import DirectClient, print_tables, run_concurrent, summary  # noqa: E402
 
 from tests.live.server import LiveServer  # noqa: E402
 
@@ -118,13 +118,7 @@ def main(argv=None) -> int:
         "modes": {"sequential": sequential, f"concurrent_{args.concurrency}": concurrent},
         "rounds": [{**r, "share": r["mcp"] / r["rest"]} for r in per_round],
     }
-    print(f"\n{'mode':<14} {'path':<5} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>9}")
-    for mode, kinds in result["modes"].items():
-        for kind, s in kinds.items():
-            print(f"{mode:<14} {kind:<5} {s['n']:>5} {s['p50_ms']:>8.2f} {s['p99_ms']:>8.2f} {s['calls_per_s']:>9.1f}")
-    print("\nround  mcp calls/s  rest calls/s  share")
-    for r, row in enumerate(result["rounds"], 1):
-        print(f"{r:>5}  {row['mcp']:>11.1f}  {row['rest']:>12.1f}  {row['share']:>5.2f}")
+    print_tables(result, ("mcp", "rest"))
     p50_verdict = "ok" if p50_ratio <= P50_TARGET else "MISSES TARGET"
     rate_verdict = "ok" if rate_share >= RATE_TARGET else "MISSES TARGET"
     print(f"\nmcp p50 = {p50_ratio:.2f} × rest (target ≤ {P50_TARGET}: {p50_verdict})")

@@ -196,6 +196,17 @@ def run_concurrent(pools: dict[str, list], per_client: int, rounds: int) -> tupl
     return {kind: summary(samples[kind], wall[kind]) for kind in pools}, per_round
 
 
+def print_tables(result: dict, kinds: tuple[str, str]) -> None:
+    """The modes' table, then each round's rates of `kinds` (measured, baseline) and the measured share."""
+    print(f"\n{'mode':<14} {'path':<7} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>9}")
+    for mode, measured in result["modes"].items():
+        for kind, s in measured.items():
+            print(f"{mode:<14} {kind:<7} {s['n']:>5} {s['p50_ms']:>8.2f} {s['p99_ms']:>8.2f} {s['calls_per_s']:>9.1f}")
+    print(f"\nround  {kinds[0] + ' calls/s':>14}  {kinds[1] + ' calls/s':>14}  share")
+    for r, row in enumerate(result["rounds"], 1):
+        print(f"{r:>5}  {row[kinds[0]]:>14.1f}  {row[kinds[1]]:>14.1f}  {row['share']:>5.2f}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few hundred calls, about a minute")
@@ -244,13 +255,7 @@ def main(argv=None) -> int:
         "modes": {"sequential": sequential, f"concurrent_{args.concurrency}": concurrent}, "quick": args.quick,
         "rounds": [{**r, "share": r["proxy"] / r["direct"]} for r in per_round],
     }
-    print(f"\n{'mode':<14} {'path':<7} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'calls/s':>9}")
-    for mode, kinds in result["modes"].items():
-        for kind, s in kinds.items():
-            print(f"{mode:<14} {kind:<7} {s['n']:>5} {s['p50_ms']:>8.2f} {s['p99_ms']:>8.2f} {s['calls_per_s']:>9.1f}")
-    print("\nround  direct calls/s  proxy calls/s  share")
-    for r, row in enumerate(result["rounds"], 1):
-        print(f"{r:>5}  {row['direct']:>14.1f}  {row['proxy']:>13.1f}  {row['share']:>5.2f}")
+    print_tables(result, ("direct", "proxy"))
     verdict = "ok" if share >= TARGET_SHARE else "MISSES TARGET"
     print(f"\nproxy calls/s = {share:.2f} × direct (target ≥ {TARGET_SHARE}: {verdict})")
     if args.json:
