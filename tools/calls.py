@@ -132,10 +132,11 @@ def work_start(*, tenant, tool_name: str, arguments: dict, actor) -> ToolCall:
 
 
 @transaction.atomic
-def call_cancel(*, call: ToolCall, actor=None) -> ToolCall:
-    """Stop a call: not yet started → cancelled; running → interrupted (the tool is told to stop)."""
-    not_started = [CallStatus.RECEIVED, CallStatus.QUEUED, CallStatus.AWAITING_APPROVAL,
-                   CallStatus.AWAITING_EXTERNAL]
+def call_cancel(*, call: ToolCall, actor=None, sparing_people: bool = False) -> ToolCall:
+    """Stop a call: not yet started → cancelled; running → interrupted (the tool is told to stop).
+    `sparing_people` leaves a call that waits for a reviewer or an external party as it is (Conflict)."""
+    not_started = [CallStatus.RECEIVED, CallStatus.QUEUED] + (
+        [] if sparing_people else [CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_EXTERNAL])
     moved = call_transition(
         call=call, from_statuses=not_started, to_status=CallStatus.CANCELLED,
         result=interrupted_result("cancelled before it ran"), cancel_requested=True,

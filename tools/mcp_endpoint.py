@@ -18,37 +18,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import time
 from dataclasses import dataclass
 
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.core.cache import cache
 from django.http import Http404
+from django.utils import timezone
 from mcp import types
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from realtime.groups import session_group
 from tenancy.fastread import fetch_one
 from tenancy.grants import grant_of_key
 from tenancy.models import ApiKey
 from tenancy.selectors import access_row, key_sees_agent
-from toolkeeper.errors import ServiceError
+from toolkeeper.errors import Conflict, ServiceError
 
 from .call_statements import session_calls_awaiting_approval
-from .calls import calls_submit
+from .calls import call_cancel, calls_submit
 from .catalog import ExposedTool
 from .models import TERMINAL_STATUSES, AgentSession, CallStatus, ToolCall
 from .runtime import runtime
-from .selectors import session_tools, visible_tool
+from .selectors import MCP_PRESENCE_S, mcp_presence_key, session_tools, visible_tool
 from .services import session_create
 from .waiting import WaitPlan, run_db
 
 logger = logging.getLogger("toolkeeper.mcp")
 
 CALLER_SCOPE = "toolkeeper.mcp_caller"
-SESSION_HEADER = "x-toolkeeper-session"
-AGENT_HEADER = "x-toolkeeper-agent"
+SESSION_HEADER = "X-Toolkeeper-Session"
+AGENT_HEADER = "X-Toolkeeper-Agent"
 CONNECTION_SESSION = "connection"  # a session opened by a 2025-era `initialize`
 KEY_SESSION = "default"  # the key's session of an agent, for requests that name none
 
@@ -59,6 +64,36 @@ class McpCaller:
     api_key: ApiKey
     session: AgentSession
     opened: bool  # the session was opened by this request: its id goes back in `Mcp-Session-Id`
+
+
+# When this process last noted each session's presence: a busy client is noted about every PRESENCE_EVERY_S,
+# not on each request.
+PRESENCE_EVERY_S = 15
+_presence_noted: dict = {}
+
+
+def mcp_presence_note(caller: McpCaller, *, force: bool = False) -> None:
+    """Note that the session is being served over /mcp/ (the console shows it; `tools.selectors.mcp_presence`)."""
+    session = caller.session
+    now = time.monotonic()
+    if not force and now - _presence_noted.get(session.pk, -PRESENCE_EVERY_S) < PRESENCE_EVERY_S:
+        return
+    if len(_presence_noted) > 10_000:
+        _presence_noted.clear()
+    _presence_noted[session.pk] = now
+    kind = session.context.get("mcp") if isinstance(session.context, dict) else None
+    how = {CONNECTION_SESSION: "connection", KEY_SESSION: "key"}.get(kind, "attached")
+    try:
+        cache.set(mcp_presence_key(session.pk), {"at": timezone.now().isoformat(), "how": how}, MCP_PRESENCE_S)
+    except Exception:  # the console's hint is not worth failing a request for
+        logger.warning("cannot note the MCP presence of session %s", session.pk, exc_info=True)
+
+
+async def _presence_kept(caller: McpCaller) -> None:
+    """While a call is waited for, the client is still there: its presence is noted again now and then."""
+    while True:
+        await asyncio.sleep(PRESENCE_EVERY_S * 2)
+        await run_db(mcp_presence_note, caller, force=True)
 
 
 class McpAccessError(Exception):
@@ -149,16 +184,62 @@ def pending_approval_twin(session: AgentSession, tool_name: str, arguments: dict
     return None if twin is None else fetch_one(ToolCall, tenant=session.tenant_id, pk=twin)
 
 
-def _submitted(caller: McpCaller, spec: dict) -> tuple[ExposedTool | None, list[ToolCall]]:
+def _submitted(caller: McpCaller, spec: dict, request_key: str | None) -> tuple[ExposedTool | None, list[ToolCall]]:
     """The tool as the session sees it and the call: the one still awaiting approval for the same arguments,
-    or a new one; (None, []) when the session has no such tool. One trip to the database pool."""
+    or a new one; (None, []) when the session has no such tool. One trip to the database pool. With a
+    `request_key`, the call is remembered under it for a cancel of the request that may come."""
     exposed = visible_tool(caller.session, spec["name"])
     if exposed is None:
         return None, []
     twin = pending_approval_twin(caller.session, spec["name"], spec["input"])
-    if twin is not None:
-        return exposed, [twin]
-    return exposed, calls_submit(session=caller.session, calls=[spec], api_key=caller.api_key)
+    calls = [twin] if twin is not None else calls_submit(session=caller.session, calls=[spec],
+                                                         api_key=caller.api_key)
+    if request_key is not None:
+        cache.set(request_key, str(calls[0].pk), settings.TOOLKEEPER_MCP_MAX_WAIT_S + 60)
+    return exposed, calls
+
+
+# How a client stops a call it asked for. A 2025-era client sends `notifications/cancelled` naming its
+# request; in the stateless transport that comes in another HTTP request, maybe to another server process,
+# so the call each request started is kept in the cache (shared by the processes) under the request's id,
+# for as long as a request can wait. A 2026-era client sends no such message: closing the request's
+# response stream is its cancel. A call waiting for a reviewer outlives a closed stream, though: that is
+# what a dropped connection looks like too, and a retry attaches to the call.
+
+def _request_key(session_id, request_id) -> str:
+    return f"mcp:request:{session_id}:{json.dumps(request_id)}"
+
+
+def _actor(caller: McpCaller) -> str:
+    return f"apikey:{caller.api_key.name}"
+
+
+def mcp_request_cancelled(caller: McpCaller, request_id) -> ToolCall | None:
+    """A 2025-era client cancelled its request `request_id`: the call it started is cancelled, if it is still
+    open (a call waiting for a reviewer too: its request is withdrawn)."""
+    call_pk = cache.get(_request_key(caller.session.pk, request_id))
+    call = fetch_one(ToolCall, tenant=caller.session.tenant_id, pk=call_pk) if call_pk else None
+    if call is None or call.session_id != caller.session.pk or call.status in TERMINAL_STATUSES:
+        return None
+    try:
+        return call_cancel(call=call, actor=_actor(caller))
+    except Conflict:  # it settled meanwhile
+        return None
+
+
+def _call_abandoned(caller: McpCaller, call_pk) -> None:
+    """A 2026-era client closed the stream of its call: the call stops, unless people have it."""
+    call = fetch_one(ToolCall, tenant=caller.session.tenant_id, pk=call_pk)
+    if call is not None and call.status not in TERMINAL_STATUSES:
+        with contextlib.suppress(Conflict):
+            call_cancel(call=call, actor=_actor(caller), sparing_people=True)
+
+
+_abandoning: set[asyncio.Future] = set()  # cancels under way after their request's task ended
+
+
+def _is_modern(ctx) -> bool:
+    return ctx.request.headers.get("mcp-protocol-version") in MODERN_PROTOCOL_VERSIONS
 
 
 async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -166,10 +247,12 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
     session = caller.session
     waiter = runtime().waiter
     spec = {"name": params.name, "input": params.arguments or {}}
+    modern = _is_modern(ctx)
+    request_key = None if modern else _request_key(session.pk, ctx.request_id)
     # Both armed before the call exists: its settling and its first progress are not missed.
     async with _ProgressFeed(session, wanted=_progress_token(ctx) is not None) as feed:
         with waiter.watching(session.pk) as watch:
-            exposed, calls = await run_db(_submitted, caller, spec)
+            exposed, calls = await run_db(_submitted, caller, spec, request_key)
             if exposed is None:
                 raise MCPError(code=types.INVALID_PARAMS,
                                message=f"no tool named {params.name!r} is available in this session")
@@ -178,9 +261,17 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
                             grant=grant_of_key(caller.api_key), render=list, offline=lambda calls: True)
             if plan.waits():
                 relay = asyncio.ensure_future(feed.relay(ctx, calls[0])) if feed.wanted else None
+                present = asyncio.ensure_future(_presence_kept(caller))
                 try:
                     answer = await waiter.answer(plan, watch)
+                except asyncio.CancelledError:
+                    if modern:  # this task is done for: the cancel runs on without it
+                        abandoning = asyncio.ensure_future(run_db(_call_abandoned, caller, calls[0].pk))
+                        _abandoning.add(abandoning)
+                        abandoning.add_done_callback(_abandoning.discard)
+                    raise
                 finally:
+                    present.cancel()
                     if relay is not None:
                         await feed.stop(relay)
                 await feed.flush(ctx, calls[0])

@@ -1,6 +1,8 @@
 """Reads: what a session's model may see, in the formats apps ask for; calls and their events for lists."""
 import copy
+from datetime import datetime
 
+from django.core.cache import cache
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Sum
 
 from .catalog import CatalogSnapshot, ExposedTool, GroupView, bound_values, catalog_snapshot, switchable_groups
@@ -108,6 +110,24 @@ def session_prompt(session: AgentSession) -> str:
         lines = [f"- {g.name}{' (active)' if g.name in active else ''}: {g.description}" for g in switchable]
         sections.append("## Optional tool groups\nActivate them with reset_tools.\n" + "\n".join(lines))
     return "\n\n".join(sections)
+
+
+# A session heard from over /mcp/ within this many seconds counts as connected (a stateless transport has no
+# connection to watch; a waiting call's request is heard from by its heartbeats, at most every 15 s).
+MCP_PRESENCE_S = 120
+
+
+def mcp_presence_key(session_id) -> str:
+    return f"mcp:presence:{session_id}"
+
+
+def mcp_presence(session_id) -> dict | None:
+    """When the session was last heard from over /mcp/ and by which kind of client, if it was lately: read
+    from the cache, which every server process shares in the distributed mode."""
+    seen = cache.get(mcp_presence_key(session_id))
+    if not isinstance(seen, dict):
+        return None
+    return {**seen, "at": datetime.fromisoformat(seen["at"])}
 
 
 # JSON columns that list rows never show and that can be large: list pages leave them unread.

@@ -67,7 +67,8 @@ class ApiKeyForm(TenantForm):
     name = forms.CharField(max_length=100)
     scopes = forms.MultipleChoiceField(
         choices=Scope.choices, widget=forms.CheckboxSelectMultiple,
-        help_text="agent: sessions and calls · external: post results of external tools · admin: governance API.",
+        help_text=("agent: sessions and calls, also over the MCP endpoint · external: post results of external tools "
+                   "· admin: governance API."),
     )
     agent = forms.CharField(max_length=100, required=False,
                             help_text="Optional: lock the key to one agent name.")

@@ -33,6 +33,7 @@ from tenancy.web import (
 )
 from tools import mcp_servers
 from tools import services as tool_services
+from tools.mcp_endpoint import AGENT_HEADER, SESSION_HEADER
 from tools.models import AgentSession, BoundArgument, CallStatus, McpServer, Tool, ToolCall, ToolGroup
 from tools.selectors import (
     SESSION_PAYLOADS,
@@ -47,6 +48,7 @@ from tools.selectors import (
 )
 
 from .forms import ApiKeyForm, BindingForm, CallFilterForm, GroupForm, LimitsForm, McpServerForm, ToolStateForm
+from .mcp_clients import AGENT_PLACEHOLDER, mcp_client_setup, mcp_url, session_mcp_presence
 
 LIVE_ROWS_MAX = 50  # call rows one live-list fragment request may ask for
 OUTPUT_LINES_MAX = 500  # streamed output lines a call page shows (the newest)
@@ -254,7 +256,21 @@ binding_delete = ObjectActionView.as_view(
 @tenant_view()
 def apikey_list(request):
     keys = ApiKey.objects.for_tenant(request.tenant).select_related("created_by")
-    return render(request, "console/apikey_list.html", {"keys": keys})
+    url = mcp_url(request)
+    setups = [mcp_client_setup(url=url, api_key=key) for key in keys]
+    usable = [setup.key for setup in setups if setup.config]
+    return render(request, "console/apikey_list.html", {
+        "keys": [(setup.key, setup) for setup in setups],
+        "mcp_keys": usable,
+        **_mcp_help(url, usable),
+    })
+
+
+def _mcp_help(url: str, keys: list[ApiKey]) -> dict:
+    """What the API-key pages say about connecting an MCP client with `keys`, besides their configurations."""
+    return {"mcp_url": url, "mcp_agent_header": AGENT_HEADER, "mcp_agent_placeholder": AGENT_PLACEHOLDER,
+            "mcp_session_header": SESSION_HEADER, "mcp_unlocked": any(not key.agent for key in keys),
+            "mcp_locked": any(key.agent for key in keys)}
 
 
 class ApiKeyCreate(ObjectFormView):
@@ -280,7 +296,12 @@ def apikey_created(request, api_key):
     secret = None
     if issued and issued.get("tenant") == request.tenant.pk and issued.get("id") == api_key.pk:
         secret = issued["key"]
-    return render(request, "console/apikey_created.html", {"api_key": api_key, "secret": secret})
+    url = mcp_url(request)
+    setup = mcp_client_setup(url=url, api_key=api_key, secret=secret or "")
+    return render(request, "console/apikey_created.html", {
+        "api_key": api_key, "secret": secret, "mcp": setup,
+        **_mcp_help(url, [api_key] if setup.config else []),
+    })
 
 
 class ApiKeyRevoke(ObjectActionView):
@@ -322,6 +343,7 @@ def session_detail(request, session):
     return render(request, "console/session_detail.html", {
         "session": session,
         "active_groups": active_group_names(session, groups),
+        "mcp": session_mcp_presence(session),
         "page": page_of(request, session_calls(session)),
     })
 

@@ -10,6 +10,8 @@ in a task that lives as long as the event loop.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
@@ -26,18 +28,25 @@ from tools.mcp_endpoint import (
     SESSION_HEADER,
     McpAccessError,
     McpCaller,
+    mcp_presence_note,
     mcp_protocol_server,
+    mcp_request_cancelled,
     mcp_session,
 )
 from tools.waiting import run_db
 
 from .bodies import INVALID_API_KEY, NOT_AUTHENTICATED, Refusal, header_map
 
+logger = logging.getLogger("toolkeeper.mcp")
+
 MCP_PATHS = frozenset({"/mcp", "/mcp/"})
 SESSION_ID_HEADER = b"mcp-session-id"
+SESSION_KEY, AGENT_KEY = SESSION_HEADER.lower().encode(), AGENT_HEADER.lower().encode()  # as `header_map` has them
 REASONS = {400: ("Bad Request", "invalid"), 403: ("Forbidden", "permission_denied"), 404: ("Not Found", "not_found")}
 NOT_AN_AGENT_KEY = Refusal(403, "Forbidden", "permission_denied", "MCP needs an API key with the agent scope.")
 FOREIGN_HOST = Refusal(403, "Forbidden", "forbidden_host", "This host or origin may not reach the MCP endpoint.")
+UNAVAILABLE = Refusal(503, "Service Unavailable", "unavailable", "The MCP endpoint cannot serve requests now; retry.")
+CANCELLED = b"notifications/cancelled"
 
 
 def is_mcp(scope) -> bool:
@@ -80,19 +89,66 @@ def _naming_session(send, session_id):
     return naming
 
 
-def _caller_of(authorization: str, *, named: str, agent: str, opening: bool) -> McpCaller | Refusal:
-    """The request's key and session, found in one trip to the database pool; or what to answer instead."""
+async def _whole_body(receive):
+    """The request's body, and a `receive` that hands it on as if it had not been read."""
+    chunks, message = [], {}
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    body = b"".join(chunks)
+    first = {"type": "http.request", "body": body, "more_body": False} if message["type"] == "http.request" \
+        else message
+    handed = False
+
+    async def replay():
+        nonlocal handed
+        if handed:
+            return await receive()
+        handed = True
+        return first
+
+    return body, replay
+
+
+def cancelled_request_id(body: bytes):
+    """The request id a `notifications/cancelled` names, or None when the body is not one."""
+    if CANCELLED not in body:
+        return None
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("method") != CANCELLED.decode() or "id" in message:
+        return None
+    params = message.get("params")
+    request_id = params.get("requestId") if isinstance(params, dict) else None
+    return request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+
+
+def _caller_of(authorization: str, *, named: str, agent: str, opening: bool,
+               cancelling=None) -> McpCaller | Refusal:
+    """The request's key and session, found in one trip to the database pool; or what to answer instead.
+    A request that cancels another (`cancelling`, its id) cancels that request's call here too."""
     token = bearer_token(authorization)
     api_key = apikey_from_token(token) if token else None
     if api_key is None:
         return INVALID_API_KEY
     if not api_key.has_scope(Scope.AGENT):
         return NOT_AN_AGENT_KEY
+    api_key.touch()
     try:
-        return mcp_session(api_key=api_key, named=named, agent=agent, opening=opening)
+        caller = mcp_session(api_key=api_key, named=named, agent=agent, opening=opening)
     except McpAccessError as exc:
         reason, code = REASONS.get(exc.status, REASONS[400])
         return Refusal(exc.status, reason, code, exc.message)
+    mcp_presence_note(caller)
+    if cancelling is not None:
+        mcp_request_cancelled(caller, cancelling)
+    return caller
 
 
 class McpEndpoint:
@@ -137,14 +193,23 @@ class McpEndpoint:
             await refusal.send(send, path)
             return
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        named = (headers.get(SESSION_ID_HEADER) or headers.get(SESSION_HEADER.encode()) or b"").decode("latin-1") \
+        named = (headers.get(SESSION_ID_HEADER) or headers.get(SESSION_KEY) or b"").decode("latin-1") \
             or query.get("session", [""])[0]
-        agent = headers.get(AGENT_HEADER.encode(), b"").decode("latin-1") or query.get("agent", [""])[0]
+        agent = headers.get(AGENT_KEY, b"").decode("latin-1") or query.get("agent", [""])[0]
         # Only a 2025-era `initialize` comes without a session and without the protocol's own headers.
         opening = (scope["method"] == "POST" and not named and b"mcp-method" not in headers
                    and b"mcp-protocol-version" not in headers)
-        caller = await run_db(_caller_of, authorization.decode("latin-1"), named=named.strip(), agent=agent.strip(),
-                              opening=opening)
+        cancelling = None
+        if named and scope["method"] == "POST" and b"mcp-method" not in headers:
+            # A 2025-era client's message on its connection: it may cancel one of its requests.
+            body, receive = await _whole_body(receive)
+            cancelling = cancelled_request_id(body)
+        try:
+            caller = await run_db(_caller_of, authorization.decode("latin-1"), named=named.strip(),
+                                  agent=agent.strip(), opening=opening, cancelling=cancelling)
+        except Exception:  # a database that fails now is no reason to answer with a trace
+            logger.exception("an MCP request could not be resolved to a session")
+            caller = UNAVAILABLE
         if isinstance(caller, Refusal):
             await caller.send(send, path)
             return

@@ -348,3 +348,75 @@ def test_switching_groups_changes_the_list_and_says_so(server, mode):
     assert any(type(message).__name__ == "ToolListChangedNotification"
                or getattr(getattr(message, "root", None), "method", "") == "notifications/tools/list_changed"
                for message in heard), heard
+
+
+def calls_settle(server, session: str, expected: list[list], within: float = 15) -> list[list]:
+    deadline = time.monotonic() + within
+    while True:
+        found = calls_of(server, session)
+        if found == expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_a_client_that_gives_up_on_a_call_stops_it(server, mode):
+    """2025 era: the client's `notifications/cancelled` (another HTTP request) cancels the call; 2026 era:
+    closing the call's stream is the cancel."""
+    session = new_session(server, agent=f"cancel-bot-{mode}")
+    status, ops = rest(server, "POST", f"/api/v1/sessions/{session}/calls",
+                       {"name": "reset_tools", "input": {"ops": True}, "wait": 10})
+    assert status == 200 and ops["calls"][0]["status"] == "succeeded", ops
+
+    async def giving_up(client):
+        with pytest.raises(MCPError) as gave_up:
+            await client.call_tool("countdown", {"seconds": 30}, read_timeout_seconds=1.5)
+        await anyio.sleep(0.5)  # a client that goes on (its cancel is sent after the timeout is raised)
+        return gave_up.value
+
+    gave_up = mcp(server, giving_up, headers={"X-Toolkeeper-Session": session}, mode=mode)
+    assert gave_up.code == -32001  # the client's own timeout
+    expected = [["reset_tools", "succeeded"], ["countdown", "interrupted"]]
+    assert calls_settle(server, session, expected) == expected
+
+
+def test_a_closed_stream_leaves_a_call_with_a_reviewer_for_a_retry(server):
+    status, rule = rest(server, "POST", "/api/v1/rules", {"behavior": "ask", "tool_pattern": "current_time",
+                                                          "agents": ["drop-bot"]}, key=server.admin_api_key)
+    assert status == 201, rule
+    session = new_session(server, agent="drop-bot")
+
+    async def giving_up(client):
+        with pytest.raises(MCPError):
+            await client.call_tool("current_time", {"timezone": "UTC"}, read_timeout_seconds=1)
+
+    try:
+        mcp(server, giving_up, headers={"X-Toolkeeper-Session": session})
+        time.sleep(1)  # what a cancel would do, it would have done by now
+        assert calls_of(server, session) == [["current_time", "awaiting_approval"]]
+    finally:
+        rest(server, "DELETE", f"/api/v1/rules/{rule['id']}", key=server.admin_api_key)
+
+
+def test_a_cancel_for_a_request_of_another_session_cancels_nothing(server):
+    status, rule = rest(server, "POST", "/api/v1/rules", {"behavior": "ask", "tool_pattern": "current_time",
+                                                          "agents": ["victim-bot"]}, key=server.admin_api_key)
+    assert status == 201, rule
+    victim = new_session(server, agent="victim-bot")
+    other = new_session(server, agent="other-bot")
+
+    async def asking(client):
+        return await client.call_tool("current_time", {}, read_timeout_seconds=30)
+
+    try:
+        pending = mcp(server, asking, headers={"X-Toolkeeper-Session": victim})
+        assert pending.structured_content["status"] == "pending_approval"
+        for request_id in range(0, 5):  # whatever id the victim's request had, named from another session
+            cancel = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                 "params": {"requestId": request_id}}).encode()
+            status, _, _ = raw_post(server, cancel, {**server.headers(), "Mcp-Session-Id": other,
+                                                     "Mcp-Protocol-Version": "2025-11-25"})
+            assert status == 202
+        assert calls_of(server, victim) == [["current_time", "awaiting_approval"]]
+    finally:
+        rest(server, "DELETE", f"/api/v1/rules/{rule['id']}", key=server.admin_api_key)

@@ -1,11 +1,13 @@
-"""Two server processes on one database serve one MCP session alternately: nothing of a session lives in a
-process, so a request may reach either (no session affinity behind a load balancer)."""
+"""Two server processes on one database and one Redis (the distributed mode's shared parts) serve one MCP
+session alternately: nothing of a session lives in a process, so a request may reach either (no session
+affinity behind a load balancer)."""
 import http.client
 import json
+import threading
 
 import pytest
 
-from tests.live.conftest import _require_postgres
+from tests.live.conftest import _missing, _require_postgres, live_redis_url
 from tests.live.server import LiveServer, temporary_pg_database
 
 pytestmark = pytest.mark.live
@@ -16,7 +18,12 @@ PROTOCOL = "2025-11-25"
 @pytest.fixture(scope="module")
 def servers():
     _require_postgres()
-    with temporary_pg_database() as (name, url), LiveServer(database_url=url, database_name=name) as first:
+    redis_url = live_redis_url()
+    if not redis_url:
+        _missing("Redis (127.0.0.1:6379)")
+    with temporary_pg_database() as (name, url), LiveServer(
+            database_url=url, database_name=name, redis_url=redis_url,
+            extra_env={"TOOLKEEPER_MCP_MAX_WAIT_S": "30"}) as first:
         second = first.sibling()
         try:
             yield first, second
@@ -24,11 +31,11 @@ def servers():
             second.stop()
 
 
-def rpc(server, method: str, params: dict, headers: dict) -> tuple[dict, dict]:
+def rpc(server, method: str, params: dict, headers: dict, request_id: int = 1) -> tuple[dict, dict]:
     """One JSON-RPC request to /mcp/: (the response's headers, its result), from JSON or an SSE stream."""
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=40)
     try:
-        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         conn.request("POST", "/mcp/", body=body, headers={
             **server.headers(), "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
             **headers})
@@ -40,10 +47,24 @@ def rpc(server, method: str, params: dict, headers: dict) -> tuple[dict, dict]:
     assert response.status == 200, payload
     if answer_headers.get("content-type", "").startswith("text/event-stream"):
         payload = next(line[5:].strip() for line in payload.splitlines()
-                       if line.startswith("data:") and '"id":1' in line.replace(" ", ""))
+                       if line.startswith("data:") and f'"id":{request_id}' in line.replace(" ", ""))
     message = json.loads(payload)
     assert "result" in message, message
     return answer_headers, message["result"]
+
+
+def calls_of(server, session_id: str) -> list[list]:
+    return json.loads(server.manage("shell", "-c", (
+        "import json; from tools.models import ToolCall; print(json.dumps([[c.tool_name, c.status] for c in "
+        f"ToolCall.all_tenants.filter(session_id='{session_id}').order_by('created_at')]))")
+    ).strip().splitlines()[-1])
+
+
+def open_session(server, agent: str) -> dict:
+    opened, _ = rpc(server, "initialize", {"protocolVersion": PROTOCOL, "capabilities": {},
+                                           "clientInfo": {"name": "alternating", "version": "1"}},
+                    {"X-Toolkeeper-Agent": agent})
+    return {"Mcp-Session-Id": opened["mcp-session-id"], "Mcp-Protocol-Version": PROTOCOL}
 
 
 def test_one_session_served_by_either_process(servers):
@@ -66,8 +87,36 @@ def test_one_session_served_by_either_process(servers):
     assert timed.get("isError") is not True and timed["structuredContent"]["timezone"] == "UTC"
     _, again = rpc(first, "tools/call", {"name": "current_time", "arguments": {}}, session)
     assert again.get("isError") is not True
-    calls = json.loads(first.manage("shell", "-c", (
-        "import json; from tools.models import ToolCall; print(json.dumps([[c.tool_name, c.status] for c in "
-        f"ToolCall.all_tenants.filter(session_id='{opened['mcp-session-id']}').order_by('created_at')]))")
-    ).strip().splitlines()[-1])
-    assert calls == [["reset_tools", "succeeded"], ["current_time", "succeeded"], ["current_time", "succeeded"]]
+    assert calls_of(first, opened["mcp-session-id"]) == [
+        ["reset_tools", "succeeded"], ["current_time", "succeeded"], ["current_time", "succeeded"]]
+
+
+def test_a_cancel_reaching_the_other_process_ends_the_call_and_its_wait(servers):
+    first, second = servers
+    rule = {"behavior": "ask", "tool_pattern": "current_time", "agents": ["twin-ask"]}
+    conn = http.client.HTTPConnection("127.0.0.1", first.port, timeout=30)
+    conn.request("POST", "/api/v1/rules", body=json.dumps(rule),
+                 headers={**first.headers(first.admin_api_key), "Content-Type": "application/json"})
+    assert conn.getresponse().status == 201
+    conn.close()
+    session = open_session(first, "twin-ask")
+    answered: dict = {}
+    waiting = threading.Thread(target=lambda: answered.update(result=rpc(
+        first, "tools/call", {"name": "current_time", "arguments": {}}, session, request_id=5)[1]))
+    waiting.start()
+    try:
+        for _ in range(100):
+            if calls_of(second, session["Mcp-Session-Id"]) == [["current_time", "awaiting_approval"]]:
+                break
+        cancel = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}})
+        conn = http.client.HTTPConnection("127.0.0.1", second.port, timeout=30)
+        conn.request("POST", "/mcp/", body=cancel, headers={
+            **second.headers(), "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream", **session})
+        assert conn.getresponse().status == 202
+        conn.close()
+    finally:
+        waiting.join(timeout=40)
+    assert answered["result"]["isError"] is True
+    assert answered["result"]["structuredContent"]["status"] == "cancelled"  # heard by the first process
+    assert calls_of(second, session["Mcp-Session-Id"]) == [["current_time", "cancelled"]]
