@@ -11,7 +11,7 @@ from .decorators import CallCancelled, ToolContext, ToolError
 from .events import call_event_append, call_fail, call_transition
 from .models import AgentSession, CallStatus, EventKind, ToolCall
 from .registry import source_for
-from .results import tool_result
+from .results import result_text, tool_result
 
 logger = logging.getLogger("toolkeeper.calls")
 
@@ -47,6 +47,8 @@ def call_execute(*, call: ToolCall, cancelled: threading.Event) -> None:
         if source is None:
             raise ToolError(f"no executor handles {call.tool_name}", error_type="ToolUnavailable")
         result = tool_result(source.invoke(tool, call.effective_input, ctx))
+        if result["state"] == "error":  # a tool that answers with an error result failed, as if it raised
+            raise ToolError(result_text(result) or "the tool reported an error")
     except CallCancelled:
         return  # whoever cancelled (or timed out) the call already settled it
     except ToolError as exc:

@@ -19,6 +19,12 @@ def tool_result(value: Any) -> dict:
     return {"state": "success", "content": [{"type": "text", "text": text}], "structured": json.loads(text)}
 
 
+def result_text(result: dict) -> str:
+    """A result's text blocks, joined."""
+    return "\n".join(block["text"] for block in result.get("content") or []
+                     if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str))
+
+
 def interrupted_result(reason: str) -> dict:
     return {"state": "interrupted", "content": [{"type": "text", "text": reason}], "structured": None}
 

@@ -129,6 +129,17 @@ class TestCoroutines:
         assert call["error"]["errorType"] == "ToolFailed"
         assert "boom" not in call["error"]["error"]  # never a trace or an internal message
 
+    def test_a_tool_that_answers_with_an_error_result_fails(self, world, make_tool, session):
+        def refusing() -> dict:
+            """Answer with a result in the error state."""
+            return {"state": "error", "content": [{"type": "text", "text": "the ledger is closed"}],
+                    "structured": None}
+
+        [call] = submit(world.a.client(), session, {"name": make_tool(refusing).name, "wait": 10})
+        assert call["status"] == "failed"
+        assert call["error"]["errorType"] == "ToolError"
+        assert call["error"]["error"] == "the ledger is closed"
+
     def test_a_coroutine_times_out_and_is_cancelled_at_its_await(self, world, make_tool, session):
         cancelled = threading.Event()
 
