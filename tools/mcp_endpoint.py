@@ -22,6 +22,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from importlib import metadata
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -30,6 +31,7 @@ from django.http import Http404
 from django.utils import timezone
 from mcp import types
 from mcp.server import Server
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -404,7 +406,21 @@ def _progress_token(ctx):
     return meta.get("progress_token") if isinstance(meta, dict) else getattr(meta, "progress_token", None)
 
 
+class _GovernedServer(Server):
+    def create_initialization_options(self, notification_options=None, *args, **kwargs):
+        # The handshake says what `_surface_changed` does: a changed surface is announced.
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("toolkeeper")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return ""
+
+
 def mcp_protocol_server() -> Server:
     # A schema of ours never names an `x-mcp-header`: without this, a 2026-era tools/call lists tools again.
-    return Server("toolkeeper", on_list_tools=_list_tools, on_call_tool=_call_tool,
-                  get_tool_input_schema=lambda name: None)
+    return _GovernedServer("toolkeeper", version=_version(), on_list_tools=_list_tools, on_call_tool=_call_tool,
+                           get_tool_input_schema=lambda name: None)

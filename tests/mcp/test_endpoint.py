@@ -420,3 +420,14 @@ def test_a_cancel_for_a_request_of_another_session_cancels_nothing(server):
         assert calls_of(server, victim) == [["current_time", "awaiting_approval"]]
     finally:
         rest(server, "DELETE", f"/api/v1/rules/{rule['id']}", key=server.admin_api_key)
+
+
+def test_the_handshake_announces_what_the_server_does(server):
+    status, headers, body = raw_post(server, INITIALIZE, {**server.headers(), "X-Toolkeeper-Agent": "hello-bot"})
+    assert status == 200
+    text = body.decode()
+    if headers.get("content-type", "").startswith("text/event-stream"):
+        text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
+    result = json.loads(text)["result"]
+    assert result["capabilities"]["tools"]["listChanged"] is True  # reset_tools announces the change
+    assert result["serverInfo"]["name"] == "toolkeeper" and result["serverInfo"]["version"]
