@@ -5,8 +5,11 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 STAMP := $(VENV)/.installed
+# The MCP interop tests' node packages (the official conformance suite, the TypeScript SDK client).
+NODE_DIR := tests/mcp/conformance
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
-.PHONY: run test install lint migrate serve worker beat bench clean
+.PHONY: run test install install-node lint migrate serve worker beat bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +18,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Without npm the step only says so: those tests skip (fail with TOOLKEEPER_REQUIRE_SERVICES=1).
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else \
+		echo "npm is not installed: the MCP conformance and TypeScript interop tests will not run"; \
+	fi
+
+install-node: $(NODE_STAMP)
 
 migrate: install
 	$(BIN)/python manage.py migrate --noinput
@@ -34,7 +47,7 @@ worker: install
 beat: install
 	$(BIN)/celery -A toolkeeper beat --loglevel=info --schedule $${TOOLKEEPER_DATA_DIR:-var}/celerybeat-schedule
 
-test: install
+test: install install-node
 	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 lint: install
@@ -46,4 +59,4 @@ bench: install
 	$(BIN)/python bench/call_overhead.py --json bench/results/call_overhead.json $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var $(NODE_DIR)/node_modules

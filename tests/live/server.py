@@ -65,6 +65,7 @@ class LiveServer:
     extra_pythonpath: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
     daphne_args: list[str] = field(default_factory=list)
+    asgi_app: str = "toolkeeper.asgi:application"  # what daphne serves; a test may wrap the product's application
     startup_timeout: float = 60.0
 
     url: str = ""
@@ -150,7 +151,7 @@ class LiveServer:
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop())
         self.process = subprocess.Popen(
             [venv_executable("daphne"), "-b", "127.0.0.1", "-p", str(self.port), *self.daphne_args,
-             "toolkeeper.asgi:application"],
+             self.asgi_app],
             cwd=ROOT, env=self.env(), stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )

@@ -1,0 +1,132 @@
+"""Test-only tools of the MCP conformance run (settings `tests.mcp.conformance.settings`): the fixture tools
+the official suite's server scenarios call by name, as Python tools in the `basic` group (always active, so
+every session the suite opens sees them; read-only, so no rule asks for them)."""
+import base64
+import io
+import struct
+import wave
+import zlib
+
+from pydantic import BaseModel
+
+from tools.decorators import ToolContext, ToolError, tool
+
+GROUPS = ("basic",)
+
+
+def _png_1x1_red() -> str:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)  # 1x1, 8 bits, RGB
+    pixels = zlib.compress(b"\x00\xff\x00\x00")  # filter byte, then one red pixel
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    return base64.b64encode(png).decode()
+
+
+def _wav_silence() -> str:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as audio:
+        audio.setnchannels(1)
+        audio.setsampwidth(2)
+        audio.setframerate(8000)
+        audio.writeframes(b"\x00\x00" * 80)  # 10 ms
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+PNG = _png_1x1_red()
+WAV = _wav_silence()
+
+
+def _content(*blocks: dict) -> dict:
+    """A result with these MCP content blocks as they are (tools.results.tool_result passes it through)."""
+    return {"state": "success", "content": list(blocks), "structured": None}
+
+
+@tool(read_only=True, idempotent=True, groups=GROUPS)
+def test_simple_text() -> str:
+    """Return a simple text (conformance: tools-call-simple-text)."""
+    return "This is a simple text response for testing."
+
+
+@tool(read_only=True, idempotent=True, groups=GROUPS)
+def test_image_content() -> dict:
+    """Return a 1x1 red PNG image (conformance: tools-call-image)."""
+    return _content({"type": "image", "data": PNG, "mimeType": "image/png"})
+
+
+@tool(read_only=True, idempotent=True, groups=GROUPS)
+def test_audio_content() -> dict:
+    """Return 10 ms of WAV silence (conformance: tools-call-audio)."""
+    return _content({"type": "audio", "data": WAV, "mimeType": "audio/wav"})
+
+
+@tool(read_only=True, idempotent=True, groups=GROUPS)
+def test_embedded_resource() -> dict:
+    """Return an embedded text resource (conformance: tools-call-embedded-resource)."""
+    return _content({"type": "resource", "resource": {
+        "uri": "test://embedded-resource", "mimeType": "text/plain", "text": "This is an embedded resource content."}})
+
+
+@tool(read_only=True, idempotent=True, groups=GROUPS)
+def test_multiple_content_types() -> dict:
+    """Return text, an image and a resource (conformance: tools-call-mixed-content)."""
+    return _content(
+        {"type": "text", "text": "Multiple content types test:"},
+        {"type": "image", "data": PNG, "mimeType": "image/png"},
+        {"type": "resource", "resource": {"uri": "test://mixed-content-resource", "mimeType": "application/json",
+                                          "text": '{"test":"data","value":123}'}},
+    )
+
+
+@tool(read_only=True, idempotent=True, groups=GROUPS)
+def test_error_handling() -> str:
+    """Always fail (conformance: tools-call-error)."""
+    raise ToolError("This tool intentionally returns an error for testing")
+
+
+@tool(read_only=True, idempotent=True, groups=GROUPS)
+def test_tool_with_progress(ctx: ToolContext) -> str:
+    """Report progress 0, 50 and 100 of 100, 50 ms apart (conformance: tools-call-with-progress)."""
+    for step, done in enumerate((0, 50, 100)):
+        if step:
+            ctx.sleep(0.05)
+        ctx.emit(f"{done}/100", progress=done / 100)
+    return "Progress test completed"
+
+
+class Address(BaseModel):
+    street: str | None = None
+    city: str | None = None
+
+
+@tool(read_only=True, idempotent=True, groups=GROUPS)
+def json_schema_2020_12_tool(name: str | None = None, address: Address | None = None) -> dict:
+    """Tool with JSON Schema 2020-12 features (conformance: json-schema-2020-12).
+
+    Args:
+        name: A name.
+        address: An address.
+    """
+    return {"name": name, "address": address.model_dump() if address else None}
+
+
+# The scenario expects this input schema exactly (`$schema`, `$defs.address`, `additionalProperties: false`),
+# which pydantic does not write for the function above (it names the definition `Address`, adds `anyOf` with
+# null and titles, and no `$schema`): the tool's input model answers it instead; it still validates calls.
+JSON_SCHEMA_2020_12 = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+    "additionalProperties": False,
+}
+
+
+class _ExactSchema(json_schema_2020_12_tool.tool.input_model):
+    @classmethod
+    def model_json_schema(cls, *args, **kwargs) -> dict:
+        return JSON_SCHEMA_2020_12
+
+
+json_schema_2020_12_tool.tool.input_model = _ExactSchema
