@@ -431,3 +431,33 @@ def test_the_handshake_announces_what_the_server_does(server):
     result = json.loads(text)["result"]
     assert result["capabilities"]["tools"]["listChanged"] is True  # reset_tools announces the change
     assert result["serverInfo"]["name"] == "toolkeeper" and result["serverInfo"]["version"]
+
+
+def test_a_dropped_2025_era_connection_leaves_the_approval_for_a_retry(server):
+    status, rule = rest(server, "POST", "/api/v1/rules", {"behavior": "ask", "tool_pattern": "current_time",
+                                                          "agents": ["dropped-bot"]}, key=server.admin_api_key)
+    assert status == 201, rule
+    try:
+        status, headers, _ = raw_post(server, INITIALIZE, {**server.headers(), "X-Toolkeeper-Agent": "dropped-bot"})
+        assert status == 200
+        session = headers["mcp-session-id"]
+        on_session = {**server.headers(), "Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25",
+                      "Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        call = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                           "params": {"name": "current_time", "arguments": {"timezone": "UTC"}}})
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn.request("POST", "/mcp/", body=call, headers=on_session)
+        assert calls_settle(server, session, [["current_time", "awaiting_approval"]]) == [
+            ["current_time", "awaiting_approval"]]
+        conn.close()  # the connection drops while the call waits for a reviewer
+        time.sleep(1)
+        assert calls_of(server, session) == [["current_time", "awaiting_approval"]]
+
+        async def retrying(client):  # a new connection to the same session, the same call
+            return await client.call_tool("current_time", {"timezone": "UTC"})
+
+        again = mcp(server, retrying, headers={"Mcp-Session-Id": session}, mode="legacy")
+        assert again.structured_content["status"] == "pending_approval"
+        assert calls_of(server, session) == [["current_time", "awaiting_approval"]]  # attached, not asked twice
+    finally:
+        rest(server, "DELETE", f"/api/v1/rules/{rule['id']}", key=server.admin_api_key)
