@@ -24,6 +24,7 @@ class GroupView:
     default_active: bool
     switchable: bool
     tool_names: tuple[str, ...]
+    skill_ref: str = ""  # the skill whose loading switches the group on, for that session
 
 
 def switchable_groups(groups: list[GroupView]) -> list[GroupView]:
@@ -101,7 +102,8 @@ def _load(tenant_id: int, version: int) -> CatalogSnapshot:
     for group in ToolGroup.objects.for_tenant(tenant_id).order_by("name"):
         names = tuple(sorted(tools[t].name for t in tool_ids_of_group.get(group.pk, ()) if t in tools))
         view = GroupView(id=group.pk, name=group.name, description=group.description, notes=group.notes,
-                         default_active=group.default_active, switchable=group.switchable, tool_names=names)
+                         default_active=group.default_active, switchable=group.switchable, tool_names=names,
+                         skill_ref=group.skill_ref)
         snapshot.groups.append(view)
         for name in names:
             snapshot.groups_of_tool.setdefault(name, []).append(view)

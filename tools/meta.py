@@ -1,7 +1,8 @@
 """Meta tools: the platform's own tools on a session's surface, which change the session itself.
 
 `reset_tools` (DESIGN §7) is on the surface whenever the tenant has switchable groups; its schema has
-one boolean per such group. Meta tools are no rows of the catalog (`ExposedTool.tool` is None) and
+one boolean per such group. Other apps provide meta tools of their own through `tools.registry`
+(`load_skill_through_path`, from skills). Meta tools are no rows of the catalog (`ExposedTool.tool` is None) and
 their names are reserved (`tools.registry.RESERVED_TOOL_NAMES`). This module is where they appear on
 the surface (`meta_tools`) and how they run: inline, in the request that submits the call (`meta_run`,
 from the pipeline's dispatch step), so a batch that activates a group and then calls one of its tools
@@ -11,7 +12,7 @@ from .catalog import CatalogSnapshot, ExposedTool, GroupView, catalog_snapshot, 
 from .decorators import ToolError
 from .events import call_fail, call_transition
 from .models import AgentSession, CallStatus, ToolCall
-from .registry import META_RESET_TOOLS
+from .registry import META_RESET_TOOLS, meta_providers
 from .results import tool_result
 
 RESET_TOOLS_DESCRIPTION = (
@@ -31,15 +32,22 @@ def reset_tools_schema(groups: list[GroupView]) -> dict:
     }
 
 
-def meta_tools(catalog: CatalogSnapshot) -> list[ExposedTool]:
-    """The meta tools a session of this catalog sees, after its catalog tools."""
+def meta_tools(catalog: CatalogSnapshot, session: AgentSession) -> list[ExposedTool]:
+    """The meta tools this session sees, after its catalog tools."""
     switchable = switchable_groups(catalog.groups)
-    if not switchable:
-        return []
-    return [ExposedTool(
+    exposed = [ExposedTool(
         name=META_RESET_TOOLS, description=RESET_TOOLS_DESCRIPTION, schema=reset_tools_schema(switchable),
         catalog=catalog, annotations={"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True},
-    )]
+    )] if switchable else []
+    for provider in meta_providers():
+        provided = provider.exposed(session, catalog)
+        if provided is not None:
+            exposed.append(provided)
+    return exposed
+
+
+def meta_tool(catalog: CatalogSnapshot, session: AgentSession, name: str) -> ExposedTool | None:
+    return next((exposed for exposed in meta_tools(catalog, session) if exposed.name == name), None)
 
 
 def session_groups_reset(*, session: AgentSession, choices) -> dict:
@@ -72,11 +80,16 @@ def session_groups_reset(*, session: AgentSession, choices) -> dict:
 
 def meta_run(*, call: ToolCall, session: AgentSession) -> None:
     """Run a meta call that the dispatch step has moved to `running`, and settle it."""
-    if call.tool_name == META_RESET_TOOLS:
-        try:
+    try:
+        if call.tool_name == META_RESET_TOOLS:
             value = session_groups_reset(session=session, choices=call.effective_input)
-        except ToolError as exc:
-            call_fail(call=call, error_type=exc.error_type, message=str(exc), from_statuses=[CallStatus.RUNNING])
-            return
-        call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.SUCCEEDED,
-                        result=tool_result(value))
+        else:
+            provider = next((p for p in meta_providers() if p.name == call.tool_name), None)
+            if provider is None:
+                raise ToolError(f"{call.tool_name} is not available", error_type="ToolUnavailable")
+            value = provider.run(call=call, session=session)
+    except ToolError as exc:
+        call_fail(call=call, error_type=exc.error_type, message=str(exc), from_statuses=[CallStatus.RUNNING])
+        return
+    call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.SUCCEEDED,
+                    result=tool_result(value))

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 META_RESET_TOOLS = "reset_tools"
+META_LOAD_SKILL = "load_skill_through_path"
 # Names of the meta tools the platform puts on a session's surface; no tool of a source or a tenant
 # may take one (compared as `tools.schemas.tool_name_reserved` does, so a look-alike cannot pass either).
-RESERVED_TOOL_NAMES = frozenset({META_RESET_TOOLS, "load_skill_through_path"})
+RESERVED_TOOL_NAMES = frozenset({META_RESET_TOOLS, META_LOAD_SKILL})
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,33 @@ def register_periodic(name: str, func, every_s: float) -> None:
 
 def periodic_jobs() -> dict:
     return dict(_periodic)
+
+
+class MetaToolProvider(Protocol):
+    """Another app's meta tool (a name of RESERVED_TOOL_NAMES), which `tools` shows and runs without knowing
+    the app: skills provide `load_skill_through_path`."""
+    name: str
+
+    def exposed(self, session, catalog) -> Any:
+        """The tool as this session sees it (`tools.catalog.ExposedTool`, with `tool=None`), or None when it is
+        not on the session's surface now."""
+
+    def run(self, *, call, session) -> Any:
+        """Run one call inline, in the request; returns the result's value or raises ToolError."""
+
+    def prompt_section(self, session) -> str:
+        """What the session's system-prompt fragment says of it ("" for nothing)."""
+
+
+_meta_providers: list[MetaToolProvider] = []
+
+
+def register_meta_provider(provider: MetaToolProvider) -> None:
+    if provider.name not in RESERVED_TOOL_NAMES or provider.name == META_RESET_TOOLS:
+        raise ValueError(f"{provider.name!r} is not a reserved meta tool name another app may provide")
+    if all(known.name != provider.name for known in _meta_providers):
+        _meta_providers.append(provider)
+
+
+def meta_providers() -> list[MetaToolProvider]:
+    return list(_meta_providers)

@@ -6,9 +6,9 @@ from django.core.cache import cache
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Sum
 
 from .catalog import CatalogSnapshot, ExposedTool, GroupView, bound_values, catalog_snapshot, switchable_groups
-from .meta import meta_tools
+from .meta import meta_tool, meta_tools
 from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, Tool, ToolCall
-from .registry import META_RESET_TOOLS
+from .registry import RESERVED_TOOL_NAMES, meta_providers
 
 FORMATS = ("openai", "anthropic", "mcp")
 
@@ -18,14 +18,23 @@ def groups_of(tenant) -> list[GroupView]:
     return catalog_snapshot(getattr(tenant, "pk", tenant)).groups
 
 
+def loaded_skill_names(session: AgentSession) -> set[str]:
+    """The skills this session loaded (`loaded_skills` entries name them)."""
+    return {loaded["skill"] for loaded in session.loaded_skills or ()
+            if isinstance(loaded, dict) and isinstance(loaded.get("skill"), str)}
+
+
 def active_group_names(session: AgentSession, groups: list[GroupView]) -> list[str]:
-    """basic, the operator-managed groups that are on, and the session's own switchable choices."""
+    """basic, the operator-managed groups that are on, the session's own switchable choices, and the groups
+    bound to the skills it loaded (for this session only)."""
     chosen = set(session.active_groups)
+    skills = loaded_skill_names(session) if session.loaded_skills else ()
     return [
         group.name for group in groups
         if group.name == RESERVED_GROUP
         or (not group.switchable and group.default_active)
         or (group.switchable and group.name in chosen)
+        or (group.skill_ref and group.skill_ref in skills)
     ]
 
 
@@ -70,14 +79,14 @@ def visible_tools(session: AgentSession) -> list[ExposedTool]:
     catalog = catalog_snapshot(session.tenant_id)
     active = set(active_group_names(session, catalog.groups))
     names = sorted({name for group in catalog.groups if group.name in active for name in group.tool_names})
-    return [_expose(catalog, catalog.tools[name], session.agent) for name in names] + meta_tools(catalog)
+    return [_expose(catalog, catalog.tools[name], session.agent) for name in names] + meta_tools(catalog, session)
 
 
 def visible_tool(session: AgentSession, name: str) -> ExposedTool | None:
     """One tool as this session's model sees it, or None when it is not visible now."""
     catalog = catalog_snapshot(session.tenant_id)
-    if name == META_RESET_TOOLS:
-        return next((exposed for exposed in meta_tools(catalog) if exposed.name == name), None)
+    if name in RESERVED_TOOL_NAMES:
+        return meta_tool(catalog, session, name)
     tool = catalog.tools.get(name)
     if tool is None or not active_group_names(session, catalog.groups_of_tool.get(name, [])):
         return None
@@ -109,6 +118,7 @@ def session_prompt(session: AgentSession) -> str:
     if switchable:
         lines = [f"- {g.name}{' (active)' if g.name in active else ''}: {g.description}" for g in switchable]
         sections.append("## Optional tool groups\nActivate them with reset_tools.\n" + "\n".join(lines))
+    sections += [section for provider in meta_providers() if (section := provider.prompt_section(session))]
     return "\n\n".join(sections)
 
 

@@ -145,10 +145,10 @@ def _check_group_name(tenant, name: str, instance=None) -> None:
 
 @transaction.atomic
 def group_create(*, tenant, name: str, description: str = "", notes: str = "", default_active: bool = False,
-                 switchable: bool = True, tools=(), actor=None) -> ToolGroup:
+                 switchable: bool = True, tools=(), actor=None, skill_ref: str = "") -> ToolGroup:
     _check_group_name(tenant, name)
     group = ToolGroup.objects.create(tenant=tenant, name=name, description=description, notes=notes,
-                                     default_active=default_active, switchable=switchable)
+                                     default_active=default_active, switchable=switchable, skill_ref=skill_ref)
     group.tools.set(tools)
     audit_record(tenant=tenant, actor=actor, verb="group.created", target=f"group:{name}",
                  data={"tools": sorted(t.name for t in tools)})

@@ -131,6 +131,7 @@ INSTALLED_APPS = [
     "tools",
     "approvals",
     "knowledge",
+    "skills",
     "console",
 ]
 

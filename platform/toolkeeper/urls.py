@@ -10,6 +10,7 @@ api_v1 = [
     path("", include("tools.api.urls")),
     path("", include("approvals.api.urls")),
     path("", include("knowledge.api.urls")),
+    path("", include("skills.api.urls")),
     *tenancy_api,
     path("audit", AuditViewSet.as_view({"get": "list"}), name="audit-list"),
     path("audit/verify", AuditVerifyView.as_view(), name="audit-verify"),

@@ -351,10 +351,15 @@ class TenantToolField(serializers.SlugRelatedField):
 
 class GroupSerializer(strict.ModelSerializer):
     tools = TenantToolField(many=True, required=False)
+    skill = serializers.CharField(
+        source="skill_ref", required=False, allow_blank=True, max_length=64,
+        validators=[RegexValidator(r"^[a-z0-9-]*$", "a skill's name: lowercase letters, digits and hyphens")],
+        help_text="the skill whose loading switches the group on, for that session; empty: none")
 
     class Meta:
         model = ToolGroup
-        fields = ["id", "name", "description", "notes", "default_active", "switchable", "tools", "created_at"]
+        fields = ["id", "name", "description", "notes", "default_active", "switchable", "tools", "skill",
+                  "created_at"]
 
 
 class BindingSerializer(strict.ModelSerializer):

@@ -8,6 +8,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from knowledge.services import dataset_create, documents_ingest_bulk
+from skills.models import Skill, SkillSource
+from skills.services import skill_update
 from tenancy.models import Role, Tenant
 from tenancy.services import apikey_create, membership_set, tenant_create
 from tools.models import Tool, ToolGroup
@@ -69,6 +71,13 @@ def seed_demo() -> dict:
     for name, (description, note) in notes.items():
         if name in groups:
             group_update(group=groups[name], description=description, notes=note)
+    # The platform skills, on for the demo, each switching on the group of the tools it teaches.
+    groups = {g.name: g for g in ToolGroup.objects.for_tenant(tenant)}
+    for skill_name, group_name in (("incident-triage", "knowledge"), ("call-history-review", "reports")):
+        skill = Skill.objects.for_tenant(tenant).filter(name=skill_name, source=SkillSource.PLATFORM).first()
+        if skill is not None and group_name in groups:
+            skill_update(skill=skill, enabled=True)
+            group_update(group=groups[group_name], skill_ref=skill_name)
     clock = Tool.objects.for_tenant(tenant).get(name="current_time")
     binding_set(tenant=tenant, tool=clock, name="timezone", value="Europe/Berlin", agent="support-bot")
     issued = apikey_create(tenant=tenant, name="demo agent", scopes=["agent", "external"],

@@ -1,0 +1,19 @@
+from django.apps import AppConfig
+
+
+class SkillsConfig(AppConfig):
+    name = "skills"
+
+    def ready(self):
+        from django.db.models.signals import post_migrate
+
+        from tenancy.signals import tenant_created
+        from tools.registry import register_meta_provider
+
+        from .meta import SkillLoader
+        from .services import platform_skills_sync, platform_skills_sync_all
+
+        register_meta_provider(SkillLoader())
+        tenant_created.connect(lambda sender, tenant, **kw: platform_skills_sync(tenant=tenant), weak=False,
+                               dispatch_uid="skills.platform_sync")
+        post_migrate.connect(platform_skills_sync_all, sender=self, dispatch_uid="skills.platform_sync_all")
