@@ -8,12 +8,14 @@ class SkillsConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from tenancy.signals import tenant_created
-        from tools.registry import register_meta_provider
+        from tools.registry import register_meta_provider, register_resource_provider
 
+        from .mcp_resources import SkillResources
         from .meta import SkillLoader
         from .services import platform_skills_sync, platform_skills_sync_all
 
         register_meta_provider(SkillLoader())
+        register_resource_provider(SkillResources())
         tenant_created.connect(lambda sender, tenant, **kw: platform_skills_sync(tenant=tenant), weak=False,
                                dispatch_uid="skills.platform_sync")
         post_migrate.connect(platform_skills_sync_all, sender=self, dispatch_uid="skills.platform_sync_all")

@@ -123,15 +123,22 @@ def _loaded_version(session: AgentSession, name: str) -> int | None:
                  if isinstance(entry, dict) and entry.get("skill") == name), None)
 
 
-def skill_read(*, session: AgentSession, skill: Skill, path: str, actor=None) -> dict:
-    """`load_skill_through_path`: the skill's instructions (SKILL.md), which load the skill into the session
-    and so switch on its groups, or one of its resources. The session reads the version it loaded first."""
+def session_skill_version(session: AgentSession, skill: Skill) -> tuple[SkillVersion | None, list[str]]:
+    """The version of the skill this session reads (the one it loaded, else the current one) and its paths."""
     number = _loaded_version(session, skill.name) or skill.current_version
     version = SkillVersion.objects.for_tenant(session.tenant_id).filter(skill=skill, number=number).first()
     if version is None:
-        raise ToolError(f"the skill {skill.name} has no version {number}", error_type="NotFound")
-    paths = list(SkillFile.objects.for_tenant(session.tenant_id).filter(version=version)
-                 .values_list("path", flat=True))
+        return None, []
+    return version, list(SkillFile.objects.for_tenant(session.tenant_id).filter(version=version)
+                         .values_list("path", flat=True))
+
+
+def skill_read(*, session: AgentSession, skill: Skill, path: str, actor=None) -> dict:
+    """`load_skill_through_path`: the skill's instructions (SKILL.md), which load the skill into the session
+    and so switch on its groups, or one of its resources. The session reads the version it loaded first."""
+    version, paths = session_skill_version(session, skill)
+    if version is None:
+        raise ToolError(f"the skill {skill.name} has no version to read", error_type="NotFound")
     try:
         resolved = skill_path(paths, path)
     except SkillPathRefused as exc:

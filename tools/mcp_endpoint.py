@@ -46,6 +46,7 @@ from .call_statements import session_calls_awaiting_approval
 from .calls import call_cancel, calls_submit
 from .catalog import ExposedTool
 from .models import TERMINAL_STATUSES, AgentSession, CallStatus, ToolCall
+from .registry import resource_providers
 from .runtime import runtime
 from .selectors import MCP_PRESENCE_S, mcp_presence_key, session_tools, visible_tool
 from .services import session_create
@@ -406,6 +407,41 @@ def _progress_token(ctx):
     return meta.get("progress_token") if isinstance(meta, dict) else getattr(meta, "progress_token", None)
 
 
+def _resources(session: AgentSession) -> tuple[list[dict], list[dict]]:
+    resources, templates = [], []
+    for provider in resource_providers():
+        resources += provider.resources(session)
+        templates += provider.templates(session)
+    return resources, templates
+
+
+async def _list_resources(ctx, params) -> types.ListResourcesResult:
+    resources, _ = await run_db(_resources, _caller(ctx).session)
+    return types.ListResourcesResult(resources=[types.Resource.model_validate(r) for r in resources])
+
+
+async def _list_resource_templates(ctx, params) -> types.ListResourceTemplatesResult:
+    _, templates = await run_db(_resources, _caller(ctx).session)
+    return types.ListResourceTemplatesResult(
+        resource_templates=[types.ResourceTemplate.model_validate(t) for t in templates])
+
+
+def _read(session: AgentSession, uri: str) -> list[dict] | None:
+    for provider in resource_providers():
+        contents = provider.read(session, uri)
+        if contents is not None:
+            return contents
+    return None
+
+
+async def _read_resource(ctx, params) -> types.ReadResourceResult:
+    uri = str(params.uri)
+    contents = await run_db(_read, _caller(ctx).session, uri)
+    if contents is None:
+        raise MCPError(code=types.INVALID_PARAMS, message=f"no resource {uri[:300]!r} is available in this session")
+    return types.ReadResourceResult.model_validate({"contents": contents})
+
+
 class _GovernedServer(Server):
     def create_initialization_options(self, notification_options=None, *args, **kwargs):
         # The handshake says what `_surface_changed` does: a changed surface is announced.
@@ -423,4 +459,5 @@ def _version() -> str:
 def mcp_protocol_server() -> Server:
     # A schema of ours never names an `x-mcp-header`: without this, a 2026-era tools/call lists tools again.
     return _GovernedServer("toolkeeper", version=_version(), on_list_tools=_list_tools, on_call_tool=_call_tool,
-                           get_tool_input_schema=lambda name: None)
+                           on_list_resources=_list_resources, on_list_resource_templates=_list_resource_templates,
+                           on_read_resource=_read_resource, get_tool_input_schema=lambda name: None)

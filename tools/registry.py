@@ -126,3 +126,29 @@ def register_meta_provider(provider: MetaToolProvider) -> None:
 
 def meta_providers() -> list[MetaToolProvider]:
     return list(_meta_providers)
+
+
+class ResourceProvider(Protocol):
+    """Another app's MCP resources on `/mcp/` (skills' files), shown per session."""
+
+    def resources(self, session) -> list[dict]:
+        """The resources this session may read: `{"uri", "name", "description"?, "mimeType"?}` each."""
+
+    def templates(self, session) -> list[dict]:
+        """Resource templates: `{"uriTemplate", "name", "description"?, "mimeType"?}` each."""
+
+    def read(self, session, uri: str) -> list[dict] | None:
+        """The contents of `uri` (`{"uri", "mimeType", "text"}` or `{..., "blob"}` each), or None when it is no
+        resource of this provider's or not one this session may read."""
+
+
+_resource_providers: list[ResourceProvider] = []
+
+
+def register_resource_provider(provider: ResourceProvider) -> None:
+    if provider not in _resource_providers:
+        _resource_providers.append(provider)
+
+
+def resource_providers() -> list[ResourceProvider]:
+    return list(_resource_providers)

@@ -461,3 +461,47 @@ def test_a_dropped_2025_era_connection_leaves_the_approval_for_a_retry(server):
         assert calls_of(server, session) == [["current_time", "awaiting_approval"]]  # attached, not asked twice
     finally:
         rest(server, "DELETE", f"/api/v1/rules/{rule['id']}", key=server.admin_api_key)
+
+
+def test_loading_a_skill_switches_its_tools_on_and_says_so(server):
+    session = new_session(server, agent="skill-bot")  # the demo's platform skills are on, bound to groups
+    heard: list = []
+
+    async def loading(client):
+        before = [tool.name for tool in (await client.list_tools()).tools]
+        loaded = await client.call_tool("load_skill_through_path", {"skillId": "incident-triage", "path": "SKILL.md"})
+        after = [tool.name for tool in (await client.list_tools()).tools]
+        return before, loaded, after
+
+    before, loaded, after = mcp(server, loading, headers={"X-Toolkeeper-Session": session}, mode="legacy",
+                                heard=heard)
+    assert loaded.is_error is False and "# Incident triage" in loaded.structured_content["content"]
+    assert "load_skill_through_path" in before and "knowledge_search" not in before
+    assert "knowledge_search" in after
+    assert any(getattr(getattr(message, "root", message), "method", "") == "notifications/tools/list_changed"
+               or type(message).__name__ == "ToolListChangedNotification" for message in heard), heard
+
+
+def test_a_sessions_skills_are_resources_and_another_tenant_sees_none_of_them(server):
+    session = new_session(server, agent="reader-bot")
+
+    async def reading(client):
+        listed = [str(resource.uri) for resource in (await client.list_resources()).resources]
+        read = await client.read_resource("skill://incident-triage/SKILL.md")
+        with pytest.raises(MCPError) as outside:
+            await client.read_resource("skill://incident-triage/../call-history-review/SKILL.md")
+        tools = [tool.name for tool in (await client.list_tools()).tools]
+        return listed, read, outside.value, tools
+
+    listed, read, outside, tools = mcp(server, reading, headers={"X-Toolkeeper-Session": session})
+    assert "skill://incident-triage/SKILL.md" in listed
+    assert "skill://incident-triage/references/severity-rubric.md" in listed
+    assert "name: incident-triage" in read.contents[0].text
+    assert outside.code == -32602
+    assert "knowledge_search" not in tools  # reading is no loading
+
+    async def listing(client):
+        return [str(resource.uri) for resource in (await client.list_resources()).resources]
+
+    b_key = server.credentials["b_key"]
+    assert mcp(server, listing, headers={"X-Toolkeeper-Agent": "b-bot"}, key=b_key) == []  # its own are off

@@ -10,6 +10,7 @@ import zlib
 from pydantic import BaseModel
 
 from tools.decorators import ToolContext, ToolError, tool
+from tools.registry import register_resource_provider
 
 GROUPS = ("basic",)
 
@@ -130,3 +131,28 @@ class _ExactSchema(json_schema_2020_12_tool.tool.input_model):
 
 
 json_schema_2020_12_tool.tool.input_model = _ExactSchema
+
+
+class ConformanceResources:
+    """The fixture resources the suite's resources-* scenarios read by URI, through the same provider hook as
+    the skills' files (`tools.registry.register_resource_provider`)."""
+
+    def resources(self, session) -> list[dict]:
+        return [{"uri": "test://static-text", "name": "static-text", "mimeType": "text/plain"},
+                {"uri": "test://static-binary", "name": "static-binary", "mimeType": "image/png"}]
+
+    def templates(self, session) -> list[dict]:
+        return [{"uriTemplate": "test://template/{id}/data", "name": "template-data", "mimeType": "application/json"}]
+
+    def read(self, session, uri: str) -> list[dict] | None:
+        if uri == "test://static-text":
+            return [{"uri": uri, "mimeType": "text/plain", "text": "This is the content of the static text resource."}]
+        if uri == "test://static-binary":
+            return [{"uri": uri, "mimeType": "image/png", "blob": PNG}]
+        prefix, suffix = "test://template/", "/data"
+        if uri.startswith(prefix) and uri.endswith(suffix) and (ident := uri[len(prefix):-len(suffix)]).isalnum():
+            return [{"uri": uri, "mimeType": "application/json", "text": f'{{"id": "{ident}"}}'}]
+        return None
+
+
+register_resource_provider(ConformanceResources())
