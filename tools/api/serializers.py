@@ -1,4 +1,5 @@
 import json
+import re
 
 from django.conf import settings
 from django.core.validators import RegexValidator
@@ -349,17 +350,25 @@ class TenantToolField(serializers.SlugRelatedField):
         return Tool.objects.for_tenant(self.context["tenant"])
 
 
+SKILL_NAME = re.compile(r"[a-z0-9-]*")
+
+
 class GroupSerializer(strict.ModelSerializer):
     tools = TenantToolField(many=True, required=False)
     skill = serializers.CharField(
         source="skill_ref", required=False, allow_blank=True, max_length=64,
-        validators=[RegexValidator(r"^[a-z0-9-]*$", "a skill's name: lowercase letters, digits and hyphens")],
-        help_text="the skill whose loading switches the group on, for that session; empty: none")
+        help_text="the name of the skill whose loading switches the group on, for that session; empty: none")
 
     class Meta:
         model = ToolGroup
         fields = ["id", "name", "description", "notes", "default_active", "switchable", "tools", "skill",
                   "created_at"]
+
+    def validate_skill(self, value: str) -> str:
+        # Checked here rather than by a pattern: a pattern beside a blank string is a `oneOf` both sides match.
+        if not SKILL_NAME.fullmatch(value):
+            raise serializers.ValidationError("a skill's name: lowercase letters, digits and hyphens")
+        return value
 
 
 class BindingSerializer(strict.ModelSerializer):
