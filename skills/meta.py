@@ -19,7 +19,7 @@ class SkillLoader:
     name = META_LOAD_SKILL
 
     def exposed(self, session: AgentSession, catalog) -> ExposedTool | None:
-        skills = session_skills(session)
+        skills = session_skills(session, catalog.version)
         if not skills:
             return None
         schema = {

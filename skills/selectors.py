@@ -1,10 +1,12 @@
 """Reads: which skills a session sees, from a per-process snapshot kept as fresh as the tenant's catalog."""
 from dataclasses import dataclass
 
-from tenancy.versions import VersionedCache
-from tools.models import AgentSession, CatalogVersion
+from django.db.models import Count
 
-from .models import Skill
+from tenancy.versions import VersionedCache
+from tools.models import AgentSession, CatalogVersion, ToolGroup
+
+from .models import Skill, SkillFile, SkillVersion
 
 
 @dataclass(frozen=True)
@@ -28,10 +30,33 @@ def _load(tenant_id: int, version: int) -> list[SkillView]:
 _snapshots: VersionedCache[list[SkillView]] = VersionedCache(CatalogVersion)
 
 
-def session_skills(session: AgentSession) -> list[SkillView]:
-    """The enabled skills the session's agent sees, by name."""
-    return [skill for skill in _snapshots.get(session.tenant_id, _load) if skill.seen_by(session.agent)]
+def session_skills(session: AgentSession, catalog_version: int | None = None) -> list[SkillView]:
+    """The enabled skills the session's agent sees, by name. A caller holding the tenant's catalog snapshot
+    passes its version, which saves reading it again."""
+    return [skill for skill in _snapshots.get(session.tenant_id, _load, catalog_version)
+            if skill.seen_by(session.agent)]
 
 
 def tenant_skills(tenant):
     return Skill.objects.for_tenant(tenant).order_by("name")
+
+
+# --- the console's reads ------------------------------------------------------------------------
+
+def skill_versions(skill: Skill):
+    """The skill's versions, newest first, each with its number of files."""
+    return (SkillVersion.objects.for_tenant(skill.tenant_id).filter(skill=skill)
+            .annotate(file_count=Count("files")).order_by("-number"))
+
+
+def version_files(version: SkillVersion):
+    """The version's files by path, without their content."""
+    return SkillFile.objects.for_tenant(version.tenant_id).filter(version=version).only("path", "size").order_by("path")
+
+
+def groups_by_skill(tenant) -> dict[str, list[ToolGroup]]:
+    """The tenant's skill-bound groups, by the name of the skill they are bound to."""
+    bound: dict[str, list[ToolGroup]] = {}
+    for group in ToolGroup.objects.for_tenant(tenant).exclude(skill_ref="").order_by("name"):
+        bound.setdefault(group.skill_ref, []).append(group)
+    return bound

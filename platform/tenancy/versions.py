@@ -46,9 +46,11 @@ class VersionedCache(Generic[T]):
         self._lock = threading.Lock()
         self._entries: dict[int, tuple[int, T]] = {}
 
-    def get(self, tenant_id: int, build: Callable[[int, int], T]) -> T:
-        """The value for the tenant's current version; `build(tenant_id, version)` makes it when there is none."""
-        version = version_of(self.model, tenant_id)
+    def get(self, tenant_id: int, build: Callable[[int, int], T], version: int | None = None) -> T:
+        """The value for the tenant's current version (or for `version`, read just now by the caller from the
+        same model); `build(tenant_id, version)` makes it when there is none."""
+        if version is None:
+            version = version_of(self.model, tenant_id)
         entry = self._entries.get(tenant_id)
         if entry is not None and entry[0] == version:
             return entry[1]
