@@ -71,3 +71,14 @@ def chromium_context(origin: str, *, step_ms: int, height: int = 900):
             yield context, CspWatch(context, origin)
         finally:
             browser.close()
+
+
+def log_in(page, server, path: str) -> None:
+    """Open `path` on a live server as the demo operator, through the login page it redirects to."""
+    operator = server.credentials["operator"]
+    page.goto(f"{server.url}{path}")
+    page.wait_for_url("**/login/**")
+    page.fill("#id_username", operator["username"])
+    page.fill("#id_password", operator["password"])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"**{path}")

@@ -245,6 +245,7 @@ PARAM_MODELS = {
     "dataset_id": "knowledge.Dataset",
     "document_id": "knowledge.Document",
     "server_id": "tools.McpServer",
+    "skill_id": "skills.Skill",
 }
 
 

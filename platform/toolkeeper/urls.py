@@ -28,5 +28,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("t/<slug:tenant>/", include("approvals.urls")),
     path("t/<slug:tenant>/knowledge/", include("knowledge.urls")),
+    path("t/<slug:tenant>/skills/", include("skills.urls")),
     path("", include("console.urls")),
 ]

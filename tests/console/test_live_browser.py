@@ -11,7 +11,7 @@ Every wait is bounded; nothing is timed.
 import httpx
 import pytest
 
-from ..browser import chromium_context, chromium_or_skip
+from ..browser import chromium_context, chromium_or_skip, log_in
 from ..live.conftest import toolkeeper_server  # noqa: F401 (the live server fixture, reused)
 
 # django_db although the test reads nothing from the test database: run alone, without it no test database
@@ -48,16 +48,6 @@ def _wait_until(page, condition: str) -> None:
     raise AssertionError(f"never true: {condition}")
 
 
-def _log_in(page, server, path: str) -> None:
-    operator = server.credentials["operator"]
-    page.goto(f"{server.url}{path}")
-    page.wait_for_url("**/login/**")
-    page.fill("#id_username", operator["username"])
-    page.fill("#id_password", operator["password"])
-    page.click("button[type=submit]")
-    page.wait_for_url(f"**{path}")
-
-
 def _drop_and_recover(page, expect) -> None:
     """Close every socket of the page as a network drop would; the page says so, then reconnects by itself."""
     indicator = page.locator("#live-indicator")
@@ -91,7 +81,7 @@ def _watch_a_long_call(server, app, session_id) -> None:
         page = context.new_page()
 
         # The operator logs in through the login page and lands on the calls list.
-        _log_in(page, server, "/t/demo/calls/")
+        log_in(page, server, "/t/demo/calls/")
         indicator = page.locator("#live-indicator")
         expect(indicator).to_have_text("live")
         expect(page.locator("tr[data-call]", has_text="call_ops")).to_have_count(1)
@@ -192,7 +182,7 @@ def test_the_inbox_badge_and_the_dashboard_follow_an_approval_without_a_reload(t
 
         with chromium_context(server.url, step_ms=STEP_MS) as (context, csp):
             page = context.new_page()
-            _log_in(page, server, "/t/demo/")
+            log_in(page, server, "/t/demo/")
             expect(page.locator("#live-indicator")).to_have_text("live")
             badge = page.locator('[data-live="inbox-count"]')
             expect(badge).to_have_text("0")
