@@ -9,8 +9,7 @@ from tools.models import AgentSession
 
 from .models import Skill, SkillFile
 from .packages import SKILL_FILE, SkillPathError, skill_path
-from .selectors import session_skills
-from .services import session_skill_version
+from .selectors import session_skill_paths, session_skill_version, session_skills
 
 SCHEME = "skill"
 
@@ -23,15 +22,11 @@ def _mime(path: str) -> str:
 
 class SkillResources:
     def resources(self, session: AgentSession) -> list[dict]:
-        listed = []
-        for view in session_skills(session):
-            skill = Skill.objects.for_tenant(session.tenant_id).get(pk=view.id)
-            _, paths = session_skill_version(session, skill)
-            for path in sorted(paths, key=lambda p: (p != SKILL_FILE, p)):
-                listed.append({"uri": f"{SCHEME}://{skill.name}/{path}", "name": f"{skill.name}/{path}",
-                               "mimeType": _mime(path),
-                               **({"description": skill.description} if path == SKILL_FILE else {})})
-        return listed
+        skills = session_skills(session)
+        paths = session_skill_paths(session, skills)
+        return [{"uri": f"{SCHEME}://{skill.name}/{path}", "name": f"{skill.name}/{path}", "mimeType": _mime(path),
+                 **({"description": skill.description} if path == SKILL_FILE else {})}
+                for skill in skills for path in sorted(paths[skill.id], key=lambda p: (p != SKILL_FILE, p))]
 
     def templates(self, session: AgentSession) -> list[dict]:
         return []

@@ -25,6 +25,7 @@ from .packages import (
     platform_skill_folders,
     skill_path,
 )
+from .selectors import session_skill_version
 
 logger = logging.getLogger("toolkeeper.skills")
 
@@ -117,21 +118,6 @@ def skill_update(*, skill: Skill, actor=None, enabled: bool | None = None, agent
 
 
 # --- loading ------------------------------------------------------------------------------------
-
-def _loaded_version(session: AgentSession, name: str) -> int | None:
-    return next((entry.get("version") for entry in session.loaded_skills or ()
-                 if isinstance(entry, dict) and entry.get("skill") == name), None)
-
-
-def session_skill_version(session: AgentSession, skill: Skill) -> tuple[SkillVersion | None, list[str]]:
-    """The version of the skill this session reads (the one it loaded, else the current one) and its paths."""
-    number = _loaded_version(session, skill.name) or skill.current_version
-    version = SkillVersion.objects.for_tenant(session.tenant_id).filter(skill=skill, number=number).first()
-    if version is None:
-        return None, []
-    return version, list(SkillFile.objects.for_tenant(session.tenant_id).filter(version=version)
-                         .values_list("path", flat=True))
-
 
 def skill_read(*, session: AgentSession, skill: Skill, path: str, actor=None) -> dict:
     """`load_skill_through_path`: the skill's instructions (SKILL.md), which load the skill into the session

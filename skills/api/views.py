@@ -11,9 +11,9 @@ from skills import services
 from skills.archives import package_from_upload, package_from_zip
 from skills.models import Skill
 from skills.packages import PackageProblems
+from skills.selectors import groups_by_skill
 from tenancy.api.base import TenantScopedViewSet
 from tenancy.web import acting_user
-from tools.models import ToolGroup
 
 from . import serializers as s
 
@@ -30,8 +30,7 @@ class SkillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScope
 
     def retrieve(self, request, *args, **kwargs):
         skill = self.get_object()
-        bound = list(ToolGroup.objects.for_tenant(self.tenant).filter(skill_ref=skill.name)
-                     .order_by("name").values_list("name", flat=True))
+        bound = [group.name for group in groups_by_skill(self.tenant).get(skill.name, [])]
         return Response(s.SkillDetailSerializer(skill, context={"bound_groups": bound}).data)
 
     @extend_schema(request=s.SkillUploadSerializer, responses={201: s.SkillDetailSerializer})

@@ -157,3 +157,28 @@ def test_a_bad_package_is_refused_with_every_problem_and_nothing_stored(world):
     assert "name" in problems and "description" in problems and ".." in problems
     assert not Skill.objects.for_tenant(world.a.tenant).filter(source="tenant").exists()
     assert world.a.client("agent").post("/api/v1/skills", {"files": skill_files()}, format="json").status_code == 403
+
+
+def test_listing_the_skills_files_as_resources_takes_one_query_whatever_the_number_of_skills(world):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from skills.mcp_resources import SkillResources
+
+    client = world.a.client("admin")
+    session = session_create(tenant=world.a.tenant, agent="support-bot")
+
+    def listed_with_queries():
+        warm = SkillResources().resources(session)  # fills the per-process snapshot
+        with CaptureQueriesContext(connection) as queries:
+            listed = SkillResources().resources(session)
+        assert listed == warm
+        return listed, len(queries)
+
+    assert upload(client, skill_files()).status_code == 201
+    one, one_queries = listed_with_queries()
+    assert upload(client, skill_files(name="second-check", description="Another.")).status_code == 201
+    two, two_queries = listed_with_queries()
+    assert {r["uri"] for r in one} < {r["uri"] for r in two}
+    assert "skill://second-check/notes/checklist.md" in {r["uri"] for r in two}
+    assert two_queries == one_queries <= 2  # the catalog version, the files
