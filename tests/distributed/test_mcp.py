@@ -100,11 +100,13 @@ def test_an_mcp_calls_timeout_in_a_worker_cancels_it_upstream(deployment, mcp_to
     tenant = deployment.b
     admin = deployment.api(tenant, tenant.admin_key)
     api = deployment.api(tenant)
-    response = admin.http.patch(f"/api/v1/tools/{admin.tool_id(names['slow'])}", json={"timeout_s": 8})
+    response = admin.http.patch(f"/api/v1/tools/{admin.tool_id(names['slow'])}", json={"timeout_s": 15})
     assert response.status_code == 200, response.text
     session = api.new_session("mcp-timeout-bot", ops=False)
     tag = f"dist-{uuid.uuid4().hex[:8]}"
-    # 8 s: time for a worker process to start the stdio server too; the call would take 30 s.
+    # 15 s: time for a worker process to start the stdio server too, on a loaded machine (8 s was once too
+    # short in a full run: the call timed out before it reached the server, which then had nothing to cancel);
+    # the call would take 30 s.
     call = api.submit(session, names["slow"], {"steps": 600, "delay": 0.05, "tag": tag}, wait=60)
 
     assert call["status"] == "timed_out", call
