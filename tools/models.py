@@ -13,6 +13,7 @@ class ToolSource(models.TextChoices):
     MCP = "mcp"
     EXTERNAL = "external"
     BUILTIN = "builtin"
+    HTTP = "http"
 
 
 class McpTransport(models.TextChoices):
@@ -80,6 +81,12 @@ class Tool(TenantOwned):
     concurrency_safe = models.BooleanField(default=True)
     timeout_s = models.FloatField(default=30)
     enabled = models.BooleanField(default=True)
+    # After-execution steps: an idempotent tool's call that failed with a transient error runs again, up to
+    # `retry_max` more times, waiting `retry_backoff_s` doubled each time; a result longer than
+    # `max_result_chars` (empty: the platform's cap) is cut with a note.
+    retry_max = models.PositiveSmallIntegerField(default=0)
+    retry_backoff_s = models.FloatField(default=0.5)
+    max_result_chars = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -99,6 +106,7 @@ class ToolGroup(TenantOwned):
     switchable = models.BooleanField(default=True)
     tools = models.ManyToManyField(Tool, blank=True, related_name="groups")
     skill_ref = models.CharField(max_length=200, blank=True, default="")
+    agents = models.JSONField(default=list, blank=True, help_text="the agents that may see the group; empty: all")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -111,6 +119,46 @@ class ToolGroup(TenantOwned):
     @property
     def is_reserved(self) -> bool:
         return self.name == RESERVED_GROUP
+
+
+class HttpEndpoint(TenantOwned):
+    """How an HTTP tool (source `http`) calls its endpoint: the request is built from the call's arguments,
+    `secrets` (encrypted, write-only) fill the headers that name them, and `response` says how the reply
+    becomes the result. Requests go through the outbound SSRF guard (toolkeeper.outbound)."""
+
+    tool = models.OneToOneField(Tool, on_delete=models.CASCADE, related_name="http")
+    method = models.CharField(max_length=7, default="POST")
+    url_template = models.CharField(max_length=2000)
+    query = models.JSONField(default=dict, blank=True)
+    body = models.JSONField(null=True, blank=True)
+    headers = models.JSONField(default=dict, blank=True)
+    secrets = EncryptedJSONField(null=True, blank=True)
+    response = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self):
+        return f"{self.method} {self.url_template}"
+
+
+class RedactionRule(TenantOwned):
+    """A pattern whose matches are removed from results before the model sees them (after-execution steps).
+    The unredacted result is kept, encrypted, only when every rule that matched it allows it."""
+
+    name = models.CharField(max_length=64)
+    pattern = models.CharField(max_length=500)
+    replacement = models.CharField(max_length=100, default="[redacted]")
+    tool_pattern = models.CharField(max_length=200, default="*")
+    keep_original = models.BooleanField(default=False)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="redaction_rule_name_per_tenant")]
+
+    def __str__(self):
+        return self.name
 
 
 class CatalogVersion(TenantOwned):
@@ -149,6 +197,10 @@ class AgentSession(TenantOwned):
     context = models.JSONField(default=dict, blank=True)
     active_groups = models.JSONField(default=list, blank=True)
     loaded_skills = models.JSONField(default=list, blank=True)
+    # Schema-only tools the app declared for this session (request-scoped tools), and whether they are added
+    # to the session's surface or replace it.
+    declared_tools = models.JSONField(default=list, blank=True)
+    declared_mode = models.CharField(max_length=8, default="add")
     state = models.JSONField(default=dict, blank=True, help_text="Tool-owned session state, e.g. todos.")
     call_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -191,11 +243,15 @@ class ToolCall(TenantOwned):
     call_id = models.CharField(max_length=128)
     tool = models.ForeignKey(Tool, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls")
     tool_name = models.CharField(max_length=128)
+    # A request-scoped tool's declaration, as the app sent it with the call's request (the catalog has no row).
+    declared_tool = models.JSONField(null=True, blank=True)
     input = models.JSONField(default=dict, blank=True)
     effective_input = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=20, choices=CallStatus.choices, default=CallStatus.RECEIVED)
     decision = models.JSONField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
+    # The result before redaction, encrypted, kept only where the redaction rules that matched allow it.
+    unredacted_result = EncryptedJSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     cancel_requested = models.BooleanField(default=False)
