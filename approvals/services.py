@@ -1,5 +1,6 @@
 """Writes for rules, queues and approval requests; the reviewer's decisions."""
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import audit_record
@@ -8,11 +9,12 @@ from realtime.groups import inbox_group
 from tenancy.models import Membership
 from tenancy.versions import version_bump
 from toolkeeper.errors import Conflict, NotPermitted, ServiceError
+from tools.aftercare import result_finish
+from tools.declared import call_exposed
 from tools.events import call_fail, call_transition
 from tools.models import CallStatus, ToolCall, ToolSource
 from tools.pipeline import input_problems, pipeline_resume
 from tools.results import tool_result
-from tools.selectors import visible_tool
 
 from .engine import Decision
 from .matching import is_arg_spec, normalize_space
@@ -241,7 +243,7 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
         if request.queue and request.queue.four_eyes and _same_person(reviewer, call.session.user):
             raise NotPermitted("four-eyes: you cannot decide a call made in your own session")
         if decision == VoteDecision.EDIT:
-            problems = input_problems(session=call.session, tool_name=call.tool_name, new_input=new_input)
+            problems = input_problems(session=call.session, tool_name=call.tool_name, new_input=new_input, call=call)
             if problems:
                 raise ServiceError({"input": problems})
         if decision == VoteDecision.RESPOND and not (message or new_input is not None):
@@ -290,7 +292,7 @@ def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:
     """
     call = request.call
     session = call.session
-    exposed = visible_tool(session, call.tool_name)
+    exposed = call_exposed(session, call)
     effective_input = {**edited_input, **(exposed.bound if exposed is not None else {})}
     decided = evaluate(tenant=session.tenant, tool_name=call.tool_name, effective_input=effective_input,
                        agent=session.agent, user=session.user, tool=exposed.tool if exposed is not None else None)
@@ -341,13 +343,14 @@ def call_respond(*, call: ToolCall, actor, message: str = "", structured=None, s
         [{"type": "text", "text": message}] if message else []), "structured": structured})
     waiting = [CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_EXTERNAL]
     responder = {"responder": getattr(actor, "username", str(actor))}
-    if state == "success":
+    result, kept = result_finish(call=call, result=result)  # redacted and capped like an executed call's result
+    if state == "success" and result["state"] == "success":
         moved = call_transition(call=call, from_statuses=waiting, to_status=CallStatus.SUCCEEDED, result=result,
-                                error=None, event_data=responder)
+                                error=None, event_data=responder, **kept)
     else:
         text = " ".join(part.get("text", "") for part in result["content"] if isinstance(part, dict)) or "failed"
         moved = call_fail(call=call, error_type="ExternalError", message=text, from_statuses=waiting, result=result,
-                          event_data=responder)
+                          event_data=responder, **kept)
     if not moved:
         raise Conflict(f"the call is {call.status}, not waiting for a result")
     audit_record(tenant=call.session.tenant, actor=actor, verb="call.responded", target=f"call:{call.pk}",
@@ -405,7 +408,8 @@ def external_calls_expire(*, now) -> int:
     for queue in Queue.all_tenants.filter(is_default=True, expires_after__isnull=False).select_related("tenant"):
         cutoff = now - queue.expires_after
         calls = ToolCall.objects.for_tenant(queue.tenant).filter(
-            status=CallStatus.AWAITING_EXTERNAL, tool__source=ToolSource.EXTERNAL, created_at__lte=cutoff)[:500]
+            Q(tool__source=ToolSource.EXTERNAL) | Q(declared_tool__isnull=False), status=CallStatus.AWAITING_EXTERNAL,
+            created_at__lte=cutoff)[:500]
         for call in calls:
             with transaction.atomic():
                 if call_fail(call=call, error_type="ExternalExpired", message="no result arrived before the deadline",
@@ -445,7 +449,7 @@ def rule_from_approval(*, request: ApprovalRequest, actor, narrow_to_input: bool
         approved_input = call.input if approved_input is None else approved_input
         arg_match = {key: _exact_arg_spec(value) for key, value in approved_input.items()}
         # Arguments the tool takes but this input left out must stay out (bound ones are not offered).
-        exposed = visible_tool(call.session, call.tool_name)
+        exposed = call_exposed(call.session, call)
         properties = exposed.schema.get("properties") if exposed is not None else None
         if isinstance(properties, dict):
             arg_match |= {name: {"absent": True} for name in sorted(properties) if name not in approved_input}

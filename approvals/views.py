@@ -28,8 +28,8 @@ from tenancy.web import (
     tenant_view,
 )
 from toolkeeper.errors import Conflict, NotPermitted
+from tools.declared import call_exposed
 from tools.models import Tool
-from tools.selectors import visible_tool
 
 from . import selectors, services
 from .forms import DecisionForm, ExternalResultForm, InboxFilterForm, QueueForm, RuleForm, SimulatorForm
@@ -153,7 +153,7 @@ def inbox_request(request, approval):
         form = DecisionForm(initial={"input": json.dumps(call.input, indent=2, ensure_ascii=False)},
                             original_input=call.input)
     pending = approval.status == RequestStatus.PENDING
-    exposed = visible_tool(call.session, call.tool_name) if pending else None
+    exposed = call_exposed(call.session, call) if pending else None
     queue = approval.queue
     # Reviewers of another queue see the request but are told up front that it is not theirs to decide.
     in_queue = pending and request.membership.can_review and services.reviewer_may_decide(

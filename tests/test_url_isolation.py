@@ -23,6 +23,7 @@ from tools.calls import calls_submit
 from tools.mcp_client import UpstreamTool
 from tools.mcp_servers import mcp_server_create, mcp_tools_reconcile
 from tools.models import AgentSession, BoundArgument, McpServer, Tool, ToolCall, ToolGroup
+from tools.redaction import redaction_rule_create
 from tools.services import binding_set, group_create, session_create
 
 SKIPPED_PREFIXES = ("admin/", "api/schema/", "api/docs/", "login/", "logout/")
@@ -153,6 +154,15 @@ def _mcp_rows(tw, marker: str) -> None:
     server.save()
 
 
+def _http_rows(tw, marker: str) -> None:
+    """An HTTP tool with a secret (nothing here calls it)."""
+    from tools.http_tools import http_tool_create
+
+    http_tool_create(tenant=tw.tenant, name="walk_http", description=f"{marker} http tool",
+                     url="https://93.184.215.14/walk", headers={"Authorization": "Bearer {secret:token}"},
+                     secrets={"token": f"{marker}-http-token"})
+
+
 @pytest.fixture
 def scene(world):
     a, b = world.a, world.b
@@ -169,6 +179,8 @@ def scene(world):
         _governance_rows(tw, note=f"{B_MARKER} rule" if tw is b else "A rule")
         _knowledge_rows(tw, B_MARKER if tw is b else "A-only")
         _mcp_rows(tw, B_MARKER if tw is b else "A-only")
+        _http_rows(tw, B_MARKER if tw is b else "A-only")
+        redaction_rule_create(tenant=tw.tenant, name=f"{B_MARKER if tw is b else 'A-only'} rule", pattern="walk-\\d+")
     issued = apikey_create(tenant=a.tenant, name="walker", scopes=["agent", "external", "admin"])
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.key}")
@@ -245,7 +257,9 @@ PARAM_MODELS = {
     "dataset_id": "knowledge.Dataset",
     "document_id": "knowledge.Document",
     "server_id": "tools.McpServer",
+    "http_tool_id": "tools.HttpEndpoint",
     "skill_id": "skills.Skill",
+    "redaction_rule_id": "tools.RedactionRule",
 }
 
 

@@ -58,8 +58,9 @@ def _free_call_ids(session: AgentSession, *, first: int, count: int, reserved: s
     return ids
 
 
-def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> list[ToolCall]:
-    """Record and govern a batch of calls, in request order.
+def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None, declared=None) -> list[ToolCall]:
+    """Record and govern a batch of calls, in request order; `declared`: the tools the request declared for its
+    own calls (tools.declared.Declarations).
 
     Resending a call_id the session already has returns that call, not a second execution;
     reusing it for a different call is a conflict.
@@ -91,6 +92,7 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> l
             call = ToolCall(
                 tenant=session.tenant, session=session, call_id=spec.get("id") or generated.pop(0),
                 tool_name=spec["name"], input=spec.get("input", {}),
+                declared_tool=declared.declared_tool(spec["name"]) if declared is not None else None,
             )
             try:
                 insert_instance(call)  # nothing listens to a call's save
@@ -101,7 +103,7 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None) -> l
         for call in created:
             audit_record(tenant=session.tenant, actor=api_key and f"apikey:{api_key.name}", verb="call.received",
                          target=f"call:{call.pk}", data={"tool": call.tool_name, "call_id": call.call_id})
-            pipeline_run(CallContext(call=call, session=session))
+            pipeline_run(CallContext(call=call, session=session, declared=declared))
     return results
 
 

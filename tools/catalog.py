@@ -6,6 +6,7 @@ when a tool, group or binding of the tenant changes — signals bump the version
 including the Django admin's. Also the one rule of which bound value wins (`bound_values`) and what a
 tool looks like on a session's surface (`ExposedTool`).
 """
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -25,11 +26,22 @@ class GroupView:
     switchable: bool
     tool_names: tuple[str, ...]
     skill_ref: str = ""  # the skill whose loading switches the group on, for that session
+    agents: frozenset[str] = frozenset()  # the agents it is limited to; empty: every agent
+
+    def open_to(self, agent: str) -> bool:
+        return not self.agents or agent in self.agents
 
 
-def switchable_groups(groups: list[GroupView]) -> list[GroupView]:
-    """The groups a session may switch on and off itself (with `reset_tools`)."""
-    return [g for g in groups if g.switchable and g.name != RESERVED_GROUP]
+def switchable_groups(groups: list[GroupView], agent: str) -> list[GroupView]:
+    """The groups a session of `agent` may switch on and off itself (with `reset_tools`)."""
+    return [g for g in groups if g.switchable and g.name != RESERVED_GROUP and g.open_to(agent)]
+
+
+def group_agents(group: ToolGroup) -> frozenset[str]:
+    """The agents a stored group is limited to. `basic` never is, whatever its row says (the Django admin
+    could store anything there); an entry that is no name stays in the set, where it matches no agent."""
+    agents = group.agents if isinstance(group.agents, list) and group.name != RESERVED_GROUP else ()
+    return frozenset(agent if isinstance(agent, str) else "" for agent in agents)
 
 
 def bound_values(bindings: Iterable[tuple[str, str, object]], agent: str) -> dict:
@@ -54,10 +66,12 @@ class CatalogSnapshot:
     def bound_values(self, tool: Tool, agent: str) -> dict:
         return bound_values(self.bindings.get(tool.pk, ()), agent)
 
-    def validator(self, tool_name: str, bound_names, schema: dict) -> InputValidator:
+    def validator(self, tool_name: str, bound_names, schema: dict, *, per_schema: bool = False) -> InputValidator:
         """The tool's input validator for `schema`, its schema without `bound_names`: compiled on first use,
-        then kept as long as this version of the catalog."""
-        key = (tool_name, frozenset(bound_names))
+        then kept as long as this version of the catalog. A meta tool's schema differs between sessions
+        (`reset_tools` offers only the groups open to the agent, `load_skill_through_path` only its skills), so
+        its validators are kept per schema (`per_schema`)."""
+        key = (tool_name, frozenset(bound_names), json.dumps(schema, sort_keys=True) if per_schema else None)
         validator = self.validators.get(key)
         if validator is None:
             validator = self.validators.setdefault(key, InputValidator(schema))
@@ -84,7 +98,7 @@ class ExposedTool:
         """`schema` compiled, once per catalog version (and set of bound names)."""
         if self.catalog is None:
             return InputValidator(self.schema)
-        return self.catalog.validator(self.name, self.bound, self.schema)
+        return self.catalog.validator(self.name, self.bound, self.schema, per_schema=self.is_meta)
 
 
 def _load(tenant_id: int, version: int) -> CatalogSnapshot:
@@ -103,7 +117,7 @@ def _load(tenant_id: int, version: int) -> CatalogSnapshot:
         names = tuple(sorted(tools[t].name for t in tool_ids_of_group.get(group.pk, ()) if t in tools))
         view = GroupView(id=group.pk, name=group.name, description=group.description, notes=group.notes,
                          default_active=group.default_active, switchable=group.switchable, tool_names=names,
-                         skill_ref=group.skill_ref)
+                         skill_ref=group.skill_ref, agents=group_agents(group))
         snapshot.groups.append(view)
         for name in names:
             snapshot.groups_of_tool.setdefault(name, []).append(view)

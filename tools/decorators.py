@@ -30,11 +30,14 @@ class ToolError(Exception):
     """An error the model should see: `errorType` and a message, never a trace."""
 
     error_type = "ToolError"
+    transient = False  # a failure that may pass when the call runs again (a lost connection, a 503)
 
-    def __init__(self, message: str, *, error_type: str | None = None):
+    def __init__(self, message: str, *, error_type: str | None = None, transient: bool | None = None):
         super().__init__(message)
         if error_type:
             self.error_type = error_type
+        if transient is not None:
+            self.transient = transient
 
 
 class CallCancelled(ToolError):

@@ -4,9 +4,12 @@ it when the process that ran it died. Shared by both executors (`tools.executors
 """
 import logging
 import threading
+import time
 
+from django.db.models import F
 from django.utils import timezone
 
+from .aftercare import Outcome, effects_record, error_is_transient, result_steps_run
 from .decorators import CallCancelled, ToolContext, ToolError
 from .events import call_event_append, call_fail, call_transition
 from .models import AgentSession, CallStatus, EventKind, ToolCall
@@ -26,7 +29,8 @@ def call_claim(*, call: ToolCall) -> ToolCall | None:
 
 
 def call_execute(*, call: ToolCall, cancelled: threading.Event) -> None:
-    """Invoke the claimed call's tool and record the outcome, unless someone settled it meanwhile."""
+    """Invoke the claimed call's tool, pass the outcome through the after-execution steps (which may run it
+    again) and record it, unless someone settled the call meanwhile."""
     tool = call.tool
     session: AgentSession = call.session
 
@@ -43,24 +47,60 @@ def call_execute(*, call: ToolCall, cancelled: threading.Event) -> None:
 
     ctx = ToolContext(tenant=session.tenant, session=session, call=call, emit=emit, cancelled=cancelled)
     source = source_for(tool.source) if tool is not None else None
+    deadline = time.monotonic() + (tool.timeout_s if tool is not None else 30.0)  # the executor's own timer rules
+    attempt = 1
+    while True:
+        outcome = _invoke(call, source, ctx, attempt=attempt, deadline=deadline)
+        if outcome is None:
+            return  # whoever cancelled (or timed out) the call already settled it
+        result_steps_run(outcome)
+        if not effects_record(outcome, while_status=CallStatus.RUNNING):
+            return
+        if outcome.retry_after is None:
+            break
+        # The wait ends early at a cancel or the timeout, which settle the call themselves.
+        if cancelled.wait(outcome.retry_after) or not _next_attempt(call):
+            return
+        attempt += 1
+    if outcome.error is not None:
+        error_type, message = outcome.error
+        call_fail(call=call, error_type=error_type, message=message, from_statuses=[CallStatus.RUNNING],
+                  **outcome.fields)
+        return
+    call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.SUCCEEDED,
+                    result=outcome.result, error=None, **outcome.fields)
+
+
+def _invoke(call: ToolCall, source, ctx: ToolContext, *, attempt: int, deadline: float) -> Outcome | None:
+    """One run of the tool, as an outcome for the after-execution steps; None when the call was cancelled."""
+    outcome = Outcome(call=call, tool=call.tool, attempt=attempt, deadline=deadline)
     try:
         if source is None:
             raise ToolError(f"no executor handles {call.tool_name}", error_type="ToolUnavailable")
-        result = tool_result(source.invoke(tool, call.effective_input, ctx))
+        result = tool_result(source.invoke(call.tool, call.effective_input, ctx))
         if result["state"] == "error":  # a tool that answers with an error result failed, as if it raised
             raise ToolError(result_text(result) or "the tool reported an error")
     except CallCancelled:
-        return  # whoever cancelled (or timed out) the call already settled it
+        return None
     except ToolError as exc:
-        call_fail(call=call, error_type=exc.error_type, message=str(exc), from_statuses=[CallStatus.RUNNING])
-        return
+        outcome.fail(exc.error_type, str(exc))
+        outcome.transient = error_is_transient(exc)
+        return outcome
     except Exception:
         logger.exception("tool %s raised on call %s", call.tool_name, call.pk)
-        call_fail(call=call, error_type="ToolFailed", message="the tool failed with an unexpected error",
-                  from_statuses=[CallStatus.RUNNING])
-        return
-    call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.SUCCEEDED,
-                    result=result, error=None)
+        outcome.fail("ToolFailed", "the tool failed with an unexpected error")
+        return outcome
+    outcome.result = result
+    return outcome
+
+
+def _next_attempt(call: ToolCall) -> bool:
+    """Count the next run, if the call still runs."""
+    moved = ToolCall.objects.for_tenant(call.tenant_id).filter(pk=call.pk, status=CallStatus.RUNNING).update(
+        attempts=F("attempts") + 1)
+    if moved:
+        call.attempts += 1
+    return bool(moved)
 
 
 def call_time_out(*, call: ToolCall, timeout_s: float) -> bool:

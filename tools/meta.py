@@ -34,7 +34,7 @@ def reset_tools_schema(groups: list[GroupView]) -> dict:
 
 def meta_tools(catalog: CatalogSnapshot, session: AgentSession) -> list[ExposedTool]:
     """The meta tools this session sees, after its catalog tools."""
-    switchable = switchable_groups(catalog.groups)
+    switchable = switchable_groups(catalog.groups, session.agent)
     exposed = [ExposedTool(
         name=META_RESET_TOOLS, description=RESET_TOOLS_DESCRIPTION, schema=reset_tools_schema(switchable),
         catalog=catalog, annotations={"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True},
@@ -51,8 +51,8 @@ def meta_tool(catalog: CatalogSnapshot, session: AgentSession, name: str) -> Exp
 
 
 def session_groups_reset(*, session: AgentSession, choices) -> dict:
-    """reset_tools: the final state of every switchable group. All or nothing."""
-    groups = switchable_groups(catalog_snapshot(session.tenant_id).groups)
+    """reset_tools: the final state of every switchable group open to the session's agent. All or nothing."""
+    groups = switchable_groups(catalog_snapshot(session.tenant_id).groups, session.agent)
     by_name = {g.name: g for g in groups}
     if not isinstance(choices, dict):
         raise ToolError("send an object of group names to true/false", error_type="InvalidInput")

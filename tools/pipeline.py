@@ -15,10 +15,11 @@ from django.db import transaction
 from django.utils.module_loading import import_string
 
 from .catalog import ExposedTool
+from .declared import call_exposed
 from .events import call_fail, call_transition
 from .models import AgentSession, CallStatus, ToolCall, ToolSource
 from .schemas import ToolMisconfigured, bound_overrides
-from .selectors import visible_tool
+from .selectors import DeclaredTool, visible_tool
 
 NO_POLICY_DECISION = {"behavior": "allow", "rule": None, "reason": "no permission policy is installed"}
 
@@ -31,6 +32,7 @@ class CallContext:
     actor: object = None
     pending: dict = field(default_factory=dict)  # field changes written with the next transition
     edited_input: dict | None = None  # a reviewer's edit; `call.input` keeps what the model sent
+    declared: object = None  # the tools its request declared (tools.declared.Declarations), if any
 
     @property
     def arguments(self) -> dict:
@@ -77,10 +79,13 @@ class Normalize(Step):
     name = "normalize"
 
     def process(self, ctx):
-        ctx.exposed = visible_tool(ctx.session, ctx.call.tool_name)
+        ctx.exposed = call_exposed(ctx.session, ctx.call, ctx.declared)
         if ctx.exposed is None:
             return ctx.fail("ToolNotAvailable", f"no tool named {ctx.call.tool_name!r} is available in this session")
-        if ctx.exposed.tool is not None and ctx.call.tool_id != ctx.exposed.tool.pk:
+        if isinstance(ctx.exposed, DeclaredTool):  # no catalog row: the call keeps the declaration instead
+            if ctx.call.declared_tool is None:
+                ctx.set(declared_tool=ctx.exposed.declaration)
+        elif ctx.exposed.tool is not None and ctx.call.tool_id != ctx.exposed.tool.pk:
             ctx.set(tool=ctx.exposed.tool)
         return True
 
@@ -144,7 +149,7 @@ def pipeline_run(ctx: CallContext, *, resume_after: str | None = None, rerun: tu
         cut = names.index(resume_after) + 1
         steps = tuple(step for step in steps[:cut] if step.name in rerun) + steps[cut:]
         if ctx.exposed is None:
-            ctx.exposed = visible_tool(ctx.session, ctx.call.tool_name)
+            ctx.exposed = call_exposed(ctx.session, ctx.call)
             if ctx.exposed is None:
                 ctx.fail("ToolNotAvailable", f"{ctx.call.tool_name!r} is no longer available in this session")
                 return
@@ -155,9 +160,10 @@ def pipeline_run(ctx: CallContext, *, resume_after: str | None = None, rerun: tu
         ctx.flush()
 
 
-def input_problems(*, session: AgentSession, tool_name: str, new_input) -> list[str]:
-    """Why an input (a reviewer's edit) would not pass validation for this session; [] when it would."""
-    exposed = visible_tool(session, tool_name)
+def input_problems(*, session: AgentSession, tool_name: str, new_input, call: ToolCall | None = None) -> list[str]:
+    """Why an input (a reviewer's edit) would not pass validation for this session; [] when it would. With the
+    call, a declared tool's call is checked against the declaration it was made with."""
+    exposed = call_exposed(session, call) if call is not None else visible_tool(session, tool_name)
     if exposed is None:
         return [f"{tool_name!r} is no longer available in this session"]
     refusal = input_refusal(exposed, new_input)

@@ -66,6 +66,24 @@ def bound_overrides(arguments: dict, bound) -> list[str]:
     return sorted(key for key in arguments if name_key(key) in bound_keys)
 
 
+def declared_object_schema(schema, errors: dict, field: str) -> dict | None:
+    """A tool's input schema as a tenant or an app declares it: an object that takes what it declares and nothing
+    else (unless it says otherwise), checked. None, with the problem filed under `field` in `errors`, when it
+    cannot be one."""
+    if not isinstance(schema, dict):
+        errors[field] = ['a JSON Schema of type "object"']
+        return None
+    schema = {"type": "object", **schema}
+    if "additionalProperties" not in schema and "unevaluatedProperties" not in schema:
+        schema["additionalProperties"] = False
+    try:
+        schema_check(schema)
+    except SchemaProblem as exc:
+        errors[field] = [f"the schema {exc}"]
+        return None
+    return schema
+
+
 def schema_check(schema) -> None:
     """Raise SchemaProblem unless `schema` can be a tool's input schema.
 

@@ -1,5 +1,6 @@
 """Reads: what a session's model may see, in the formats apps ask for; calls and their events for lists."""
 import copy
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.core.cache import cache
@@ -7,8 +8,8 @@ from django.db.models import Count, DurationField, ExpressionWrapper, F, Sum
 
 from .catalog import CatalogSnapshot, ExposedTool, GroupView, bound_values, catalog_snapshot, switchable_groups
 from .meta import meta_tool, meta_tools
-from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, Tool, ToolCall
-from .registry import RESERVED_TOOL_NAMES, meta_providers
+from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolSource
+from .registry import RESERVED_TOOL_NAMES, exposure_hidden, meta_providers
 
 FORMATS = ("openai", "anthropic", "mcp")
 
@@ -26,16 +27,22 @@ def loaded_skill_names(session: AgentSession) -> set[str]:
 
 def active_group_names(session: AgentSession, groups: list[GroupView]) -> list[str]:
     """basic, the operator-managed groups that are on, the session's own switchable choices, and the groups
-    bound to the skills it loaded (for this session only)."""
+    bound to the skills it loaded (for this session only); never a group limited to other agents."""
     chosen = set(session.active_groups)
     skills = loaded_skill_names(session) if session.loaded_skills else ()
     return [
         group.name for group in groups
-        if group.name == RESERVED_GROUP
-        or (not group.switchable and group.default_active)
-        or (group.switchable and group.name in chosen)
-        or (group.skill_ref and group.skill_ref in skills)
+        if group.open_to(session.agent) and (
+            group.name == RESERVED_GROUP
+            or (not group.switchable and group.default_active)
+            or (group.switchable and group.name in chosen)
+            or (group.skill_ref and group.skill_ref in skills))
     ]
+
+
+def default_group_names(groups: list[GroupView], agent: str) -> list[str]:
+    """The switchable groups a new session of `agent` starts with."""
+    return [g.name for g in switchable_groups(groups, agent) if g.default_active]
 
 
 def bindings_for(tenant, agent: str, tool_ids) -> dict[int, dict]:
@@ -75,22 +82,120 @@ def _expose(catalog: CatalogSnapshot, tool: Tool, agent: str) -> ExposedTool:
                        schema=exposed_schema(tool.input_schema, bound.keys()), annotations=tool_annotations(tool))
 
 
-def visible_tools(session: AgentSession) -> list[ExposedTool]:
+DECLARED_REPLACE = "replace"  # AgentSession.declared_mode: the declared tools are the whole surface
+
+
+@dataclass
+class DeclaredTool(ExposedTool):
+    """A schema-only tool an app declared for its session or one request (`tools.declared`). Not a meta tool: the
+    permission step decides its calls and the external step hands them back to the app. `tool` is an unsaved
+    external Tool standing in for the declaration, so the rules never see the flags of a catalog namesake."""
+
+    scope: str = "session"  # or "request"
+
+    @property
+    def is_meta(self) -> bool:
+        return False
+
+    @property
+    def declaration(self) -> dict:
+        """What its calls keep (ToolCall.declared_tool)."""
+        return {"name": self.name, "description": self.description, "input_schema": self.schema, "scope": self.scope}
+
+
+def declared_exposed(declaration: dict, scope: str) -> DeclaredTool:
+    # Stored by tools.declared after its checks; a row edited elsewhere fails its calls as ToolMisconfigured.
+    name, description, schema = declaration.get("name"), declaration.get("description"), declaration.get("input_schema")
+    name, description = str(name), description if isinstance(description, str) else ""
+    schema = schema if isinstance(schema, dict) else {}
+    stand_in = Tool(name=name, description=description, input_schema=schema, source=ToolSource.EXTERNAL,
+                    read_only=False, destructive=False, idempotent=False, trusted=False)
+    return DeclaredTool(name=name, description=description, schema=schema, tool=stand_in, scope=scope)
+
+
+def session_declared_tool(session: AgentSession, name: str) -> DeclaredTool | None:
+    declaration = next((d for d in session.declared_tools if isinstance(d, dict) and d.get("name") == name), None)
+    return None if declaration is None else declared_exposed(declaration, "session")
+
+
+def _with_declared(session: AgentSession, listed: list[ExposedTool]) -> list[ExposedTool]:
+    """`listed` and then the session's declared tools (a catalog namesake keeps its place), or these alone when
+    they replace the surface; the exposure filters hide declared tools as they hide catalog ones."""
+    taken = {exposed.name for exposed in listed}
+    declared = [declared_exposed(d, "session") for d in session.declared_tools
+                if isinstance(d, dict) and isinstance(d.get("name"), str) and d["name"] not in taken]
+    hidden = exposure_hidden(tenant=session.tenant, agent=session.agent, user=session.user,
+                             names=[exposed.name for exposed in declared])
+    return listed + [exposed for exposed in declared if exposed.name not in hidden]
+
+
+def visible_tools(session: AgentSession, *, declared: bool = True) -> list[ExposedTool]:
+    """The session's listed surface: the tools of its active groups that no exposure filter hides (a tool a deny
+    rule always refuses it), then the meta tools, which no filter hides."""
+    if declared and session.declared_tools:  # `declared=False`: the surface the app's declarations meet
+        replacing = session.declared_mode == DECLARED_REPLACE
+        return _with_declared(session, [] if replacing else visible_tools(session, declared=False))
     catalog = catalog_snapshot(session.tenant_id)
     active = set(active_group_names(session, catalog.groups))
     names = sorted({name for group in catalog.groups if group.name in active for name in group.tool_names})
-    return [_expose(catalog, catalog.tools[name], session.agent) for name in names] + meta_tools(catalog, session)
+    hidden = exposure_hidden(tenant=session.tenant, agent=session.agent, user=session.user, names=names)
+    return [_expose(catalog, catalog.tools[name], session.agent) for name in names
+            if name not in hidden] + meta_tools(catalog, session)
 
 
 def visible_tool(session: AgentSession, name: str) -> ExposedTool | None:
     """One tool as this session's model sees it, or None when it is not visible now."""
+    if session.declared_tools and session.declared_mode == DECLARED_REPLACE:
+        return session_declared_tool(session, name)
     catalog = catalog_snapshot(session.tenant_id)
     if name in RESERVED_TOOL_NAMES:
         return meta_tool(catalog, session, name)
     tool = catalog.tools.get(name)
     if tool is None or not active_group_names(session, catalog.groups_of_tool.get(name, [])):
-        return None
+        return session_declared_tool(session, name) if session.declared_tools else None
     return _expose(catalog, tool, session.agent)
+
+
+@dataclass(frozen=True)
+class SurfacePreview:
+    """The surface a new session of an agent (and user) is shown, and why each other enabled tool is not."""
+    agent: str
+    user: str
+    active_groups: list[str]
+    shown: list[str]  # as listed: catalog tools, then meta tools
+    hidden: list[tuple[str, str]]  # (tool, why), by name
+
+
+def _group_state(group: GroupView) -> str:
+    if group.skill_ref:
+        return f"on once the skill {group.skill_ref} is loaded"
+    if group.switchable:
+        return "off until the model switches it on"
+    return "off (operator-managed)"
+
+
+def _not_listed_why(groups: list[GroupView], agent: str) -> str:
+    if not groups:
+        return "in no group"
+    open_groups = [g for g in groups if g.open_to(agent)]
+    if not open_groups:
+        return "its groups are limited to other agents: " + ", ".join(g.name for g in groups)
+    return "not in an active group: " + ", ".join(f"{g.name} ({_group_state(g)})" for g in open_groups)
+
+
+def surface_preview(tenant, agent: str, user: str = "") -> SurfacePreview:
+    """What a new session of `agent` and `user` is shown, by the code that shows it to real sessions."""
+    catalog = catalog_snapshot(tenant.pk)
+    session = AgentSession(tenant=tenant, agent=agent, user=user,
+                           active_groups=default_group_names(catalog.groups, agent))
+    shown = [exposed.name for exposed in visible_tools(session)]
+    active = set(active_group_names(session, catalog.groups))
+    in_active = sorted({name for group in catalog.groups if group.name in active for name in group.tool_names})
+    denied = exposure_hidden(tenant=tenant, agent=agent, user=user, names=in_active)
+    hidden = [(name, denied.get(name) or _not_listed_why(catalog.groups_of_tool.get(name, []), agent))
+              for name in sorted(catalog.tools) if name not in shown]
+    return SurfacePreview(agent=agent, user=user, active_groups=[g.name for g in catalog.groups if g.name in active],
+                          shown=shown, hidden=hidden)
 
 
 def format_tool(exposed: ExposedTool, fmt: str) -> dict:
@@ -108,13 +213,15 @@ def session_tools(session: AgentSession, fmt: str) -> list[dict]:
 
 
 def session_prompt(session: AgentSession) -> str:
+    if session.declared_tools and session.declared_mode == DECLARED_REPLACE:
+        return ""  # its groups, their notes and skills are off its surface; declared tools carry their descriptions
     groups = groups_of(session.tenant)
     active = set(active_group_names(session, groups))
     sections = []
     for group in groups:
         if group.name in active and group.notes.strip():
             sections.append(f"## {group.name}\n{group.notes.strip()}")
-    switchable = switchable_groups(groups)
+    switchable = switchable_groups(groups, session.agent)
     if switchable:
         lines = [f"- {g.name}{' (active)' if g.name in active else ''}: {g.description}" for g in switchable]
         sections.append("## Optional tool groups\nActivate them with reset_tools.\n" + "\n".join(lines))
@@ -141,8 +248,8 @@ def mcp_presence(session_id) -> dict | None:
 
 
 # JSON columns that list rows never show and that can be large: list pages leave them unread.
-CALL_PAYLOADS = ("input", "effective_input", "decision", "result", "error")
-SESSION_PAYLOADS = ("context", "state", "active_groups", "loaded_skills")
+CALL_PAYLOADS = ("input", "effective_input", "decision", "result", "unredacted_result", "error")
+SESSION_PAYLOADS = ("context", "state", "active_groups", "loaded_skills", "declared_tools")
 TOOL_PAYLOADS = ("input_schema", "output_schema")
 
 

@@ -11,11 +11,13 @@ from toolkeeper.errors import ServiceError
 
 from .models import RESERVED_GROUP, AgentSession, BoundArgument, Tool, ToolGroup, ToolSource
 from .registry import sources
-from .schemas import SchemaProblem, schema_check, tool_name_reserved
-from .selectors import groups_of
+from .schemas import SchemaProblem, declared_object_schema, schema_check, tool_name_reserved
+from .selectors import default_group_names, groups_of
 
 logger = logging.getLogger(__name__)
 
+# Tools a tenant defines itself (not synced from a source): a source's tool of the same name leaves them be.
+TENANT_DEFINED_SOURCES = (ToolSource.EXTERNAL, ToolSource.HTTP)
 SYNCED_FIELDS = ("description", "input_schema", "output_schema", "source", "source_ref", "read_only", "trusted",
                  "destructive", "idempotent", "concurrency_safe", "timeout_s")
 
@@ -32,6 +34,11 @@ def catalog_sync(*, tenant) -> list[Tool]:
         for definition in source.definitions(tenant):
             values = {name: getattr(definition, name) for name in SYNCED_FIELDS}
             tool = existing.get(definition.name)
+            if tool is not None and tool.source in TENANT_DEFINED_SOURCES:
+                # A plugin or server tool never takes over a tool the tenant defined under the same name.
+                logger.error("tool %s (%s) not synced for tenant %s: the tenant defined a tool of that name",
+                             definition.name, definition.source_ref or definition.source, tenant.pk)
+                continue
             changed = tool is None or any(getattr(tool, k) != v for k, v in values.items())
             if changed and not _definition_usable(definition, tenant):
                 continue
@@ -81,7 +88,7 @@ def catalog_sync_all(**kwargs):
 
 
 def tool_update(*, tool: Tool, actor=None, **changes) -> Tool:
-    allowed = {"enabled", "timeout_s", "description"}
+    allowed = {"enabled", "timeout_s", "description", "retry_max", "retry_backoff_s", "max_result_chars"}
     if tool.source != ToolSource.EXTERNAL:
         allowed -= {"description"}  # synced from the source
     unknown = set(changes) - allowed
@@ -89,6 +96,19 @@ def tool_update(*, tool: Tool, actor=None, **changes) -> Tool:
         raise ServiceError({name: ["cannot be changed for this tool"] for name in sorted(unknown)})
     if "timeout_s" in changes and not 0.1 <= float(changes["timeout_s"]) <= 86400:
         raise ServiceError({"timeout_s": ["between 0.1 and 86400 seconds"]})
+    # After-execution steps (tools.aftercare): retries of transient errors, the tool's own result cap.
+    bounds = {"retry_max": (0, 10, "between 0 and 10 retries"),
+              "retry_backoff_s": (0, 300, "between 0 and 300 seconds"),
+              "max_result_chars": (100, 10_000_000, "empty (the platform's cap) or 100 to 10,000,000 characters")}
+    for name, (low, high, text) in bounds.items():
+        if name not in changes or (changes[name] is None and name == "max_result_chars"):
+            continue
+        value = changes[name]
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not low <= value <= high or (name != "retry_backoff_s" and value != int(value)):
+            raise ServiceError({name: [text]})
+    if changes.get("retry_max") and not tool.idempotent:
+        raise ServiceError({"retry_max": ["only an idempotent tool's calls are run again"]})
     if changes.get("enabled") and tool.source == ToolSource.MCP and tool.mcp_server_id is None:
         # Detached by a sync (its server no longer offers it, or is gone): nothing could run it.
         raise ServiceError({"enabled": ["its MCP server no longer offers this tool; a sync that finds it again "
@@ -111,17 +131,7 @@ def tool_external_create(*, tenant, name: str, description: str, input_schema: d
         errors["name"] = [f"{name!r} is reserved for a tool of the platform"]
     elif Tool.objects.for_tenant(tenant).filter(name=name).exists():
         errors["name"] = [f"a tool named {name!r} exists"]
-    schema = None
-    if not isinstance(input_schema, dict):
-        errors["input_schema"] = ['a JSON Schema of type "object"']
-    else:
-        schema = {"type": "object", **input_schema}
-        if "additionalProperties" not in schema and "unevaluatedProperties" not in schema:
-            schema["additionalProperties"] = False  # the tool takes what it declares, nothing else
-        try:
-            schema_check(schema)
-        except SchemaProblem as exc:
-            errors["input_schema"] = [f"the schema {exc}"]
+    schema = declared_object_schema(input_schema, errors, "input_schema")
     if errors:
         raise ServiceError(errors)
     tool = Tool.objects.create(
@@ -143,15 +153,42 @@ def _check_group_name(tenant, name: str, instance=None) -> None:
         raise ServiceError({"name": [f"a group named {name!r} exists"]})
 
 
+GROUP_AGENTS_MAX = 100
+AGENT_NAME_MAX = 100  # as long as a session's agent may be
+
+
+def _checked_group_agents(name: str, agents) -> list[str]:
+    """The agents a group is limited to, checked: names a session could have, each once, never for basic."""
+    if not isinstance(agents, list) or not all(isinstance(agent, str) for agent in agents):
+        raise ServiceError({"agents": ["a list of agent names"]})
+    agents = list(dict.fromkeys(agents))
+    if not agents:
+        return []
+    if name == RESERVED_GROUP:
+        raise ServiceError({"agents": [f"the {RESERVED_GROUP} group is open to every agent"]})
+    problems = []
+    if len(agents) > GROUP_AGENTS_MAX:
+        problems.append(f"at most {GROUP_AGENTS_MAX} agents")
+    if any(not agent.strip() or len(agent) > AGENT_NAME_MAX for agent in agents):
+        problems.append(f"each name 1-{AGENT_NAME_MAX} characters")
+    if any(is_system_agent(agent) for agent in agents):
+        problems.append(SYSTEM_AGENT_RESERVED)
+    if problems:
+        raise ServiceError({"agents": problems})
+    return agents
+
+
 @transaction.atomic
 def group_create(*, tenant, name: str, description: str = "", notes: str = "", default_active: bool = False,
-                 switchable: bool = True, tools=(), actor=None, skill_ref: str = "") -> ToolGroup:
+                 switchable: bool = True, tools=(), actor=None, skill_ref: str = "", agents=None) -> ToolGroup:
     _check_group_name(tenant, name)
+    agents = _checked_group_agents(name, agents or [])
     group = ToolGroup.objects.create(tenant=tenant, name=name, description=description, notes=notes,
-                                     default_active=default_active, switchable=switchable, skill_ref=skill_ref)
+                                     default_active=default_active, switchable=switchable, skill_ref=skill_ref,
+                                     agents=agents)
     group.tools.set(tools)
     audit_record(tenant=tenant, actor=actor, verb="group.created", target=f"group:{name}",
-                 data={"tools": sorted(t.name for t in tools)})
+                 data={"tools": sorted(t.name for t in tools), **({"agents": agents} if agents else {})})
     return group
 
 
@@ -164,6 +201,8 @@ def group_update(*, group: ToolGroup, actor=None, tools=None, **changes) -> Tool
             raise ServiceError({k: [f"the {RESERVED_GROUP} group is always active"] for k in sorted(changed)})
     if "name" in changes:
         _check_group_name(group.tenant, changes["name"], instance=group)
+    if "agents" in changes:
+        changes["agents"] = _checked_group_agents(changes.get("name", group.name), changes["agents"])
     for key, value in changes.items():
         setattr(group, key, value)
     group.save()
@@ -212,8 +251,7 @@ def session_create(*, tenant, agent: str, user: str = "", context: dict | None =
         raise ServiceError({"agent": ["This field is required."]})
     if is_system_agent(agent):
         raise ServiceError({"agent": [SYSTEM_AGENT_RESERVED]})
-    default_groups = [g.name for g in groups_of(tenant) if g.switchable and g.default_active
-                      and g.name != RESERVED_GROUP]
+    default_groups = default_group_names(groups_of(tenant), agent)
     session = AgentSession.objects.create(
         tenant=tenant, api_key=api_key, agent=agent, user=user, context=context or {}, active_groups=default_groups,
     )

@@ -107,13 +107,17 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
 
 
 class CallResultView(APIView):
-    """An external system (or a script) posts the result of an external tool's call."""
+    """An external system (or a script) posts the result of an external tool's call. A key with the `agent` scope
+    may post the result of a call of a tool its app declared (for the session or the request), not of others."""
 
-    required_scope = Scope.EXTERNAL
+    required_scope = (Scope.EXTERNAL, Scope.AGENT)
 
     @extend_schema(request=s.ResultSerializer, responses={200: CallSerializer, 409: CONFLICT})
     def post(self, request, call_id):
         call = access_call(request, call_id)
+        key = request.auth if isinstance(request.auth, ApiKey) else None
+        if key is not None and not key.has_scope(Scope.EXTERNAL) and call.declared_tool is None:
+            raise PermissionDenied("Only a key with the external scope posts the result of a catalog tool's call.")
         body = s.ResultSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data

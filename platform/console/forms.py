@@ -2,7 +2,7 @@
 tenant is invalid. Page forms are `TenantForm`s, built by the generic views of `tenancy.editing`."""
 from django import forms
 
-from tenancy.models import Scope, Tenant
+from tenancy.models import SYSTEM_AGENT_RESERVED, Scope, Tenant, is_system_agent
 from tenancy.services import LIMIT_FIELDS, LIMIT_MAX
 from tenancy.web import TenantForm
 from toolkeeper.json_values import JSONValueField, json_parse
@@ -32,16 +32,36 @@ class GroupForm(TenantForm):
                                     help_text="The model may switch it with reset_tools. Off: operators decide.")
     tools = forms.ModelMultipleChoiceField(queryset=Tool.objects.none(), required=False,
                                            widget=forms.CheckboxSelectMultiple)
+    agents = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}), label="Limited to agents",
+                             help_text="Agent names, one a line: only their sessions see it. Empty: every agent.")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["tools"].queryset = _tools_of(self.tenant)
+        if self.instance is not None and self.instance.is_reserved:
+            del self.fields["agents"]  # basic is open to every agent
+
+    def clean_agents(self):
+        return _names(self.cleaned_data["agents"])
 
     def initial_for(self, group) -> dict:
         return {
             "name": group.name, "description": group.description, "notes": group.notes,
             "default_active": group.default_active, "switchable": group.switchable, "tools": list(group.tools.all()),
+            "agents": "\n".join(str(agent) for agent in group.agents or []),
         }
+
+
+class SurfacePreviewForm(forms.Form):
+    """Whose surface the tools page shows: a new session of this agent (and user)."""
+    agent = forms.CharField(max_length=100)
+    user = forms.CharField(max_length=200, required=False)
+
+    def clean_agent(self):
+        agent = self.cleaned_data["agent"]
+        if is_system_agent(agent):
+            raise forms.ValidationError(SYSTEM_AGENT_RESERVED)
+        return agent
 
 
 class BindingForm(TenantForm):

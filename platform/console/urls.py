@@ -1,13 +1,13 @@
 """Console routes. Parameter names are fixed (the cross-tenant URL-conf walk substitutes ids by name):
-`tenant` (slug), `tool_id`, `group_id`, `binding_id`, `key_id`, `session_id`, `call_id`, `server_id`; what each names is
-declared here for `tenant_view`."""
+`tenant` (slug), `tool_id`, `group_id`, `binding_id`, `key_id`, `session_id`, `call_id`, `server_id`,
+`redaction_rule_id`, `http_tool_id` (an HTTP tool's endpoint); what each names is declared here for `tenant_view`."""
 from django.urls import include, path
 
 from tenancy.models import ApiKey
 from tenancy.web import register_url_objects
-from tools.models import AgentSession, BoundArgument, McpServer, Tool, ToolCall, ToolGroup
+from tools.models import AgentSession, BoundArgument, HttpEndpoint, McpServer, RedactionRule, Tool, ToolCall, ToolGroup
 
-from . import views
+from . import http_tool_pages, plugin_pages, redaction_pages, views
 
 app_name = "console"
 
@@ -19,12 +19,18 @@ register_url_objects({
     "session_id": (AgentSession, "session"),
     "call_id": (ToolCall, "call"),
     "server_id": (McpServer, "server"),
+    "redaction_rule_id": (RedactionRule, "rule"),
+    "http_tool_id": (HttpEndpoint, "endpoint"),
 })
 
 tenant_pages = [
     path("", views.dashboard, name="dashboard"),
     path("tools/", views.tool_list, name="tool_list"),
     path("tools/<int:tool_id>/", views.tool_detail, name="tool_detail"),
+    path("http-tools/new/", http_tool_pages.http_tool_create, name="http_tool_create"),
+    path("http-tools/<int:http_tool_id>/", http_tool_pages.http_tool_edit, name="http_tool_edit"),
+    path("http-tools/<int:http_tool_id>/delete/", http_tool_pages.http_tool_delete, name="http_tool_delete"),
+    path("tools/plugins/", plugin_pages.plugin_list, name="tool_plugins"),
     path("mcp-servers/", views.mcp_server_list, name="mcp_server_list"),
     path("mcp-servers/new/", views.mcp_server_create, name="mcp_server_create"),
     path("mcp-servers/<int:server_id>/", views.mcp_server_detail, name="mcp_server_detail"),
@@ -48,6 +54,12 @@ tenant_pages = [
     path("calls/", views.call_list, name="call_list"),
     path("calls/<str:call_id>/", views.call_detail, name="call_detail"),
     path("settings/", views.tenant_settings, name="tenant_settings"),
+    path("tools/<int:tool_id>/result-steps/", redaction_pages.tool_result_steps, name="tool_result_steps"),
+    path("redaction-rules/", redaction_pages.redaction_rule_list, name="redaction_rule_list"),
+    path("redaction-rules/new/", redaction_pages.redaction_rule_create, name="redaction_rule_create"),
+    path("redaction-rules/<int:redaction_rule_id>/", redaction_pages.redaction_rule_edit, name="redaction_rule_edit"),
+    path("redaction-rules/<int:redaction_rule_id>/delete/", redaction_pages.redaction_rule_delete,
+         name="redaction_rule_delete"),
 ]
 
 urlpatterns = [

@@ -45,10 +45,21 @@ from tools.selectors import (
     exposed_schema,
     groups_of,
     session_calls,
+    surface_preview,
 )
 
-from .forms import ApiKeyForm, BindingForm, CallFilterForm, GroupForm, LimitsForm, McpServerForm, ToolStateForm
+from .forms import (
+    ApiKeyForm,
+    BindingForm,
+    CallFilterForm,
+    GroupForm,
+    LimitsForm,
+    McpServerForm,
+    SurfacePreviewForm,
+    ToolStateForm,
+)
 from .mcp_clients import AGENT_PLACEHOLDER, mcp_client_setup, mcp_url, session_mcp_presence
+from .redaction_pages import ToolResultStepsForm
 
 LIVE_ROWS_MAX = 50  # call rows one live-list fragment request may ask for
 OUTPUT_LINES_MAX = 500  # streamed output lines a call page shows (the newest)
@@ -95,7 +106,12 @@ def dashboard(request):
 def tool_list(request):
     groups = Prefetch("groups", queryset=ToolGroup.objects.for_tenant(request.tenant).order_by("name"))
     tools = Tool.objects.for_tenant(request.tenant).defer(*TOOL_PAYLOADS).prefetch_related(groups)
-    return render(request, "console/tool_list.html", {"tools": tools})
+    preview_form = SurfacePreviewForm(request.GET if "agent" in request.GET else None)
+    preview = None
+    if preview_form.is_bound and preview_form.is_valid():
+        preview = surface_preview(request.tenant, preview_form.cleaned_data["agent"], preview_form.cleaned_data["user"])
+    return render(request, "console/tool_list.html", {"tools": tools, "preview_form": preview_form,
+                                                      "preview": preview})
 
 
 def _schema_views(tool: Tool) -> tuple[dict, list[tuple[str, dict]], list[BoundArgument]]:
@@ -121,6 +137,7 @@ class ToolDetail(ObjectFormView):
             "bindings": bindings,
             "groups": ToolGroup.objects.for_tenant(self.request.tenant).filter(tools=tool).order_by("name"),
             "recent_calls": call_rows(ToolCall.objects.for_tenant(self.request.tenant).filter(tool=tool))[:10],
+            "result_steps_form": ToolResultStepsForm(tenant=self.request.tenant, instance=tool),
         }
 
     def message(self, tool) -> str:

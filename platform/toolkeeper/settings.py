@@ -289,8 +289,13 @@ TOOLKEEPER_CALL_MIDDLEWARE = [
     "tools.pipeline.Bind",
     "approvals.pipeline.Permission",
     "tools.pipeline.External",
+    "tools.aftercare.ResultRules",
     "tools.calls.Dispatch",
 ]
+# After-execution steps, in order, between a call's outcome and the model (tools.aftercare).
+TOOLKEEPER_RESULT_MIDDLEWARE = ["tools.aftercare.Retry", "tools.aftercare.Redact", "tools.aftercare.Cap"]
+# Characters of result text a model receives at most, unless the tool sets its own cap.
+TOOLKEEPER_MAX_RESULT_CHARS = int(os.environ.get("TOOLKEEPER_MAX_RESULT_CHARS", 100_000))
 # The mode, decided here once: the runtime (tools.runtime) owns what differs between the modes (the
 # executor, how requests wait for calls, the periodic jobs, start-up recovery); code asks it, not this.
 TOOLKEEPER_EXECUTOR = os.environ.get("TOOLKEEPER_EXECUTOR", "local")
@@ -304,6 +309,8 @@ TOOLKEEPER_RUNTIME, TOOLKEEPER_EXECUTOR_CLASS = TOOLKEEPER_MODES[TOOLKEEPER_EXEC
 TOOLKEEPER_LOCAL_WORKERS = int(os.environ.get("TOOLKEEPER_LOCAL_WORKERS", 8))
 # Idle child processes kept ready for tools declared with @tool(isolation="process"), per server process.
 TOOLKEEPER_TOOL_PROCESSES = int(os.environ.get("TOOLKEEPER_TOOL_PROCESSES", 2))
+# Modules whose @tool functions are loaded at start-up besides the entry points `toolkeeper.tools` (tools.plugins).
+TOOLKEEPER_TOOL_MODULES = [m.strip() for m in os.environ.get("TOOLKEEPER_TOOL_MODULES", "").split(",") if m.strip()]
 TOOLKEEPER_MAX_WAIT_S = 60
 # With a key, the audit log's hash chain is keyed (HMAC-SHA256): database access alone cannot rewrite it.
 TOOLKEEPER_AUDIT_KEY = os.environ.get("TOOLKEEPER_AUDIT_KEY", "")

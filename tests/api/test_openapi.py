@@ -131,11 +131,13 @@ def test_request_bodies_require_what_the_server_requires(schema):
     assert submit["required"] is True
     one, batch = (ref(schema, shape) for shape in request(schema, "/api/v1/sessions/{session_id}/calls",
                                                           "post")["oneOf"])
-    assert one["required"] == ["name"] and set(one["properties"]) == {"id", "name", "input", "wait"}
+    assert one["required"] == ["name"] and set(one["properties"]) == {"id", "name", "input", "wait", "tools",
+                                                                      "tools_mode"}
     assert batch["required"] == ["calls"] and batch["properties"]["calls"]["minItems"] == 1
     assert batch["properties"]["wait"]["maximum"] == 60
     session = request(schema, "/api/v1/sessions", "post")
-    assert session["required"] == ["agent"] and set(session["properties"]) == {"agent", "user", "context"}
+    assert session["required"] == ["agent"] and set(session["properties"]) == {"agent", "user", "context", "tools",
+                                                                               "tools_mode"}
     assert request(schema, "/api/v1/rules/evaluate", "post")["required"] == ["tool"]
     assert request(schema, "/api/v1/approvals/{id}/decide", "post")["required"] == ["decision"]
     assert request(schema, "/api/v1/calls/{call_id}/result", "post")["required"] == ["state"]
@@ -163,7 +165,8 @@ def test_each_operation_states_the_scope_its_view_enforces(schema):
         assert operation["x-console-roles"] == list(console_roles(instance, method.upper())), (method, path)
         scopes = " or ".join(f"`{s}`" for s in operation["x-required-scope"])
         assert f"Needs an API key with the {scopes} scope" in operation["description"], (method, path)
-    assert schema["paths"]["/api/v1/calls/{call_id}/result"]["post"]["x-required-scope"] == ["external"]
+    # `agent`: for the calls of tools the app declared (the view refuses other calls to such a key)
+    assert schema["paths"]["/api/v1/calls/{call_id}/result"]["post"]["x-required-scope"] == ["external", "agent"]
     assert schema["paths"]["/api/v1/sessions/{session_id}/calls"]["post"]["x-required-scope"] == ["agent"]
     assert schema["paths"]["/api/v1/rules"]["post"]["x-required-scope"] == ["admin"]
     assert schema["paths"]["/api/v1/approvals/{id}/decide"]["post"]["x-console-roles"] == [

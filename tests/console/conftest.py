@@ -1,7 +1,7 @@
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from tools.models import McpServer
+from tools.models import McpServer, RedactionRule
 
 
 def mcp_server_of(tenant_world) -> McpServer:
@@ -9,6 +9,24 @@ def mcp_server_of(tenant_world) -> McpServer:
     server, _ = McpServer.objects.get_or_create(tenant=tenant_world.tenant, name="pages", defaults={
         "transport": "streamable_http", "url": "https://93.184.215.14/mcp", "enabled": False})
     return server
+
+
+def redaction_rule_of(tenant_world) -> RedactionRule:
+    rule, _ = RedactionRule.objects.get_or_create(tenant=tenant_world.tenant, name="pages",
+                                                  defaults={"pattern": r"page-\d+"})
+    return rule
+
+
+def http_tool_of(tenant_world):
+    """The tenant's HTTP tool for page tests (its endpoint; nothing here calls it)."""
+    from tools.http_tools import http_tool_create
+    from tools.models import HttpEndpoint
+
+    endpoint = HttpEndpoint.objects.for_tenant(tenant_world.tenant).filter(tool__name="pages_http").first()
+    if endpoint is None:
+        tool = http_tool_create(tenant=tenant_world.tenant, name="pages_http", url="https://93.184.215.14/x")
+        endpoint = HttpEndpoint.objects.for_tenant(tenant_world.tenant).get(tool=tool)
+    return endpoint
 
 
 def object_ids(tenant_world) -> dict:
@@ -21,6 +39,8 @@ def object_ids(tenant_world) -> dict:
         "session_id": str(tenant_world.session.pk),
         "call_id": str(tenant_world.calls[0].pk),
         "server_id": mcp_server_of(tenant_world).pk,
+        "http_tool_id": http_tool_of(tenant_world).pk,
+        "redaction_rule_id": redaction_rule_of(tenant_world).pk,
     }
 
 

@@ -67,6 +67,8 @@ class LiveServer:
     daphne_args: list[str] = field(default_factory=list)
     asgi_app: str = "toolkeeper.asgi:application"  # what daphne serves; a test may wrap the product's application
     startup_timeout: float = 60.0
+    # Another virtualenv's bin dir to run from (its python; daphne as `python -m daphne`); None: the project's.
+    bin_dir: Path | None = None
 
     url: str = ""
     port: int = 0
@@ -107,13 +109,19 @@ class LiveServer:
 
     def manage(self, *args: str, timeout: float = 300) -> str:
         result = subprocess.run(
-            [venv_executable("python"), str(ROOT / "manage.py"), *args],
+            [*self._command("python"), str(ROOT / "manage.py"), *args],
             cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
         )
         if result.returncode != 0:
             raise ServerError(f"manage.py {' '.join(args)} failed ({result.returncode}):\n"
                               f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
         return result.stdout
+
+    def _command(self, name: str) -> list[str]:
+        if self.bin_dir is None:
+            return [venv_executable(name)]
+        python = str(self.bin_dir / "python")
+        return [python] if name == "python" else [python, "-m", name]
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> LiveServer:
@@ -150,7 +158,7 @@ class LiveServer:
     def _serve(self) -> bool:
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop())
         self.process = subprocess.Popen(
-            [venv_executable("daphne"), "-b", "127.0.0.1", "-p", str(self.port), *self.daphne_args,
+            [*self._command("daphne"), "-b", "127.0.0.1", "-p", str(self.port), *self.daphne_args,
              self.asgi_app],
             cwd=ROOT, env=self.env(), stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,

@@ -1,7 +1,7 @@
 """The README's five-minute tour runs verbatim against a live server (embedded mode).
 
 Every ```sh block of README.md runs, in order, in one bash process, as a reader pasting them into
-one terminal would; only TK_URL and TK_KEY come from the environment. Markers printed between
+one terminal would; only TK_URL, TK_KEY and TK_ADMIN_KEY come from the environment. Markers printed between
 the blocks split the output so each block's own output can be checked.
 """
 import json
@@ -62,8 +62,9 @@ def test_the_readme_has_a_tour():
 @pytest.mark.skipif(shutil.which("curl") is None, reason="the tour uses curl")
 def test_the_readme_tour_runs_verbatim(toolkeeper_server):
     blocks = sh_blocks()
-    env = {k: v for k, v in os.environ.items() if k not in {"TK_URL", "TK_KEY"}}
-    env.update(TK_URL=toolkeeper_server.url, TK_KEY=toolkeeper_server.api_key)
+    env = {k: v for k, v in os.environ.items() if k not in {"TK_URL", "TK_KEY", "TK_ADMIN_KEY"}}
+    env.update(TK_URL=toolkeeper_server.url, TK_KEY=toolkeeper_server.api_key,
+               TK_ADMIN_KEY=toolkeeper_server.admin_api_key)
     result = subprocess.run(["bash", "-c", tour_script(blocks)], env=env, capture_output=True, text=True,
                             timeout=120, stdin=subprocess.DEVNULL, cwd=toolkeeper_server.data_dir)
     outputs = split_output(result.stdout, len(blocks))
@@ -132,3 +133,16 @@ def test_the_readme_tour_runs_verbatim(toolkeeper_server):
     assert '"status": "succeeded"' in out
     assert "counted down 3 seconds" in out
     assert '"kind": "progress"' in out
+
+    # 10. support-bot's write waits for a reviewer; the admin key approves it and it runs
+    _, out = block_with(blocks, outputs, '"call_9"', "slow_write")
+    (call,) = calls_of(out)
+    assert call["status"] == "awaiting_approval", call
+    assert call["decision"]["behavior"] == "ask" and call["approval"]["status"] == "pending", call
+    _, out = block_with(blocks, outputs, "$APPROVAL/decide")
+    decided, end = json.JSONDecoder().raw_decode(out)
+    final = json.loads(out[end:])
+    assert decided["status"] == "approved", decided
+    assert final["id"] == call["id"] and final["status"] == "succeeded", final
+    assert final["result"]["structured"]["appended"] == "hello from the tour", final
+    assert [vote["decision"] for vote in final["approval"]["votes"]] == ["approve"], final

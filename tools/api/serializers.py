@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from toolkeeper import serializers as strict
 from toolkeeper.openapi import NOT_NULL
+from tools.declared import DECLARED_MAX, DESCRIPTION_MAX
 from tools.mcp_servers import (
     HEADERS_MAX,
     NAME_LENGTH_MAX,
@@ -21,11 +22,45 @@ from tools.models import AgentSession, BoundArgument, CallEvent, McpServer, McpT
 from tools.registry import annotate_calls, calls_annotated
 from tools.selectors import FORMATS
 
+_DECLARATION = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+        "description": {"type": "string", "maxLength": DESCRIPTION_MAX},
+        "input_schema": {"type": "object", "description": 'a JSON Schema of type "object"'},
+        "parameters": {"type": "object", "description": "input_schema by its OpenAI name (send one of the two)"},
+    },
+    "required": ["name"],
+    "additionalProperties": False,
+}
+
+
+@extend_schema_field({"oneOf": [_DECLARATION, {
+    "type": "object", "description": "an OpenAI-style tool",
+    "properties": {"type": {"type": "string", "enum": ["function"]}, "function": _DECLARATION},
+    "required": ["type", "function"]}]})
+class ToolDeclarationField(serializers.JSONField):
+    """One declared tool; `tools.declared` checks it (the document states its shape)."""
+
+
+def declared_tools_field(help_text: str) -> serializers.ListField:
+    return serializers.ListField(child=ToolDeclarationField(), required=False, max_length=DECLARED_MAX,
+                                 help_text=help_text + (
+        ': schema-only tools, each {"name", "description", "input_schema"}, whose calls wait in awaiting_external '
+        "for the app to post their result"))
+
+
+def tools_mode_field(**kwargs) -> serializers.ChoiceField:
+    return serializers.ChoiceField(choices=["add", "replace"], help_text="add the declared tools to the session's "
+                                   "surface, or make them the whole surface", **kwargs)
+
 
 class SessionCreateSerializer(strict.Serializer):
     agent = serializers.CharField(max_length=100, help_text="may be left out with an API key locked to an agent")
     user = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     context = serializers.DictField(required=False, default=dict)
+    tools = declared_tools_field("tools declared for this session")
+    tools_mode = tools_mode_field(required=False, default="add")
 
     def __init__(self, *args, agent_locked: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
@@ -35,9 +70,20 @@ class SessionCreateSerializer(strict.Serializer):
 
 
 class SessionSerializer(serializers.ModelSerializer):
+    tools = serializers.ListField(child=serializers.DictField(), source="declared_tools", read_only=True,
+                                  help_text="the tools the app declared for this session")
+    tools_mode = serializers.CharField(source="declared_mode", read_only=True)
+
     class Meta:
         model = AgentSession
-        fields = ["id", "agent", "user", "context", "active_groups", "created_at"]
+        fields = ["id", "agent", "user", "context", "active_groups", "tools", "tools_mode", "created_at"]
+
+
+class SessionToolsSerializer(strict.Serializer):
+    """A change of the session's declared tools: `tools` replaces the whole list."""
+
+    tools = declared_tools_field("the session's declared tools, all of them")
+    tools_mode = tools_mode_field(required=False)
 
 
 class ToolsQuerySerializer(serializers.Serializer):
@@ -95,8 +141,16 @@ class CallBatchSerializer(strict.Serializer):
     name = serializers.CharField(max_length=128, required=False)
     input = serializers.JSONField(required=False)
     wait = wait_field()
+    tools = declared_tools_field("tools declared for the calls of this request only")
+    tools_mode = tools_mode_field(required=False)
 
     def validate(self, attrs):
+        declared = {"tools": attrs["tools"], "tools_mode": attrs.get("tools_mode", "add")} if "tools" in attrs else {}
+        if "tools_mode" in attrs and not declared:
+            raise serializers.ValidationError({"tools_mode": ["send it with the `tools` it applies to"]})
+        return {**self._calls(attrs), **declared}
+
+    def _calls(self, attrs):
         if "calls" in attrs:
             if any(key in attrs for key in ("id", "name", "input")):
                 raise serializers.ValidationError("send either one call or a `calls` list, not both")
@@ -106,7 +160,8 @@ class CallBatchSerializer(strict.Serializer):
             if len(calls) > settings.TOOLKEEPER_MAX_BATCH:
                 raise serializers.ValidationError({"calls": [f"at most {settings.TOOLKEEPER_MAX_BATCH} calls"]})
         else:
-            single = CallSpecSerializer(data={k: v for k, v in self.initial_data.items() if k != "wait"})
+            single = CallSpecSerializer(data={k: v for k, v in self.initial_data.items()
+                                              if k not in ("wait", "tools", "tools_mode")})
             single.is_valid(raise_exception=True)
             calls = [single.validated_data]
         return {"calls": [dict(call) for call in calls], "wait": attrs.get("wait", 0)}
@@ -189,6 +244,8 @@ class CallSubmitOneSerializer(CallSpecSerializer):
     """One call."""
 
     wait = wait_field()
+    tools = declared_tools_field("tools declared for this call only")
+    tools_mode = tools_mode_field(required=False, default="add")
 
 
 class CallSubmitBatchSerializer(serializers.Serializer):
@@ -196,6 +253,8 @@ class CallSubmitBatchSerializer(serializers.Serializer):
 
     calls = CallSpecSerializer(many=True, min_length=1, max_length=settings.TOOLKEEPER_MAX_BATCH)
     wait = wait_field()
+    tools = declared_tools_field("tools declared for the calls of this request only")
+    tools_mode = tools_mode_field(required=False, default="add")
 
 
 CALL_SUBMIT_REQUEST = PolymorphicProxySerializer(component_name="CallSubmit", resource_type_field_name=None,
@@ -323,10 +382,17 @@ class ToolSerializer(strict.ModelSerializer):
     class Meta:
         model = Tool
         fields = ["id", "name", "description", "input_schema", "output_schema", "source", "source_ref",
-                  "read_only", "destructive", "idempotent", "concurrency_safe", "timeout_s", "enabled"]
+                  "read_only", "destructive", "idempotent", "concurrency_safe", "timeout_s", "enabled",
+                  "retry_max", "retry_backoff_s", "max_result_chars"]
         read_only_fields = ["name", "input_schema", "output_schema", "source", "source_ref", "read_only",
                             "destructive", "idempotent", "concurrency_safe", "description"]
-        extra_kwargs = {"timeout_s": {"min_value": 0.1, "max_value": 86400}}
+        extra_kwargs = {"timeout_s": {"min_value": 0.1, "max_value": 86400},
+                        "retry_max": {"min_value": 0, "max_value": 10,
+                                      "help_text": "runs again after a transient error (idempotent tools only)"},
+                        "retry_backoff_s": {"min_value": 0, "max_value": 300,
+                                            "help_text": "seconds before the first retry, doubled for each next one"},
+                        "max_result_chars": {"min_value": 100, "max_value": 10_000_000,
+                                             "help_text": "result text cut beyond this; null: the platform's cap"}}
 
 
 class ExternalToolSerializer(strict.Serializer):
@@ -358,11 +424,14 @@ class GroupSerializer(strict.ModelSerializer):
     skill = serializers.CharField(
         source="skill_ref", required=False, allow_blank=True, max_length=64,
         help_text="the name of the skill whose loading switches the group on, for that session; empty: none")
+    agents = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False, max_length=100,
+        help_text="the agents that see the group; empty: every agent (basic is always open to every agent)")
 
     class Meta:
         model = ToolGroup
         fields = ["id", "name", "description", "notes", "default_active", "switchable", "tools", "skill",
-                  "created_at"]
+                  "agents", "created_at"]
 
     def validate_skill(self, value: str) -> str:
         # Checked here rather than by a pattern: a pattern beside a blank string is a `oneOf` both sides match.

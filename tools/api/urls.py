@@ -1,13 +1,16 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from . import views
+from . import http_tools, views
+from .redaction import RedactionRuleViewSet
 
 router = SimpleRouter(trailing_slash=False)
 router.register("tools", views.ToolViewSet, basename="tool")
 router.register("groups", views.GroupViewSet, basename="group")
 router.register("bindings", views.BindingViewSet, basename="binding")
 router.register("mcp-servers", views.McpServerViewSet, basename="mcp-server")
+router.register("redaction-rules", RedactionRuleViewSet, basename="redaction-rule")
+router.register("http-tools", http_tools.HttpToolViewSet, basename="http-tool")
 
 urlpatterns = [
     path("sessions", views.SessionCreateView.as_view(), name="session-create"),

@@ -18,7 +18,7 @@ from tenancy.web import acting_user
 from toolkeeper.api import exception_handler
 from toolkeeper.openapi import CONFLICT
 from tools import calls as tool_calls
-from tools import mcp_servers, selectors, services
+from tools import declared, mcp_servers, selectors, services
 from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, ToolCall
 from tools.runtime import runtime
 from tools.waiting import WaitPlan, run_db
@@ -58,7 +58,8 @@ class SessionCreateView(AgentView):
         api_key = request.auth if isinstance(request.auth, ApiKey) else None
         serializer = s.SessionCreateSerializer(data=request.data, agent_locked=bool(api_key and api_key.agent))
         serializer.is_valid(raise_exception=True)
-        session = services.session_create(tenant=request.tenant, api_key=api_key, **serializer.validated_data)
+        session = declared.session_create_declaring(tenant=request.tenant, api_key=api_key,
+                                                    **serializer.validated_data)
         return Response(s.SessionSerializer(session).data, status=201)
 
 
@@ -66,6 +67,18 @@ class SessionDetailView(AgentView):
     @extend_schema(responses=s.SessionSerializer)
     def get(self, request, session_id):
         return Response(s.SessionSerializer(access_session(request, session_id)).data)
+
+    @extend_schema(request=s.SessionToolsSerializer, responses=s.SessionSerializer)
+    def patch(self, request, session_id):
+        """Change the tools the app declared for the session (`tools` replaces the list) or their mode."""
+        session = access_session(request, session_id)
+        body = s.SessionToolsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        api_key = request.auth if isinstance(request.auth, ApiKey) else None
+        declared.session_tools_declare(session=session, tools=data.get("tools", session.declared_tools),
+                                       mode=data.get("tools_mode", session.declared_mode), api_key=api_key)
+        return Response(s.SessionSerializer(session).data)
 
 
 class SessionToolsView(AgentView):
@@ -97,7 +110,10 @@ class CallSubmitView(AgentView):
             validated = batch.validated_data
         api_key = request.auth if isinstance(request.auth, ApiKey) else None
         wait = validated["wait"]
-        calls = tool_calls.calls_submit(session=session, calls=validated["calls"], api_key=api_key)
+        request_tools = declared.request_declarations(session=session, tools=validated["tools"],
+                                                      mode=validated["tools_mode"]) if "tools" in validated else None
+        calls = tool_calls.calls_submit(session=session, calls=validated["calls"], api_key=api_key,
+                                        declared=request_tools)
         plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls, timeout=wait,
                         until=SETTLED_STATUSES, grant=grant_of(request), render=calls_payload,
                         offline=s.calls_data_offline)

@@ -7,13 +7,14 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from approvals.services import queue_save, rule_create
 from knowledge.services import dataset_create, documents_ingest_bulk
 from skills.models import Skill, SkillSource
 from skills.services import skill_update
 from tenancy.models import Role, Tenant
 from tenancy.services import apikey_create, membership_set, tenant_create
 from tools.models import Tool, ToolGroup
-from tools.services import binding_set, catalog_sync, group_update
+from tools.services import binding_set, catalog_sync, group_create, group_update, tool_external_create
 
 DEMO_TENANT = "demo"
 
@@ -78,6 +79,7 @@ def seed_demo() -> dict:
         if skill is not None and group_name in groups:
             skill_update(skill=skill, enabled=True)
             group_update(group=groups[group_name], skill_ref=skill_name)
+    seed_demo_governance(tenant, operator=accounts["operator"])
     clock = Tool.objects.for_tenant(tenant).get(name="current_time")
     binding_set(tenant=tenant, tool=clock, name="timezone", value="Europe/Berlin", agent="support-bot")
     issued = apikey_create(tenant=tenant, name="demo agent", scopes=["agent", "external"],
@@ -98,3 +100,28 @@ def seed_demo() -> dict:
     credentials["api_key"] = issued.key
     credentials["admin_api_key"] = admin_key.key
     return credentials
+
+
+def seed_demo_governance(tenant, *, operator) -> None:
+    """What the demo shows of governance: support-bot's writes wait for a reviewer, a guest agent may never
+    write (and so is not shown the tool), and refunds are an external tool the billing system performs."""
+    # The queue names no reviewers: every member who reviews works it, and so may the admin API key (the
+    # README's tour approves with it).
+    changes = queue_save(tenant=tenant, actor=operator, name="changes",
+                         description="Writes an agent wants to make; a reviewer approves each one.")
+    rule_create(tenant=tenant, actor=operator, behavior="ask", tool_pattern="slow_write", agents=["support-bot"],
+                queue=changes, note="support-bot's writes wait for a reviewer.")
+    rule_create(tenant=tenant, actor=operator, behavior="deny", tool_pattern="slow_write", agents=["guest-bot"],
+                note="Guests never write.")
+    refund = tool_external_create(
+        tenant=tenant, name="issue_refund", actor=operator, destructive=True, timeout_s=3600,
+        description="Refund an order. The billing system performs it and posts the result.",
+        input_schema={"properties": {
+            "order_id": {"type": "string", "description": "The order to refund."},
+            "amount_eur": {"type": "number", "exclusiveMinimum": 0, "description": "How much to refund."},
+            "reason": {"type": "string"},
+        }, "required": ["order_id", "amount_eur", "reason"]})
+    group_create(tenant=tenant, actor=operator, name="billing", tools=[refund],
+                 description="Refunds, performed by the billing system.",
+                 notes="issue_refund waits until the billing system has refunded the order; tell the customer "
+                       "it is in progress.")

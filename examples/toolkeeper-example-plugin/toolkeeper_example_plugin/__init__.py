@@ -1,0 +1,1 @@
+"""An example Toolkeeper plugin (see tools.py)."""

@@ -1,0 +1,13 @@
+from django import template
+
+from tools.plugins import plugin_of_tool
+
+register = template.Library()
+
+
+@register.simple_tag
+def tool_plugin(tool):
+    """The plugin that contributed this Python tool, or None (the platform's own tools, other sources)."""
+    if tool.source not in ("python", "builtin"):
+        return None
+    return plugin_of_tool(tool.name)
