@@ -10,7 +10,7 @@ class ToolsConfig(AppConfig):
 
         from tenancy.signals import tenant_created
 
-        from . import builtins, examples, http_tools, sources  # noqa: F401  (registers the shipped tools' sources)
+        from . import builtins, examples, sources  # noqa: F401  (registers the shipped tools' sources)
         from .catalog import bump_on_change
         from .models import BoundArgument, McpServer, RedactionRule, Tool, ToolGroup
         from .plugins import plugins_load
@@ -28,6 +28,7 @@ class ToolsConfig(AppConfig):
             plugins_load(settings.TOOLKEEPER_TOOL_MODULES, report_errors=not settings.TOOLKEEPER_TOOL_PROCESS)
         # A tool process runs Python tools only (tools.isolation); the MCP host process only reaches servers.
         if not (settings.TOOLKEEPER_TOOL_PROCESS or settings.TOOLKEEPER_MCP_HOST_PROCESS):
+            from . import http_tools  # noqa: F401  (registers the source of HTTP tools)
             from .mcp_servers import mcp_server_sync
             from .mcp_source import mcp_sync_register  # registers the source of MCP tools
 

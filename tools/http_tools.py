@@ -34,6 +34,7 @@ import time
 from urllib.parse import quote, urlencode
 
 import httpx2
+import yaml
 from django.db import transaction
 
 from audit.services import audit_record
@@ -623,8 +624,6 @@ def _refused(field: str, message: str) -> ServiceError:
 def openapi_parse(text: str) -> dict:
     """An OpenAPI 3 document (JSON or YAML) as plain JSON values. YAML aliases are refused (an alias-built
     document can be huge once expanded); so are documents over IMPORT_MAX_BYTES or nested too deep."""
-    import yaml
-
     if not isinstance(text, str) or len(text.encode("utf-8", "replace")) > IMPORT_MAX_BYTES:
         raise _refused("document", f"an OpenAPI document of at most {IMPORT_MAX_BYTES} bytes")
     try:
