@@ -39,13 +39,13 @@ from django.db import transaction
 
 from audit.services import audit_record
 from toolkeeper.errors import ServiceError
-from toolkeeper.json_values import json_parse, json_problem
+from toolkeeper.json_values import flags_check, json_parse, json_problem, seconds_check
 from toolkeeper.outbound import OutboundRefused, ResponseTooLarge, check_url, http_client
 from toolkeeper.secrets import SecretUnreadable
 
 from .decorators import CallCancelled, ToolError
 from .mcp_servers import HEADER_VALUE
-from .mcp_servers import _check_headers as check_header_values
+from .mcp_servers import check_headers as check_header_values
 from .models import HttpEndpoint, Tool, ToolSource
 from .registry import register_source
 from .results import tool_result
@@ -367,15 +367,8 @@ def _check_tool(tenant, values: dict, errors: dict, tool: Tool | None) -> None:
     if not isinstance(values["description"], str) or len(values["description"]) > DESCRIPTION_MAX \
             or json_problem(values["description"]):
         errors["description"] = [f"text of at most {DESCRIPTION_MAX} characters"]
-    for flag in ("read_only", "destructive", "idempotent", "enabled"):
-        if not isinstance(values[flag], bool):
-            errors[flag] = ["true or false"]
-    timeout = values["timeout_s"]
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
-            TIMEOUT_RANGE[0] <= timeout <= TIMEOUT_RANGE[1]):
-        errors["timeout_s"] = [f"between {TIMEOUT_RANGE[0]} and {TIMEOUT_RANGE[1]:g} seconds"]
-    else:
-        values["timeout_s"] = float(timeout)
+    flags_check(values, ("read_only", "destructive", "idempotent", "enabled"), errors)
+    seconds_check(values, "timeout_s", TIMEOUT_RANGE, errors)
     schema = declared_object_schema(values["input_schema"], errors, "input_schema")
     if schema is not None:
         values["input_schema"] = schema

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from toolkeeper.errors import ServiceError
-from toolkeeper.json_values import json_problem
+from toolkeeper.json_values import flags_check, json_problem, seconds_check
 from toolkeeper.outbound import OutboundRefused, check_url
 from toolkeeper.secrets import SecretUnreadable
 
@@ -336,7 +336,7 @@ def _check_name(tenant, name, errors: dict, instance=None) -> None:
         errors["name"] = [f"a server named {name!r} exists"]
 
 
-def _check_headers(headers, errors: dict) -> dict | None:
+def check_headers(headers, errors: dict) -> dict | None:
     if not isinstance(headers, dict):
         errors["headers"] = ["a JSON object of header names and values"]
         return None
@@ -412,15 +412,8 @@ def mcp_server_check(tenant, changes: dict, instance: McpServer | None = None) -
         for name in (("command", "env") if transport in HTTP_TRANSPORTS else ("url", "headers")):
             if name not in changes:
                 values[name] = None if name in SECRET_FIELDS else ""
-    for name in ("enabled", "trusted"):
-        if not isinstance(values[name], bool):
-            errors[name] = ["true or false"]
-    timeout = values["timeout_s"]
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
-            TIMEOUT_RANGE[0] <= timeout <= TIMEOUT_RANGE[1]):
-        errors["timeout_s"] = [f"between {TIMEOUT_RANGE[0]} and {TIMEOUT_RANGE[1]:g} seconds"]
-    else:
-        values["timeout_s"] = float(timeout)
+    flags_check(values, ("enabled", "trusted"), errors)
+    seconds_check(values, "timeout_s", TIMEOUT_RANGE, errors)
     for name in ("include", "exclude"):
         values[name] = _check_names(values[name], name, errors)
     for name in SECRET_FIELDS:
@@ -451,7 +444,7 @@ def _check_http(values: dict, changes: dict, instance, errors: dict) -> None:
     if values["env"]:
         errors["env"] = ["only a stdio server takes environment variables"]
     if values["headers"] is not None:
-        values["headers"] = _check_headers(values["headers"], errors)
+        values["headers"] = check_headers(values["headers"], errors)
     if (instance is not None and "headers" not in changes and instance.headers
             and "url" not in errors and _origin(url) != _origin(instance.url)):
         errors["headers"] = ["the URL now points at another server: send the headers again (stored credentials "

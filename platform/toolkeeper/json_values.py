@@ -99,3 +99,20 @@ class JSONValueField(forms.JSONField):
             return json_parse(data)
         except ValueError:
             return InvalidJSONInput(data)
+
+
+def flags_check(values: dict, names, errors: dict) -> None:
+    """Each of `names` in `values` must be a JSON boolean; a problem is filed under its name in `errors`."""
+    for name in names:
+        if not isinstance(values[name], bool):
+            errors[name] = ["true or false"]
+
+
+def seconds_check(values: dict, name: str, bounds: tuple[float, float], errors: dict) -> None:
+    """`values[name]` must be a number of seconds within `bounds` (a JSON boolean is not one); stored as a float."""
+    low, high = bounds
+    seconds = values[name]
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not low <= seconds <= high:
+        errors[name] = [f"between {low} and {high:g} seconds"]
+    else:
+        values[name] = float(seconds)
