@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from approvals.engine import index_cache
 from tenancy.models import Role
 from tenancy.services import apikey_create, membership_set, tenant_create
 from tools.calls import calls_submit
@@ -86,6 +87,14 @@ def build_tenant(slug: str) -> TenantWorld:
 @pytest.fixture
 def world(db) -> World:
     return World(a=build_tenant("acme"), b=build_tenant("globex"))
+
+
+@pytest.fixture
+def fresh_rule_index():
+    """Compiled rule indexes live per process, keyed by tenant id and policy version: start the test clean."""
+    index_cache.clear()
+    yield
+    index_cache.clear()
 
 
 @pytest.fixture

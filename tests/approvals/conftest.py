@@ -9,7 +9,6 @@ import pytest
 from rest_framework.test import APIClient
 
 from approvals import services as approvals
-from approvals.engine import index_cache
 from approvals.models import ApprovalRequest
 from tenancy.models import Role
 from tenancy.services import membership_set, user_create
@@ -22,11 +21,8 @@ from ..tools.support import install_tool, registered_tool, unique_name
 
 
 @pytest.fixture(autouse=True)
-def gov_fresh_rule_index():
-    """Compiled rule indexes live per process, keyed by tenant id and policy version: start every test clean."""
-    index_cache.clear()
-    yield
-    index_cache.clear()
+def gov_fresh_rule_index(fresh_rule_index):
+    """Every governance test starts with no compiled rule index cached."""
 
 
 @dataclass

@@ -1,20 +1,12 @@
 """The console: groups limited to agents, and the tools page showing the surface as a given agent sees it."""
 import pytest
 
-from approvals.engine import index_cache
 from approvals.services import rule_create
 from tools.models import ToolGroup
 from tools.selectors import surface_preview, visible_tools
 from tools.services import group_create, group_update, session_create, tool_external_create
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def fresh_rule_index():
-    index_cache.clear()
-    yield
-    index_cache.clear()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_rule_index")]
 
 
 def external(tenant, name: str):

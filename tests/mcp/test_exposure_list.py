@@ -5,12 +5,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from approvals.engine import index_cache
 from approvals.services import rule_create, rule_update
 from tools.mcp_endpoint import CALLER_SCOPE, McpCaller, _list_tools
 from tools.services import group_update, session_create, tool_external_create
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls", "fresh_rule_index")]
 
 
 def tools_list(caller: McpCaller) -> set[str]:
@@ -20,7 +19,6 @@ def tools_list(caller: McpCaller) -> set[str]:
 
 
 def test_tools_list_leaves_out_a_tool_a_deny_rule_always_refuses_and_takes_it_back_when_the_rule_goes(world):
-    index_cache.clear()
     tenant = world.a.tenant
     wipe = tool_external_create(tenant=tenant, name="disk_wipe", description="Wipe.",
                                 input_schema={"properties": {}})

@@ -12,7 +12,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from approvals.engine import index_cache
 from approvals.models import ApprovalRequest
 from approvals.services import default_queue, external_calls_expire, rule_create
 from tenancy.models import Role
@@ -28,15 +27,10 @@ ORDER_TOOL = {
     "description": "Look an order up in the shop's back office.",
     "input_schema": {"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]},
 }
+pytestmark = pytest.mark.usefixtures("fresh_rule_index")
+
 REFUND_TOOL = {"name": "refund_order", "description": "Refund an order.",
                "input_schema": {"properties": {"order": {"type": "string"}, "cents": {"type": "integer"}}}}
-
-
-@pytest.fixture(autouse=True)
-def fresh_rule_index():
-    index_cache.clear()
-    yield
-    index_cache.clear()
 
 
 def create_session(client, **body) -> dict:

@@ -4,7 +4,6 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from approvals.engine import index_cache
 from approvals.services import rule_create, rule_update
 from tools import registry
 from tools.calls import calls_submit
@@ -13,14 +12,7 @@ from tools.models import AgentSession, CallStatus, ToolGroup
 from tools.selectors import session_prompt, session_tools, visible_tools
 from tools.services import group_create, group_update, session_create, tool_external_create
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def fresh_rule_index():
-    index_cache.clear()
-    yield
-    index_cache.clear()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_rule_index")]
 
 
 def external(tenant, name: str):
