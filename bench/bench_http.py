@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -70,3 +71,81 @@ def run_together(calls: list[Callable[[], float]], per_client: int) -> tuple[lis
     if errors:
         raise errors[0]
     return [sample for per in collected for sample in per], wall
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(pid: int) -> list[int]:
+    """A process and all its descendants (Linux /proc)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in _listdir(f"/proc/{current}/task"):
+            try:
+                with open(f"/proc/{current}/task/{task}/children") as handle:
+                    todo += [int(p) for p in handle.read().split()]
+            except OSError:
+                continue
+    return found
+
+
+def processes_named(name: str) -> list[int]:
+    """Every process whose command name is `name` (PostgreSQL's backends, a redis-server)."""
+    found = []
+    for entry in _listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as handle:
+                    if handle.read().strip() == name:
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU the processes have used so far (a process gone since counts nothing)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / CLOCK_TICKS
+
+
+class CpuMeter:
+    """CPU per component over a window: `components` maps a name to a function listing its pids, asked
+    again at each reading (PostgreSQL starts a backend per connection)."""
+
+    def __init__(self, components: dict[str, Callable[[], list[int]]]):
+        self.components = components
+        self._start: dict[str, dict[int, float]] = {}
+        self.used: dict[str, float] = {}
+
+    def _read(self) -> dict[str, dict[int, float]]:
+        return {name: {pid: cpu_seconds([pid]) for pid in pids()} for name, pids in self.components.items()}
+
+    def start(self) -> None:
+        self._start = self._read()
+
+    def stop(self) -> dict[str, float]:
+        end = self._read()
+        # a process started inside the window counts from zero
+        self.used = {name: sum(cpu - self._start[name].get(pid, 0.0) for pid, cpu in end[name].items())
+                     for name in end}
+        return self.used
+
+    def per_call_ms(self, calls: int) -> dict[str, float]:
+        return {name: used * 1000 / calls for name, used in self.used.items()} if calls else {}
