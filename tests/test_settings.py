@@ -42,7 +42,7 @@ def test_distributed_services_come_from_the_environment(tmp_path):
     assert result.returncode == 0, result.stderr
     loaded = json.loads(result.stdout)
     assert loaded["engine"] == "django.db.backends.postgresql"
-    assert loaded["layer"] == "channels_redis.core.RedisChannelLayer"
+    assert loaded["layer"] == "realtime.layers.BatchedRedisChannelLayer"
     assert loaded["hosts"] == ["tk.example.com", "api.example.com"]
 
 

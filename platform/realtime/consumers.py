@@ -24,6 +24,8 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_NOT_FOUND = 4404
 MAX_SEQ = 2**63 - 1
+# Channel-layer messages whose handlers touch no database (see EventStream.dispatch).
+DATABASE_FREE_MESSAGES = frozenset({"call.event", "inbox.event", "access.ended"})
 
 
 def _query(scope) -> dict:
@@ -95,6 +97,15 @@ class EventStream(AsyncJsonWebsocketConsumer):
         if getattr(self, "joined", False):
             for group in self.groups_to_join():
                 await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def dispatch(self, message):
+        # Channels closes stale database connections before every handler, in a thread of its own: a round
+        # trip to that thread per event, queued behind the process's sync views. Forwarding an event reads
+        # no database (the replay runs in database_sync_to_async, which closes them itself).
+        if message.get("type") in DATABASE_FREE_MESSAGES:
+            await getattr(self, message["type"].replace(".", "_"))(message)
+            return
+        await super().dispatch(message)
 
     async def receive_json(self, content, **kwargs):
         """Streams are one-way; a client message is ignored."""

@@ -1,4 +1,5 @@
-"""An in-process channel layer that worker threads can publish to safely.
+"""Channel layers: an in-process one that worker threads can publish to safely, and Redis reads and
+group sends in batches.
 
 Channels' in-memory layer assumes one event loop; the embedded mode's executor threads publish
 from outside it. Each receiver's queue remembers its loop, and a send from any other thread is
@@ -6,14 +7,18 @@ handed to that loop with call_soon_threadsafe.
 """
 import asyncio
 import contextlib
+import logging
 import random
 import string
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 
 from channels.exceptions import ChannelFull
 from channels.layers import BaseChannelLayer
+from channels_redis.core import RedisChannelLayer
+
+logger = logging.getLogger("toolkeeper.realtime")
 
 
 class _Inbox:
@@ -129,3 +134,176 @@ class InProcessChannelLayer(BaseChannelLayer):
 
     async def close(self):
         pass
+
+
+# Pushes a batch of messages onto channel keys in one round trip, with channels_redis's own rules:
+# expired messages are dropped first, and a key at its capacity drops what comes to it (the
+# listener misses those broadcasts; the others still get them).
+# KEYS: channel keys. ARGV: each key's capacity, then now, expiry, and (key number, score, message)
+# per message, in order. Returns how many messages were dropped for capacity.
+_PUSH_BATCH_LUA = """
+local keys = #KEYS
+local now = tonumber(ARGV[keys + 1])
+local expiry = tonumber(ARGV[keys + 2])
+local counts = {}
+for i = 1, keys do
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, math.floor(now) - expiry)
+    counts[i] = redis.call('ZCOUNT', KEYS[i], '-inf', '+inf')
+end
+local dropped = 0
+for j = keys + 3, #ARGV, 3 do
+    local i = tonumber(ARGV[j])
+    if counts[i] < tonumber(ARGV[i]) then
+        redis.call('ZADD', KEYS[i], ARGV[j + 1], ARGV[j + 2])
+        counts[i] = counts[i] + 1
+    else
+        dropped = dropped + 1
+    end
+end
+for i = 1, keys do
+    redis.call('EXPIRE', KEYS[i], expiry)
+end
+return dropped
+"""
+# Receivers pop the lowest score first, and equal scores come out in byte order: each message of a
+# sender gets a score above the one before, whatever the clock says.
+_SCORE_STEP = 1e-6
+
+
+class RedisGroupSender:
+    """group_send for many messages at once on channels_redis's layer: what its group_send does per message
+    (two group reads, a cleanup and a push: four round trips per group) takes two round trips per batch.
+
+    The messages are those channels_redis's group_send would store (it builds and serializes them), so any
+    receiver of that layer reads them. Each group's messages are stored in the order given.
+    """
+
+    def __init__(self, layer: RedisChannelLayer):
+        self.layer = layer
+        self.last_score = 0.0
+
+    async def send(self, sends: list[tuple[list[str], dict]]) -> int:
+        """Send each message to its groups: `sends` holds (groups, message) in order. Returns how many
+        deliveries were dropped because a listener's channel was full."""
+        layer = self.layer
+        members = await self._members({group for groups, _ in sends for group in groups})
+        # Per connection: the channel keys in first-use order, and (key number, message) in send order.
+        keys: dict[int, dict[bytes, int]] = defaultdict(dict)
+        capacities: dict[int, list[int]] = defaultdict(list)
+        pushes: dict[int, list] = defaultdict(list)
+        for groups, message in sends:
+            for group in groups:
+                channels = members.get(group)
+                if not channels:
+                    continue
+                by_connection, serialized, capacity = layer._map_channel_keys_to_connection(channels, message)
+                for index, channel_keys in by_connection.items():
+                    numbers = keys[index]
+                    for key in channel_keys:
+                        if key not in numbers:
+                            numbers[key] = len(numbers) + 1
+                            capacities[index].append(capacity[key])
+                        pushes[index].append((numbers[key], serialized[key]))
+        dropped = 0
+        for index, numbers in keys.items():
+            now = time.time()
+            args: list = [*capacities[index], now, int(layer.expiry)]
+            for number, payload in pushes[index]:
+                self.last_score = max(now, self.last_score + _SCORE_STEP)
+                args += [number, repr(self.last_score), payload]
+            dropped += await layer.connection(index).eval(_PUSH_BATCH_LUA, len(numbers), *numbers, *args)
+        return dropped
+
+    async def _members(self, groups: set[str]) -> dict[str, list[str]]:
+        """The channels of each group, after dropping those older than the group expiry."""
+        layer = self.layer
+        by_connection: dict[int, list[str]] = defaultdict(list)
+        for group in groups:
+            by_connection[layer.consistent_hash(group)].append(group)
+        members: dict[str, list[str]] = {}
+        oldest = int(time.time()) - layer.group_expiry
+        for index, names in by_connection.items():
+            pipe = layer.connection(index).pipeline(transaction=False)
+            for group in names:
+                key = layer._group_key(group)
+                pipe.zremrangebyscore(key, min=0, max=oldest)
+                pipe.zrange(key, 0, -1)
+            replies = await pipe.execute()
+            for group, channels in zip(names, replies[1::2], strict=True):
+                members[group] = [channel.decode() for channel in channels]
+        return members
+
+
+# Puts back what an interrupted receive left in the backup, then takes up to ARGV[1] messages off the
+# channel into the backup (where the next receive puts them back, should this one be cancelled before it
+# holds them): channels_redis's cleanup, pop and backup in one round trip for a whole batch.
+_POP_BATCH_LUA = """
+local backed_up = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+for i = #backed_up, 1, -2 do
+    redis.call('ZADD', KEYS[1], backed_up[i], backed_up[i - 1])
+end
+redis.call('DEL', KEYS[2])
+local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
+for i = 1, #popped, 2 do
+    redis.call('ZADD', KEYS[2], popped[i + 1], popped[i])
+end
+return popped
+"""
+
+
+class BatchedRedisChannelLayer(RedisChannelLayer):
+    """channels_redis's layer, with a server process's messages read in batches.
+
+    Every consumer of a process reads one Redis key (its "specific" channel). channels_redis takes one
+    message off it per four round trips (restore the backup, pop, back it up, clear the backup), so a
+    burst of events queues in Redis behind the process's own reads, and past the channel's capacity
+    events are dropped. Here one round trip takes what is waiting (up to `receive_batch`) and one more
+    clears the backup; messages come out one by one, in order, as before. With nothing waiting, the
+    read blocks as channels_redis's does.
+    """
+
+    def __init__(self, *args, receive_batch: int = 100, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.receive_batch = receive_batch
+        self._taken: dict[str, deque] = defaultdict(deque)  # messages read but not yet handed out
+
+    async def receive_single(self, channel):
+        if "!" not in channel:
+            return await super().receive_single(channel)
+        taken = self._taken[channel]
+        if not taken:
+            await self._take_batch(channel, taken)
+        if taken:
+            return taken.popleft()
+        return await super().receive_single(channel)
+
+    async def _take_batch(self, channel: str, taken: deque) -> None:
+        index = self.consistent_hash(channel)
+        channel_key = self.prefix + channel
+        backup_key = self._backup_channel_name(channel_key)
+        connection = self.connection(index)
+        await self.receive_clean_locks.acquire(channel_key)
+        try:
+            popped = await connection.eval(_POP_BATCH_LUA, 2, channel_key, backup_key, self.receive_batch)
+        except BaseException:
+            self.receive_clean_locks.release(channel_key)
+            raise
+        if not popped:
+            self.receive_clean_locks.release(channel_key)
+            return
+        # Held in memory now: clear the backup; the next read of the channel waits for that (the lock).
+        cleaner = asyncio.ensure_future(connection.delete(backup_key))
+        self.receive_cleaners.append(cleaner)
+
+        def cleaned(done):
+            self.receive_cleaners.remove(done)
+            self.receive_clean_locks.release(channel_key)
+
+        cleaner.add_done_callback(cleaned)
+        for content in popped[0::2]:
+            try:
+                message = self.deserialize(content)
+            except Exception:  # one unreadable message is lost, not the batch around it
+                logger.exception("could not read a message of channel %s", channel)
+                continue
+            taken.append((message.pop("__asgi_channel__", channel), message))

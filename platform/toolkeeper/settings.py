@@ -204,7 +204,8 @@ if REDIS_URL:
 
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels_redis, reading each server process's messages in batches (realtime.layers).
+            "BACKEND": "realtime.layers.BatchedRedisChannelLayer",
             "CONFIG": {"hosts": [{
                 "address": REDIS_URL,
                 # No socket timeout: a receive blocks for up to 5 s by design, and redis-py's own

@@ -1,0 +1,166 @@
+"""Batches on the Redis channel layer (`realtime.layers`).
+
+Sends (`RedisGroupSender`): what the publisher sends in one batch reaches every listener as channels_redis's
+own group_send would deliver it, each group's messages in the order given, across batches too; a full
+channel drops what comes to it, as before.
+
+Reads (`BatchedRedisChannelLayer`): a server process takes what waits in one read and hands it out in order
+to each of its listeners; a read cancelled after it took messages loses none of them.
+"""
+import asyncio
+import contextlib
+import os
+import secrets
+import uuid
+
+import pytest
+from channels_redis.core import RedisChannelLayer
+
+from realtime.layers import BatchedRedisChannelLayer, RedisGroupSender
+from tests.live.server import port_open
+
+
+def _redis_url() -> str:
+    url = os.environ.get("TEST_REDIS_URL")
+    if url:
+        return url
+    if not port_open("127.0.0.1", 6379):
+        if os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1":
+            pytest.fail("Redis is required (TOOLKEEPER_REQUIRE_SERVICES=1) but not reachable")
+        pytest.skip("Redis is not reachable")
+    return f"redis://127.0.0.1:6379/{secrets.randbelow(14) + 2}"
+
+
+@pytest.fixture
+def make_layer():
+    """Layers that share a key prefix of their own, like the processes of one deployment."""
+    url, prefix = _redis_url(), f"test-{uuid.uuid4().hex[:8]}"
+
+    def make(batched: bool = False, **config) -> RedisChannelLayer:
+        return (BatchedRedisChannelLayer if batched else RedisChannelLayer)(hosts=[url], prefix=prefix, **config)
+
+    return make
+
+
+def events(first: int, last: int) -> list[dict]:
+    return [{"type": "call.event", "call": "c1", "seq": seq, "data": {"text": "é" * seq}}
+            for seq in range(first, last + 1)]
+
+
+async def _receive(layer: RedisChannelLayer, channel: str, count: int) -> list[dict]:
+    return [await asyncio.wait_for(layer.receive(channel), timeout=5) for _ in range(count)]
+
+
+async def _nothing_more(layer: RedisChannelLayer, channel: str) -> bool:
+    try:
+        await asyncio.wait_for(layer.receive(channel), timeout=0.5)
+    except TimeoutError:
+        return True
+    return False
+
+
+def test_a_batch_reaches_every_listener_in_order_across_batches(make_layer):
+    # Room for all 120 messages that the first process's two listeners hear before they read any.
+    server, other_server, worker = make_layer(capacity=200), make_layer(capacity=200), make_layer(capacity=200)
+
+    async def scenario():
+        # Two listeners in one process share a Redis key; a third listens from another process.
+        both, session_only, calls_only = (await server.new_channel(), await server.new_channel(),
+                                          await other_server.new_channel())
+        await server.group_add("t1.s1", both)
+        await server.group_add("t1.calls", both)
+        await server.group_add("t1.s1", session_only)
+        await other_server.group_add("t1.calls", calls_only)
+        sender = RedisGroupSender(worker)
+        for first in (1, 21, 41):  # three batches, back to back
+            assert await sender.send([(["t1.s1", "t1.calls"], event) for event in events(first, first + 19)]) == 0
+        received = (await _receive(server, both, 120), await _receive(server, session_only, 60),
+                    await _receive(other_server, calls_only, 60), await _nothing_more(server, session_only))
+        await server.flush()
+        return received
+
+    both, session_only, calls_only, nothing_more = asyncio.run(scenario())
+    assert session_only == events(1, 60) and calls_only == events(1, 60) and nothing_more
+    # The listener in both groups hears every event once per group, each group's copies in order.
+    assert both[0::2] == events(1, 60) and both[1::2] == events(1, 60)
+
+
+def test_a_batch_reads_like_channels_redis_own_group_send(make_layer):
+    server, worker = make_layer(), make_layer()
+
+    async def scenario():
+        channel = await server.new_channel()
+        await server.group_add("t1.inbox", channel)
+        await worker.group_send("t1.inbox", {"type": "inbox.event", "n": 1})
+        await RedisGroupSender(worker).send([(["t1.inbox"], {"type": "inbox.event", "n": 2})])
+        received = await _receive(server, channel, 2)
+        await server.flush()
+        return received
+
+    assert asyncio.run(scenario()) == [{"type": "inbox.event", "n": 1}, {"type": "inbox.event", "n": 2}]
+
+
+def test_a_full_channel_drops_what_comes_to_it_and_others_still_hear(make_layer):
+    server, other_server, worker = make_layer(capacity=5), make_layer(capacity=5), make_layer(capacity=5)
+
+    async def scenario():
+        full, other = await server.new_channel(), await other_server.new_channel()
+        await server.group_add("t1.s1", full)
+        await server.group_add("t1.s1", other)
+        dropped = await RedisGroupSender(worker).send([(["t1.s1"], event) for event in events(1, 8)])
+        received = (await _receive(server, full, 5), await _nothing_more(server, full),
+                    await _receive(other_server, other, 5))
+        await server.flush()
+        return dropped, received
+
+    dropped, (full, nothing_more, other) = asyncio.run(scenario())
+    assert dropped == 6  # three for each listener
+    assert full == events(1, 5) and nothing_more and other == events(1, 5)
+
+
+def test_a_server_process_reads_waiting_messages_in_batches_and_in_order(make_layer):
+    server, worker = make_layer(batched=True, receive_batch=7, capacity=200), make_layer(capacity=200)
+
+    async def scenario():
+        first, second = await server.new_channel(), await server.new_channel()
+        await server.group_add("t1.s1", first)
+        await server.group_add("t1.calls", second)
+        await RedisGroupSender(worker).send([(["t1.s1", "t1.calls"], event) for event in events(1, 50)])
+        # The two listeners read at the same time, as two sockets of one server do.
+        received = await asyncio.gather(_receive(server, first, 50), _receive(server, second, 50))
+        # Then a message sent while a read waits on an empty channel.
+        waiting = asyncio.ensure_future(server.receive(first))
+        await asyncio.sleep(0.2)
+        await worker.group_send("t1.s1", events(51, 51)[0])
+        late = await asyncio.wait_for(waiting, timeout=5)
+        await server.flush()
+        return received, late
+
+    (first, second), late = asyncio.run(scenario())
+    assert first == events(1, 50) and second == events(1, 50)
+    assert late == events(51, 51)[0]
+
+
+def test_a_read_cancelled_after_taking_messages_loses_none(make_layer):
+    server, worker = make_layer(batched=True, receive_batch=10), make_layer()
+
+    async def scenario():
+        channel = await server.new_channel()
+        await server.group_add("t1.s1", channel)
+        await RedisGroupSender(worker).send([(["t1.s1"], event) for event in events(1, 5)])
+        connection = server.connection(0)  # one client per layer and loop
+        original_eval = connection.eval
+
+        async def taken_then_cancelled(*args):
+            await original_eval(*args)  # Redis took the messages...
+            raise asyncio.CancelledError  # ...and the reader was cancelled before it held them
+
+        connection.eval = taken_then_cancelled
+        with contextlib.suppress(asyncio.CancelledError):
+            await server.receive(channel)
+        connection.eval = original_eval
+        received = await _receive(server, channel, 5)
+        await server.flush()
+        return received
+
+    assert asyncio.run(scenario()) == events(1, 5)
