@@ -4,12 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+SERVERS ?= 2
 STAMP := $(VENV)/.installed
 # The MCP interop tests' node packages (the official conformance suite, the TypeScript SDK client).
 NODE_DIR := tests/mcp/conformance
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 
-.PHONY: run test install install-node lint migrate serve worker beat bench clean
+.PHONY: run test install install-node lint migrate serve worker beat cluster bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,11 @@ worker: install
 
 beat: install
 	$(BIN)/celery -A toolkeeper beat --loglevel=info --schedule $${TOOLKEEPER_DATA_DIR:-var}/celerybeat-schedule
+
+# Or all of them on this host with one command: $(SERVERS) daphne processes sharing one socket on
+# $(HOST):$(PORT), a Celery worker and beat; Ctrl-C stops them all.
+cluster: migrate
+	$(BIN)/python manage.py serve_cluster --host $(HOST) --port $(PORT) --servers $(SERVERS)
 
 test: install install-node
 	$(BIN)/python -m pytest -n auto --dist loadgroup
