@@ -16,8 +16,8 @@ IN_FLIGHT_STATUSES = (CallStatus.RECEIVED, CallStatus.QUEUED, CallStatus.RUNNING
 _update_statements: dict[tuple, tuple[str, list]] = {}  # (vendor, field names, statuses) → (UPDATE text, fields)
 
 
-def _update_statement(conn, names: tuple[str, ...], statuses: int | None) -> tuple[str, list]:
-    key = (conn.vendor, names, statuses)
+def _update_statement(conn, names: tuple[str, ...], statuses: int | None, condition: str = "") -> tuple[str, list]:
+    key = (conn.vendor, names, statuses, condition)
     found = _update_statements.get(key)
     if found is not None:
         return found
@@ -33,18 +33,14 @@ def _update_statement(conn, names: tuple[str, ...], statuses: int | None) -> tup
     where = [f"{quote(meta.pk.column)} = %s", f"{quote(meta.get_field('tenant').column)} = %s"]
     if statuses is not None:
         where.append(f"{quote(meta.get_field('status').column)} IN ({', '.join(['%s'] * statuses)})")
+    if condition:
+        where.append(condition)
     sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)} WHERE {' AND '.join(where)} RETURNING {seq_column}"  # noqa: S608
     found = _update_statements[key] = (sql, fields)
     return found
 
 
-def call_update(call: ToolCall, *, from_statuses=None, fields: dict | None = None) -> int | None:
-    """UPDATE the call (if still in `from_statuses`) and bump its event counter in the same statement;
-    returns the new event number, or None when the call was not in one of those statuses."""
-    conn = this_connection()
-    fields = fields or {}
-    statuses = None if from_statuses is None else [str(status) for status in from_statuses]
-    sql, model_fields = _update_statement(conn, tuple(fields), None if statuses is None else len(statuses))
+def _update_params(conn, call: ToolCall, fields: dict, model_fields: list, statuses, condition_params=()) -> list:
     params = []
     for (name, value), field in zip(fields.items(), model_fields, strict=True):
         if name in INCREMENTS:
@@ -53,7 +49,66 @@ def call_update(call: ToolCall, *, from_statuses=None, fields: dict | None = Non
         if field.is_relation and hasattr(value, "pk"):
             value = value.pk
         params.append(field.get_db_prep_save(value, conn))
-    params += [ToolCall._meta.pk.get_db_prep_value(call.pk, conn), call.tenant_id, *(statuses or ())]
+    return params + [ToolCall._meta.pk.get_db_prep_value(call.pk, conn), call.tenant_id, *(statuses or ()),
+                     *condition_params]
+
+
+def call_update(call: ToolCall, *, from_statuses=None, fields: dict | None = None,
+                condition: tuple[str, list] | None = None) -> int | None:
+    """UPDATE the call (if still in `from_statuses`, and `condition` holds) and bump its event counter in the
+    same statement; returns the new event number, or None when it did not apply."""
+    conn = this_connection()
+    fields = fields or {}
+    statuses = None if from_statuses is None else [str(status) for status in from_statuses]
+    condition_sql, condition_params = condition or ("", [])
+    sql, model_fields = _update_statement(conn, tuple(fields), None if statuses is None else len(statuses),
+                                          condition_sql)
+    with conn.cursor() as cursor:
+        cursor.execute(sql, _update_params(conn, call, fields, model_fields, statuses, condition_params))
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+_event_columns: dict[str, tuple[str, list]] = {}  # vendor → (column list, the fields of the values after seq)
+
+
+def _event_shape(conn) -> tuple[str, list]:
+    found = _event_columns.get(conn.vendor)
+    if found is None:
+        meta = CallEvent._meta
+        quote = conn.ops.quote_name
+        names = ("tenant", "call", "seq", "kind", "data", "at")
+        columns = ", ".join(quote(meta.get_field(name).column) for name in names)
+        found = _event_columns[conn.vendor] = (columns, [meta.get_field(name) for name in ("kind", "data", "at")])
+    return found
+
+
+def call_update_with_event(call: ToolCall, *, from_statuses=None, fields: dict | None = None, kind: str,
+                           data: dict, at, condition: tuple[str, list] | None = None) -> int | None:
+    """`call_update` and the event it numbers, written together; returns the event's number, or None (nothing
+    written) when the call was not in one of `from_statuses` (or `condition`, more SQL for the WHERE with its
+    parameters, did not hold). On PostgreSQL one statement (the UPDATE in a WITH, the INSERT reading its
+    RETURNING): a round trip fewer for each of a call's status changes."""
+    conn = this_connection()
+    if conn.vendor != "postgresql":  # SQLite has no data-modifying WITH, and no network to save
+        seq = call_update(call, from_statuses=from_statuses, fields=fields, condition=condition)
+        if seq is not None:
+            event_insert(call, seq=seq, kind=kind, data=data, at=at)
+        return seq
+    fields = fields or {}
+    statuses = None if from_statuses is None else [str(status) for status in from_statuses]
+    condition_sql, condition_params = condition or ("", [])
+    update_sql, model_fields = _update_statement(conn, tuple(fields), None if statuses is None else len(statuses),
+                                                 condition_sql)
+    columns, value_fields = _event_shape(conn)
+    quote = conn.ops.quote_name
+    seq_column = quote(ToolCall._meta.get_field("event_seq").column)
+    sql = (f"WITH moved AS ({update_sql}) INSERT INTO {quote(CallEvent._meta.db_table)} ({columns}) "  # noqa: S608
+           f"SELECT %s, %s, moved.{seq_column}, %s, %s, %s FROM moved RETURNING {quote('seq')}")
+    params = _update_params(conn, call, fields, model_fields, statuses, condition_params)
+    params += [call.tenant_id, ToolCall._meta.pk.get_db_prep_value(call.pk, conn),
+               *(field.get_db_prep_save(value, conn) for field, value in zip(value_fields, (kind, data, at),
+                                                                                strict=True))]
     with conn.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
@@ -77,21 +132,6 @@ def session_call_count_add(session: AgentSession, added: int) -> int:
             [added, meta.pk.get_db_prep_value(session.pk, conn), session.tenant_id],
         )
         return cursor.fetchone()[0]
-
-
-def session_call_ids_taken(session: AgentSession, candidates: list[str]) -> set[str]:
-    """Which of these call ids the session already has."""
-    meta = ToolCall._meta
-    conn = this_connection()
-    quote = conn.ops.quote_name
-    marks = ", ".join(["%s"] * len(candidates))
-    with conn.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {quote('call_id')} FROM {quote(meta.db_table)} "  # noqa: S608 (identifiers from metadata)
-            f"WHERE {quote('tenant_id')} = %s AND {quote('session_id')} = %s AND {quote('call_id')} IN ({marks})",
-            [session.tenant_id, AgentSession._meta.pk.get_db_prep_value(session.pk, conn), *candidates],
-        )
-        return {row[0] for row in cursor.fetchall()}
 
 
 def calls_in_flight(*, tenant, api_key=None) -> tuple[int, int]:
@@ -138,3 +178,89 @@ def session_calls_awaiting_approval(session: AgentSession, tool_name: str) -> li
         rows = cursor.fetchall()
     input_field = meta.get_field("input")
     return [(meta.pk.to_python(pk), input_field.from_db_value(value, None, conn)) for pk, value in rows]
+
+
+def call_statuses(tenant_id: int, call_ids, *, with_cancel: bool = False) -> dict:
+    """call id → status for these calls of the tenant (read by every waiting request, at least once); with
+    `with_cancel`, call id → (status, whether a cancel was requested), for a worker's watch."""
+    ids = [str(call_id) for call_id in call_ids]
+    if not ids:
+        return {}
+    conn = this_connection()
+    quote = conn.ops.quote_name
+    meta = ToolCall._meta
+    prepared = [meta.pk.get_db_prep_value(meta.pk.to_python(call_id), conn) for call_id in ids]
+    cancel = f", {quote(meta.get_field('cancel_requested').column)}" if with_cancel else ""
+    sql = (f"SELECT {quote(meta.pk.column)}, {quote(meta.get_field('status').column)}{cancel} "  # noqa: S608
+           f"FROM {quote(meta.db_table)} WHERE {quote(meta.get_field('tenant').column)} = %s "
+           f"AND {quote(meta.pk.column)} IN ({', '.join(['%s'] * len(prepared))})")
+    with conn.cursor() as cursor:
+        cursor.execute(sql, [tenant_id, *prepared])
+        rows = cursor.fetchall()
+    if with_cancel:
+        return {str(meta.pk.to_python(row[0])): (row[1], bool(row[2])) for row in rows}
+    return {str(meta.pk.to_python(pk)): status for pk, status in rows}
+
+
+def calls_lease_renew(tenant_id: int, calls: list[ToolCall], *, until) -> int:
+    """Extend the lease of these calls of the tenant, those still running, in one statement; returns how many."""
+    conn = this_connection()
+    quote = conn.ops.quote_name
+    meta = ToolCall._meta
+    pk = meta.pk
+    sql = (f"UPDATE {quote(meta.db_table)} SET {quote(meta.get_field('lease_until').column)} = %s "  # noqa: S608
+           f"WHERE {quote(meta.get_field('tenant').column)} = %s AND {quote(meta.get_field('status').column)} = %s "
+           f"AND {quote(pk.column)} IN ({', '.join(['%s'] * len(calls))})")
+    params = [meta.get_field("lease_until").get_db_prep_save(until, conn), tenant_id, str(CallStatus.RUNNING),
+              *(pk.get_db_prep_value(call.pk, conn) for call in calls)]
+    with conn.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+CLAIM_LOCK_SPACE = 7002  # advisory locks (PostgreSQL): 7001 is the audit chain's first append
+
+
+def tenant_claims_serialise(tenant_id: int) -> None:
+    """Claims of one tenant queue here until their transaction ends, so the running count a claim checks
+    cannot go stale before it commits. A transaction-scoped advisory lock on PostgreSQL, not a lock on the
+    tenant's row, which every insert of a row that refers to the tenant (calls, events) would wait behind;
+    SQLite's single writer already serialises."""
+    conn = this_connection()
+    if conn.vendor == "postgresql":
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [CLAIM_LOCK_SPACE, tenant_id])
+
+
+_claim_conditions: dict[tuple, str] = {}
+
+
+def claim_condition(call: ToolCall, *, cap: int, in_session_order: bool) -> tuple[str, list]:
+    """The WHERE of a claim beyond the call's own status: fewer than `cap` of the tenant's calls running and,
+    `in_session_order` (a tool not safe to run concurrently), none of the session's unsafe calls running or
+    queued before it. Checked in the claim's own UPDATE."""
+    conn = this_connection()
+    key = (conn.vendor, in_session_order)
+    sql = _claim_conditions.get(key)
+    if sql is None:
+        from_call = ToolCall._meta
+        quote = conn.ops.quote_name
+        table, column = quote(from_call.db_table), {name: quote(from_call.get_field(name).column) for name in (
+            "tenant", "status", "session", "tool", "created_at")}
+        sql = (f"(SELECT COUNT(*) FROM {table} running WHERE running.{column['tenant']} = %s "  # noqa: S608
+               f"AND running.{column['status']} = %s) < %s")
+        if in_session_order:
+            tool = from_call.get_field("tool").related_model._meta
+            sql += (f" AND NOT EXISTS (SELECT 1 FROM {table} earlier JOIN {quote(tool.db_table)} unsafe "  # noqa: S608
+                    f"ON unsafe.{quote(tool.pk.column)} = earlier.{column['tool']} "
+                    f"WHERE earlier.{column['tenant']} = %s AND earlier.{column['session']} = %s "
+                    f"AND unsafe.{quote(tool.get_field('concurrency_safe').column)} = %s "
+                    f"AND (earlier.{column['status']} = %s OR (earlier.{column['status']} = %s "
+                    f"AND earlier.{column['created_at']} < %s)))")
+        sql = _claim_conditions[key] = sql
+    params = [call.tenant_id, str(CallStatus.RUNNING), cap]
+    if in_session_order:
+        created = ToolCall._meta.get_field("created_at").get_db_prep_value(call.created_at, conn)
+        params += [call.tenant_id, AgentSession._meta.pk.get_db_prep_value(call.session_id, conn), False,
+                   str(CallStatus.RUNNING), str(CallStatus.QUEUED), created]
+    return sql, params

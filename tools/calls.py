@@ -6,7 +6,7 @@ last step, `Dispatch`, is here: it runs meta tools inline (`tools.meta`) and han
 the runtime's executor after commit. `call_cancel` stops a call wherever it is. This module sits above
 the pipeline and the runtime, so neither of them imports an executor.
 """
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
@@ -15,7 +15,7 @@ from tenancy.limits import calls_admit
 from tenancy.models import SYSTEM_AGENT
 from toolkeeper.errors import Conflict, ServiceError
 
-from .call_statements import calls_in_flight, session_call_count_add, session_call_ids_taken
+from .call_statements import calls_in_flight, session_call_count_add
 from .events import call_transition
 from .meta import meta_run
 from .models import AgentSession, CallStatus, Tool, ToolCall
@@ -36,9 +36,12 @@ class Dispatch(Step):
             ctx.transition(CallStatus.RUNNING, started_at=timezone.now())
             meta_run(call=ctx.call, session=ctx.session)
             return False
-        if ctx.transition(CallStatus.QUEUED):
+        executor = runtime().executor
+        # an executor of a deployment's own (TOOLKEEPER_EXECUTOR_CLASS) may know nothing of stamps
+        stamp = getattr(executor, "queued_fields", dict)()
+        if ctx.transition(CallStatus.QUEUED, **stamp):
             call = ctx.call
-            transaction.on_commit(lambda: runtime().executor.submit(call))
+            transaction.on_commit(lambda: executor.submit(call, stamped=True) if stamp else executor.submit(call))
         return False
 
 
@@ -46,16 +49,18 @@ def _same_request(call: ToolCall, spec: dict) -> bool:
     return call.tool_name == spec["name"] and call.input == spec.get("input", {})
 
 
-def _free_call_ids(session: AgentSession, *, first: int, count: int, reserved: set) -> list[str]:
-    """`call_<n>` ids from n = first on, skipping any the app already chose for itself."""
-    ids: list[str] = []
-    n = first
-    while len(ids) < count:
-        candidates = [f"call_{n + i}" for i in range(count - len(ids))]
-        n += len(candidates)
-        taken = session_call_ids_taken(session, candidates) | reserved
-        ids += [candidate for candidate in candidates if candidate not in taken]
-    return ids
+class _GeneratedIds:
+    """`call_<n>` ids from n = first on, skipping those the batch names itself; one the session already has
+    shows when its row is not written (tried with `unless_taken`), and the next is taken."""
+
+    def __init__(self, first: int, reserved: set):
+        self.next, self.reserved = first, reserved
+
+    def take(self) -> str:
+        while f"call_{self.next}" in self.reserved:
+            self.next += 1
+        self.next += 1
+        return f"call_{self.next - 1}"
 
 
 def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None, declared=None) -> list[ToolCall]:
@@ -80,24 +85,24 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None, decl
         fresh = [spec for spec in calls if spec.get("id") not in existing]
         calls_admit(tenant=session.tenant, api_key=api_key, adding=len(fresh),
                     in_flight=lambda: calls_in_flight(tenant=session.tenant, api_key=api_key))
-        base = session_call_count_add(session, len(fresh)) - len(fresh)
-        generated = _free_call_ids(session, first=base + 1, count=sum(1 for spec in fresh if not spec.get("id")),
-                                   reserved=set(explicit))
+        generated = _GeneratedIds(session_call_count_add(session, len(fresh)) - len(fresh) + 1, set(explicit))
         results: list[ToolCall] = []
         created: list[ToolCall] = []
         for spec in calls:
             if spec.get("id") in existing:
                 results.append(existing[spec["id"]])
                 continue
-            call = ToolCall(
-                tenant=session.tenant, session=session, call_id=spec.get("id") or generated.pop(0),
-                tool_name=spec["name"], input=spec.get("input", {}),
-                declared_tool=declared.declared_tool(spec["name"]) if declared is not None else None,
-            )
-            try:
-                insert_instance(call)  # nothing listens to a call's save
-            except IntegrityError as exc:  # the whole batch rolls back with this error
-                raise Conflict(f"call id {call.call_id!r} is already used in this session") from exc
+            while True:
+                call = ToolCall(
+                    tenant=session.tenant, session=session, call_id=spec.get("id") or generated.take(),
+                    tool_name=spec["name"], input=spec.get("input", {}),
+                    declared_tool=declared.declared_tool(spec["name"]) if declared is not None else None,
+                )
+                # nothing listens to a call's save; a taken id costs no extra statement
+                if insert_instance(call, unless_taken=("session", "call_id")):
+                    break
+                if spec.get("id"):  # the whole batch rolls back with this error
+                    raise Conflict(f"call id {call.call_id!r} is already used in this session")
             results.append(call)
             created.append(call)
         for call in created:

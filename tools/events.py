@@ -2,25 +2,35 @@
 
 Every move of a call's status is a conditional UPDATE on the status it moves from, so two
 actors (a worker and a cancel, two workers) can never both win. The same UPDATE takes the
-event's sequence number (RETURNING), so a transition costs two statements. Failing a call is
+event's sequence number (RETURNING) and, on PostgreSQL, inserts the event in the same statement. Failing a call is
 one such move with a structured error (`call_fail`), whoever fails it. A call that settles tells
 the waits of this process after commit (`tools.waiting.settle_notify`).
 """
+from contextlib import nullcontext
+
 from django.db import transaction
 from django.utils import timezone
 
 from realtime.broadcast import publish_on_commit
 from realtime.groups import calls_group, session_group
+from tenancy.fastread import this_connection
 
-from .call_statements import INCREMENTS, call_update, event_insert
+from .call_statements import INCREMENTS, call_update_with_event
 from .models import SETTLED_STATUSES, TERMINAL_STATUSES, CallStatus, ToolCall
 from .results import call_error, error_result
 from .waiting import settle_notify
 
 
-def _record(call: ToolCall, seq: int, kind: str, data: dict) -> None:
-    at = timezone.now()
-    event_insert(call, seq=seq, kind=kind, data=data, at=at)
+def _writing():
+    """The transaction of a status change and its event. On PostgreSQL they are one statement, which outside
+    a transaction commits by itself: no BEGIN and COMMIT round trips (what runs on commit runs right after)."""
+    conn = this_connection()
+    if conn.vendor == "postgresql" and not conn.in_atomic_block:
+        return nullcontext()
+    return transaction.atomic(savepoint=False)
+
+
+def _publish(call: ToolCall, seq: int, kind: str, data: dict, at) -> None:
     message = {
         "type": "call.event", "call": str(call.pk), "session": str(call.session_id), "seq": seq,
         "kind": kind, "data": data, "at": at.isoformat(),
@@ -31,20 +41,26 @@ def _record(call: ToolCall, seq: int, kind: str, data: dict) -> None:
 def call_event_append(*, call: ToolCall, kind: str, data: dict, while_status: str | None = None) -> int | None:
     """Append an event and return its number; with `while_status`, only while the call is still in it (else
     None, nothing written)."""
-    with transaction.atomic(savepoint=False):
-        seq = call_update(call, from_statuses=None if while_status is None else [while_status])
+    at = timezone.now()
+    with _writing():
+        seq = call_update_with_event(call, from_statuses=None if while_status is None else [while_status],
+                                     kind=kind, data=data, at=at)
         if seq is not None:
-            _record(call, seq, kind, data)
+            _publish(call, seq, kind, data, at)
         return seq
 
 
 def call_transition(*, call: ToolCall, from_statuses, to_status: str, event_data: dict | None = None,
-                    **fields) -> bool:
-    """Move the call to `to_status` if it is still in one of `from_statuses`. Returns whether it moved."""
+                    condition: tuple[str, list] | None = None, **fields) -> bool:
+    """Move the call to `to_status` if it is still in one of `from_statuses` (and `condition`, more of the
+    UPDATE's WHERE with its parameters, holds). Returns whether it moved."""
     if to_status in TERMINAL_STATUSES and "finished_at" not in fields:
         fields["finished_at"] = timezone.now()
-    with transaction.atomic(savepoint=False):
-        seq = call_update(call, from_statuses=from_statuses, fields={"status": to_status, **fields})
+    at = timezone.now()
+    data = {"status": to_status, **(event_data or {})}
+    with _writing():
+        seq = call_update_with_event(call, from_statuses=from_statuses, fields={"status": to_status, **fields},
+                                     kind="status", data=data, at=at, condition=condition)
         if seq is None:
             return False
         call.status = to_status
@@ -53,7 +69,7 @@ def call_transition(*, call: ToolCall, from_statuses, to_status: str, event_data
                 value = getattr(call, name) + value
             setattr(call, name, value)
         call.event_seq = seq
-        _record(call, seq, "status", {"status": to_status, **(event_data or {})})
+        _publish(call, seq, "status", data, at)
         if to_status in SETTLED_STATUSES:
             transaction.on_commit(lambda: settle_notify(call))
     return True

@@ -317,7 +317,9 @@ class _ProgressFeed:
             return self
         try:
             self.layer = get_channel_layer()
-            self.channel = await self.layer.new_channel(prefix="mcp")
+            # the process's one real channel (one receive loop): another prefix would be a second real channel,
+            # and the layer's blocking read of either holds up the other's messages
+            self.channel = await self.layer.new_channel()
             await self.layer.group_add(self.group, self.channel)
         except Exception:  # heartbeats alone, then
             logger.warning("cannot hear call progress on the channel layer", exc_info=True)

@@ -8,8 +8,9 @@ entry point, `Waiter.answer`:
   before the view runs (`call_watch`) hears each call settle after its commit (`settle_notify`, from
   `tools.events`) and the answer is built from the calls as their settlers left them, with a re-read of
   the statuses once a second for a call moved by another process (a management command).
-- `ChannelLayerWaiter` (distributed mode): a coroutine listens on the channel layer for the calls'
-  status events (polling the database if the layer is unreachable), then the calls are read back.
+- `ChannelLayerWaiter` (distributed mode): the same watch hears the calls settle from the process's one
+  listener on the channel layer (`TenantCallsListener`; the database is polled if the layer is
+  unreachable), then the calls are read back.
 
 Either way the wait ends early, refused, when the request's grant (its key or membership) ends.
 Database work of waiting requests runs on a small, fixed pool of threads (`run_db`), so however many
@@ -21,7 +22,7 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -30,10 +31,12 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import DatabaseError, connections
 
-from realtime.groups import session_group
+from realtime.groups import calls_group
+from tenancy.fastread import fetch_one
 from tenancy.grants import Grant, grant_watch
 
-from .models import ToolCall
+from .call_statements import call_statuses
+from .models import SETTLED_STATUSES, ToolCall
 
 logger = logging.getLogger("toolkeeper.calls")
 
@@ -59,76 +62,85 @@ async def run_db(fn: Callable, *args, **kwargs):
         _db_pool, context.run, partial(_guarded, fn, *args, **kwargs))
 
 
-def call_statuses(tenant_id: int, call_ids: Iterable[str]) -> dict[str, str]:
-    rows = ToolCall.objects.for_tenant(tenant_id).filter(pk__in=list(call_ids)).values_list("pk", "status")
-    return {str(pk): status for pk, status in rows}
-
-
 POLL_S = 0.25
 WATCH_RECHECK_S = 1.0
 
 
-async def _poll_until(tenant_id: int, call_ids, until: frozenset, deadline: float, stop: asyncio.Event) -> None:
-    """The fallback when the channel layer is unreachable: read the statuses a few times a second."""
-    while time.monotonic() < deadline and not stop.is_set():
-        statuses = await run_db(call_statuses, tenant_id, call_ids)
-        if all(statuses.get(str(cid)) in until for cid in call_ids):
-            return
-        await asyncio.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+@dataclass(frozen=True)
+class SettledElsewhere:
+    """A call settled in another process, as its status event told: enough to end a wait, not to answer it."""
+    pk: str
+    session_id: str
+    status: str
 
 
-async def _receive_unless_stopped(layer, channel: str, stop: asyncio.Event, timeout: float) -> dict | None:
-    """The channel's next message; None when `stop` is set or `timeout` passes first."""
-    receive = asyncio.ensure_future(layer.receive(channel))
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({receive, stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (receive, stopped):
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-    return receive.result() if receive.done() and not receive.cancelled() else None
+class TenantCallsListener:
+    """One listener per server process in the distributed mode: the first wait for a tenant's calls joins
+    the tenant's calls group (`realtime.groups.calls_group`, where every call's events are published) with
+    one channel of this process, and a task on the event loop hands each status event to the waits of
+    this process (`settle_notify`), as the executor does in the embedded mode. A wait then costs the
+    channel layer nothing; a channel per wait cost a group join, a receive and a group leave each.
+    Membership is renewed at a quarter of the layer's group expiry; a listener that stopped leaves its
+    groups before a new one joins them."""
 
+    RENEW_PART = 0.25
 
-async def wait_for_calls(*, tenant_id: int, session_ids: Iterable, call_ids: Iterable[str], until: frozenset,
-                         timeout: float, stop: asyncio.Event | None = None) -> None:
-    """Return when every call's status is in `until`, when `stop` is set, or after `timeout` seconds."""
-    stop = stop or asyncio.Event()
-    deadline = time.monotonic() + timeout
-    layer = get_channel_layer()
-    groups = {session_group(tenant_id, sid) for sid in session_ids}
-    try:
-        channel = await layer.new_channel(prefix="wait")
-        for group in groups:
-            await layer.group_add(group, channel)
-    except Exception:
-        logger.warning("cannot wait on the channel layer; polling the database instead", exc_info=True)
-        await _poll_until(tenant_id, call_ids, until, deadline, stop)
-        return
-    try:
-        # Subscribe first, then read: an event between the two is not missed.
-        statuses = await run_db(call_statuses, tenant_id, call_ids)
-        pending = {cid for cid in map(str, call_ids) if statuses.get(cid) not in until}
-        while pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or stop.is_set():
-                return
+    def __init__(self):
+        self._channel: str | None = None
+        self._joined: dict[int, float] = {}  # tenant id → when joined
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def listening(self, tenant_id: int) -> bool:
+        """Whether the tenant's status events reach this process's waits (False: the layer is unreachable)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a new event loop (tests run several): start over on it
+            self._loop, self._lock, self._channel, self._joined, self._task = loop, asyncio.Lock(), None, {}, None
+        layer = get_channel_layer()
+        renew_s = getattr(layer, "group_expiry", 86400) * self.RENEW_PART
+        joined = self._joined.get(tenant_id)
+        if joined is not None and time.monotonic() - joined < renew_s and self._task and not self._task.done():
+            return True
+        async with self._lock:
             try:
-                message = await _receive_unless_stopped(layer, channel, stop, remaining)
+                if self._channel is None or self._task is None or self._task.done():
+                    if self._channel is not None:  # a listener that stopped: its channel leaves its groups
+                        for joined_tenant in self._joined:
+                            with contextlib.suppress(Exception):
+                                await layer.group_discard(calls_group(joined_tenant), self._channel)
+                    # the default prefix: a process has one real channel, read by one receive loop (another
+                    # prefix would be a second real channel whose blocking reads hold the first one up)
+                    self._channel = await layer.new_channel()
+                    self._joined = {}
+                    self._task = loop.create_task(self._receive(layer, self._channel))
+                if tenant_id not in self._joined or time.monotonic() - self._joined[tenant_id] >= renew_s:
+                    await layer.group_add(calls_group(tenant_id), self._channel)
+                    self._joined[tenant_id] = time.monotonic()
             except Exception:
-                logger.warning("waiting on the channel layer failed; polling the database instead", exc_info=True)
-                await _poll_until(tenant_id, pending, until, deadline, stop)
+                logger.warning("cannot listen on the channel layer; waits read the database instead", exc_info=True)
+                return False
+        return True
+
+    async def _receive(self, layer, channel: str) -> None:
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("listening on the channel layer failed; the next wait joins again", exc_info=True)
                 return
-            if message is None:
-                return
-            if message.get("kind") == "status" and message.get("data", {}).get("status") in until:
-                pending.discard(message.get("call"))
-    finally:
-        for group in groups:
-            with contextlib.suppress(Exception):
-                await layer.group_discard(group, channel)
+            status = (message.get("data") or {}).get("status") if message.get("kind") == "status" else None
+            if status in SETTLED_STATUSES and message.get("call"):
+                try:
+                    settle_notify(SettledElsewhere(pk=message["call"], session_id=message.get("session", ""),
+                                                   status=status))
+                except Exception:  # one bad message must not end the listening
+                    logger.exception("could not pass on a settled call's event")
+
+
+tenant_calls_listener = TenantCallsListener()
 
 
 class CallWatch:
@@ -247,7 +259,11 @@ class WaitAnswer:
 
 
 def _read_back(plan: WaitPlan):
-    by_id = {str(c.pk): c for c in ToolCall.objects.for_tenant(plan.tenant_id).filter(pk__in=plan.call_ids)}
+    if len(plan.call_ids) == 1:  # the usual wait: one plain statement, not a queryset to build
+        call = fetch_one(ToolCall, pk=plan.call_ids[0], tenant=plan.tenant_id)
+        by_id = {plan.call_ids[0]: call} if call is not None else {}
+    else:
+        by_id = {str(c.pk): c for c in ToolCall.objects.for_tenant(plan.tenant_id).filter(pk__in=plan.call_ids)}
     return plan.render([by_id[cid] for cid in plan.call_ids])
 
 
@@ -292,9 +308,19 @@ class InProcessWaiter(Waiter):
 
 
 class ChannelLayerWaiter(Waiter):
-    """The distributed mode: calls settle in workers, whose status events come over the channel layer."""
+    """The distributed mode: calls settle in workers; their status events reach this process's waits through
+    its one listener (`TenantCallsListener`), then the calls are read back."""
 
     async def settled(self, plan, watch, stop):
-        await wait_for_calls(tenant_id=plan.tenant_id, session_ids=plan.session_ids, call_ids=plan.pending(),
-                             until=plan.until, timeout=plan.timeout, stop=stop)
+        listening = await tenant_calls_listener.listening(plan.tenant_id)
+
+        async def recheck(pending: set[str]) -> set[str]:
+            statuses = await run_db(call_statuses, plan.tenant_id, pending)
+            return {cid for cid in pending if statuses.get(cid) not in plan.until}
+
+        # The watch and the listener are in place before this read: a settle after it is heard.
+        pending = await recheck(plan.pending())
+        if pending:
+            await watch.wait(pending, plan.until, plan.timeout, recheck_s=WATCH_RECHECK_S if listening else POLL_S,
+                             recheck=recheck, stop=stop)
         return None

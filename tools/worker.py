@@ -1,22 +1,28 @@
-"""The Celery worker's side of a call (the distributed mode): claim, lease, watchdog, reaper.
+"""The Celery worker's side of a call (the distributed mode): claim, lease, watch, reaper.
 
-A worker claims a queued call by a conditional UPDATE that also takes a lease, under a per-tenant row
-lock that keeps the tenant's parallel cap and the per-session order of unsafe tools; then runs it
-(`tools.execution`) with a watchdog thread beside it that renews the lease, enforces the tool's timeout
-and notices cancel requests. The reaper settles calls whose lease ran out (their worker died):
-idempotent tools are re-queued, the others fail with WorkerLost, so nothing runs twice by accident and
-nothing stays `running` forever. The thin Celery tasks around these are in `tools.tasks`.
+A worker claims a queued call with one conditional UPDATE that also takes a lease and checks the tenant's
+parallel cap and the per-session order of unsafe tools; claims of one tenant queue on a transaction-scoped
+advisory lock meanwhile, so the count cannot go stale (`tools.call_statements`). It then runs the call
+(`tools.execution`) while the process's one `CallWatch` thread looks after all of its running calls at
+once: it renews their leases in one statement, enforces their timeouts and notices cancel requests with one
+read. The reaper settles calls whose lease ran out (their worker died): idempotent tools are re-queued, the
+others fail with WorkerLost, so nothing runs twice by accident and nothing stays `running` forever. The
+thin Celery tasks around these are in `tools.tasks`.
 """
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import connections, transaction
+from django.db import close_old_connections, connections, transaction
 from django.utils import timezone
 
-from tenancy.models import Tenant
+from tenancy.fastread import fetch_one
+from tenancy.selectors import versions_read_with
+from tenancy.versions import versioned_models, versions_known
 
+from .call_statements import call_statuses, calls_lease_renew, claim_condition, tenant_claims_serialise
 from .events import call_transition
 from .execution import call_execute, call_settle_orphan, call_time_out
 from .isolation import CallStop
@@ -36,65 +42,116 @@ class ClaimOutcome:
 
 def call_claim_limited(*, call_id) -> tuple[str, ToolCall | None]:
     """Claim a queued call, honouring the tenant's parallel cap and per-session order of unsafe tools."""
+    call = fetch_one(ToolCall, join=("session", "tool", "tenant"), pk=call_id,
+                     tenant_values=tuple((model, "version") for model in versioned_models()))
+    if call is None or call.status != CallStatus.QUEUED:
+        return ClaimOutcome.GONE, None
+    call.session.tenant = call.tenant
+    condition = claim_condition(call, cap=call.tenant.max_parallel_calls,
+                                in_session_order=call.tool is not None and not call.tool.concurrency_safe)
     with transaction.atomic():
-        call = ToolCall.all_tenants.select_related("session", "session__tenant", "tool", "tenant").filter(
-            pk=call_id).first()
-        if call is None or call.status != CallStatus.QUEUED:
-            return ClaimOutcome.GONE, None
-        # One claimant per tenant at a time, so the running count below cannot go stale.
-        tenant = Tenant.objects.select_for_update().get(pk=call.tenant_id)
-        calls = ToolCall.objects.for_tenant(tenant)
-        if calls.filter(status=CallStatus.RUNNING).count() >= tenant.max_parallel_calls:
-            return ClaimOutcome.WAIT, None
-        if call.tool is not None and not call.tool.concurrency_safe:
-            unsafe = calls.filter(session_id=call.session_id, tool__concurrency_safe=False)
-            if unsafe.filter(status=CallStatus.RUNNING).exists() or unsafe.filter(
-                    status=CallStatus.QUEUED, created_at__lt=call.created_at).exists():
-                return ClaimOutcome.WAIT, None
+        tenant_claims_serialise(call.tenant_id)
+        now = timezone.now()  # after the lock: the lease starts with the claim
         moved = call_transition(call=call, from_statuses=[CallStatus.QUEUED], to_status=CallStatus.RUNNING,
-                                started_at=timezone.now(), attempts=1,
-                                lease_until=timezone.now() + timedelta(seconds=LEASE_S))
-    return (ClaimOutcome.CLAIMED, call) if moved else (ClaimOutcome.GONE, None)
+                                condition=condition, started_at=now, attempts=1,
+                                lease_until=now + timedelta(seconds=LEASE_S))
+    if moved:
+        return ClaimOutcome.CLAIMED, call
+    still_queued = call_statuses(call.tenant_id, [call.pk]).get(str(call.pk)) == CallStatus.QUEUED
+    return (ClaimOutcome.WAIT, None) if still_queued else (ClaimOutcome.GONE, None)
 
 
-def _watch(call: ToolCall, cancelled: threading.Event, finished: threading.Event, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    renew_at = time.monotonic() + LEASE_S / 3
-    try:
-        while not finished.wait(WATCH_S):
-            now = time.monotonic()
-            if now >= deadline:
-                call_time_out(call=call, timeout_s=timeout_s)
-                cancelled.set()
-                return
-            row = ToolCall.objects.for_tenant(call.tenant_id).filter(pk=call.pk).values(
-                "status", "cancel_requested").first()
-            if row is None or row["status"] != CallStatus.RUNNING or row["cancel_requested"]:
-                cancelled.set()
-                return
-            if now >= renew_at:
-                ToolCall.objects.for_tenant(call.tenant_id).filter(pk=call.pk, status=CallStatus.RUNNING).update(
-                    lease_until=timezone.now() + timedelta(seconds=LEASE_S))
-                renew_at = now + LEASE_S / 3
-    except Exception:
-        logger.exception("watchdog of call %s failed", call.pk)
-    finally:
-        connections.close_all()  # this thread ends here: its connection must not outlive it
+@dataclass
+class _Watched:
+    call: ToolCall
+    cancelled: threading.Event
+    deadline: float
+    timeout_s: float
+
+
+class CallWatch:
+    """One thread per worker process for all the calls it runs: every WATCH_S one read of their statuses
+    (a cancel request, or a settle by someone else, stops the tool), their deadlines checked, and every
+    LEASE_S / 3 one UPDATE renewing all their leases. A thread per call cost a thread start and, when the
+    call ran long enough to be looked at, a database connection of its own."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._calls: dict[str, _Watched] = {}
+        self._thread: threading.Thread | None = None
+        self._has_calls = threading.Event()
+
+    def add(self, call: ToolCall, cancelled: threading.Event, timeout_s: float) -> None:
+        with self._lock:
+            self._calls[str(call.pk)] = _Watched(call, cancelled, time.monotonic() + timeout_s, timeout_s)
+            self._has_calls.set()
+            if self._thread is None or not self._thread.is_alive():  # first call, or first in a forked child
+                self._thread = threading.Thread(target=self._run, name="toolkeeper-call-watch", daemon=True)
+                self._thread.start()
+
+    def remove(self, call: ToolCall) -> None:
+        with self._lock:
+            self._calls.pop(str(call.pk), None)
+            if not self._calls:
+                self._has_calls.clear()
+
+    def _run(self) -> None:
+        renew_at = time.monotonic() + LEASE_S / 3
+        while True:
+            self._has_calls.wait()
+            time.sleep(WATCH_S)
+            try:
+                renew_at = self._look(renew_at)
+            except Exception:
+                logger.exception("watching the running calls failed")
+                close_old_connections()
+                connections.close_all()  # a broken connection is replaced at the next look
+
+    def _look(self, renew_at: float) -> float:
+        with self._lock:
+            watched = list(self._calls.values())
+        if not watched:
+            return renew_at
+        now = time.monotonic()
+        by_tenant: dict[int, list[_Watched]] = {}
+        for item in watched:
+            by_tenant.setdefault(item.call.tenant_id, []).append(item)
+        if now >= renew_at:  # first: nothing below may keep the leases from being renewed
+            until = timezone.now() + timedelta(seconds=LEASE_S)
+            for tenant_id, items in by_tenant.items():
+                calls_lease_renew(tenant_id, [item.call for item in items], until=until)
+            renew_at = now + LEASE_S / 3
+        for tenant_id, items in by_tenant.items():
+            states = call_statuses(tenant_id, [item.call.pk for item in items], with_cancel=True)
+            for item in items:
+                status, cancel_requested = states.get(str(item.call.pk), (None, False))
+                if status != CallStatus.RUNNING or cancel_requested:
+                    self.remove(item.call)
+                    item.cancelled.set()
+                elif now >= item.deadline:
+                    self.remove(item.call)
+                    try:
+                        call_time_out(call=item.call, timeout_s=item.timeout_s)
+                    finally:
+                        item.cancelled.set()  # the tool stops even if the timeout could not be written
+        return renew_at
+
+
+call_watch = CallWatch()
 
 
 def worker_run_call(*, call_id) -> str:
     outcome, call = call_claim_limited(call_id=call_id)
     if call is None:
         return outcome
-    cancelled, finished = CallStop(), threading.Event()
-    timeout_s = call.tool.timeout_s if call.tool else 30.0
-    watchdog = threading.Thread(target=_watch, args=(call, cancelled, finished, timeout_s), daemon=True)
-    watchdog.start()
+    cancelled = CallStop()
+    call_watch.add(call, cancelled, call.tool.timeout_s if call.tool else 30.0)
     try:
-        call_execute(call=call, cancelled=cancelled)
+        # the after-execution steps check their caches against the versions read with the call
+        with versions_known(call.tenant_id, *versions_read_with(call)):
+            call_execute(call=call, cancelled=cancelled)
     finally:
-        finished.set()
-        watchdog.join(timeout=5)
+        call_watch.remove(call)
     return ClaimOutcome.CLAIMED
 
 

@@ -3,6 +3,7 @@ rows (the tenant id always in the WHERE), one row found by equal fields, appendi
 tables exist yet. The statements particular to a call's path are in `tools.call_statements`.
 """
 import threading
+import time
 from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -55,26 +56,38 @@ def _instance(conn, model, shape: _Shape, values: list):
     return model.from_db(conn.alias, shape.attnames, values)
 
 
-def fetch_one(model, *, join: str | None = None, **equal):
+def fetch_one(model, *, join: str | tuple[str, ...] = (), tenant_values: tuple = (), **equal):
     """The row of `model` whose fields equal these values, as an instance (None when there is none), read
     with one plain statement instead of a compiled queryset; `join` names a foreign key whose row is loaded
-    with it, as `select_related` would. For lookups on a request's hot path (its API key, its session), where
-    building the queryset costs several times the statement. Values are prepared as the ORM prepares
-    them: a malformed one raises ValidationError, ValueError or TypeError, as a queryset filter does."""
+    with it, as `select_related` would (several, to distinct tables: a tuple; a nullable one is LEFT JOINed).
+    For lookups on a hot path (a request's API key and session, a worker's call), where building the
+    queryset costs several times the statement. Values are prepared as the ORM prepares
+    them: a malformed one raises ValidationError, ValueError or TypeError, as a queryset filter does.
+
+    `tenant_values`: (model, field) pairs of one-row-per-tenant tables (configuration versions) read in the
+    same statement for the found row's tenant, set on the instance as `tenant_values` {model: value}, with
+    `tenant_values_read_at` (time.monotonic() just before the statement)."""
     conn = this_connection()
     quote = conn.ops.quote_name
     meta = model._meta
     shape = _shape(conn, model)
     columns, source = shape.columns, quote(meta.db_table)
-    related = None
-    if join is not None:
-        foreign_key = meta.get_field(join)
+    joins = []  # (foreign key, related model, its shape)
+    for name in (join,) if isinstance(join, str) else join:
+        foreign_key = meta.get_field(name)
         related = foreign_key.related_model
         related_shape = _shape(conn, related)
-        related_meta = related._meta
+        related_table = quote(related._meta.db_table)
         columns += ", " + related_shape.columns
-        source += (f" JOIN {quote(related_meta.db_table)} ON {quote(related_meta.db_table)}."
-                   f"{quote(foreign_key.target_field.column)} = {quote(meta.db_table)}.{quote(foreign_key.column)}")
+        kind = "LEFT JOIN" if foreign_key.null else "JOIN"
+        source += (f" {kind} {related_table} ON {related_table}.{quote(foreign_key.target_field.column)} = "
+                   f"{quote(meta.db_table)}.{quote(foreign_key.column)}")
+        joins.append((foreign_key, related, related_shape))
+    tenant_column = f"{quote(meta.db_table)}.{quote(meta.get_field('tenant').column)}" if tenant_values else ""
+    for other, name in tenant_values:
+        other_meta = other._meta
+        columns += (f", (SELECT {quote(other_meta.get_field(name).column)} FROM {quote(other_meta.db_table)} "  # noqa: S608
+                    f"WHERE {quote(other_meta.get_field('tenant').column)} = {tenant_column})")
     conditions, params = [], []
     for name, value in equal.items():
         field = meta.pk if name == "pk" else meta.get_field(name)
@@ -86,6 +99,7 @@ def fetch_one(model, *, join: str | None = None, **equal):
         params.append(field.get_db_prep_value(value, conn, prepared=False)
                       if not field.is_relation else field.target_field.get_db_prep_value(value, conn))
     sql = f"SELECT {columns} FROM {source} WHERE {' AND '.join(conditions)} LIMIT 1"  # noqa: S608
+    read_at = time.monotonic()
     with conn.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
@@ -93,8 +107,16 @@ def fetch_one(model, *, join: str | None = None, **equal):
         return None
     width = len(shape.attnames)
     instance = _instance(conn, model, shape, list(row[:width]))
-    if related is not None:
-        foreign_key.set_cached_value(instance, _instance(conn, related, related_shape, list(row[width:])))
+    for foreign_key, related, related_shape in joins:
+        values = list(row[width:width + len(related_shape.attnames)])
+        width += len(related_shape.attnames)
+        found = None if getattr(instance, foreign_key.attname) is None else _instance(conn, related, related_shape,
+                                                                                       values)
+        foreign_key.set_cached_value(instance, found)
+    if tenant_values:
+        extra = row[width:]
+        instance.tenant_values = {other: value for (other, _), value in zip(tenant_values, extra, strict=True)}
+        instance.tenant_values_read_at = read_at
     return instance
 
 
@@ -115,42 +137,49 @@ def tenant_scalar(model, column: str, tenant_id: int, *, order_by_id_desc: bool 
 _statements: dict[tuple, tuple[str, list]] = {}  # (vendor, model, field names) → (INSERT text, fields)
 
 
-def _insert_statement(conn, model, names: tuple[str, ...]) -> tuple[str, list]:
-    key = (conn.vendor, model, names)
+def _insert_statement(conn, model, names: tuple[str, ...], unless: tuple[str, ...] = ()) -> tuple[str, list]:
+    key = (conn.vendor, model, names, unless)
     found = _statements.get(key)
     if found is None:
         quote = conn.ops.quote_name
         meta = model._meta
         fields = [meta.get_field(name) for name in names]
+        skip = (f" ON CONFLICT ({', '.join(quote(meta.get_field(name).column) for name in unless)}) DO NOTHING"
+                if unless else "")
         sql = (f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "  # noqa: S608
-               f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {quote(meta.pk.column)}")
+               f"VALUES ({', '.join(['%s'] * len(fields))}){skip} RETURNING {quote(meta.pk.column)}")
         found = _statements[key] = (sql, fields)
     return found
 
 
-def insert_row(model, **values) -> int:
+def insert_row(model, *, unless_taken: tuple[str, ...] = (), **values) -> int | None:
     """INSERT one row of `model` (values by field name, prepared as the ORM prepares them); returns its id.
+    With `unless_taken` (the fields of a unique constraint), a row whose values there are taken is not
+    written and None is returned, in the same statement, instead of an error that would end the transaction.
 
     No save machinery: no signals, no field defaults. For append-only rows (call events, audit
     events) written several times per call, where building and compiling an ORM insert costs more
     than the statement itself.
     """
     conn = this_connection()
-    sql, fields = _insert_statement(conn, model, tuple(values))
+    sql, fields = _insert_statement(conn, model, tuple(values), unless_taken)
     params = [field.get_db_prep_save(value, conn) for field, value in zip(fields, values.values(), strict=True)]
     with conn.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchone()[0]
+        row = cursor.fetchone()
+    return row[0] if row else None
 
 
-def insert_instance(instance) -> None:
+def insert_instance(instance, *, unless_taken: tuple[str, ...] = ()) -> bool:
     """INSERT a new instance's row as `save(force_insert=True)` would (its defaults were set when it was
     made; `auto_now_add` fields are filled here), without the save machinery: no signals. For a model that
-    nothing listens to, on a hot path."""
+    nothing listens to, on a hot path. With `unless_taken`, as `insert_row`: False when not written."""
     values = {field.name: field.pre_save(instance, add=True) for field in instance._meta.concrete_fields}
-    insert_row(type(instance), **values)
+    if insert_row(type(instance), unless_taken=unless_taken, **values) is None:
+        return False
     instance._state.adding = False
     instance._state.db = DEFAULT_DB_ALIAS
+    return True
 
 
 def tables_exist(*models) -> bool:

@@ -15,8 +15,11 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from functools import cache
 
-from django.core.cache import cache
+from django.core.cache import DEFAULT_CACHE_ALIAS, caches
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from rest_framework.throttling import BaseThrottle
 
 from toolkeeper.errors import RateLimited
@@ -32,15 +35,58 @@ COUNTER_TTL_S = 2 * WINDOW_S
 IN_FLIGHT_RETRY_S = 2
 
 
-def _count_request(bucket: str, window: int) -> int:
-    """Add one request to the bucket's counter for the window; returns the new count."""
-    key = f"tk:rate:{bucket}:{window}"
-    try:
-        return cache.incr(key)
-    except ValueError:  # the window's first request (or its counter expired)
-        if cache.add(key, 1, timeout=COUNTER_TTL_S):
-            return 1
-        return cache.incr(key)  # another process added it first
+@cache
+def counter_store():
+    """One cache object per process for the counters. Django's `cache` proxy builds one per thread and
+    context, each with a Redis connection pool of its own: profiled, that was a new Redis connection for
+    most requests of a server process."""
+    return caches.create_connection(DEFAULT_CACHE_ALIAS)
+
+
+@receiver(setting_changed)
+def _forget_counter_store(*, setting, **kwargs) -> None:
+    if setting == "CACHES":
+        counter_store.cache_clear()
+
+
+# Counts the buckets in order and stops at the first one past its limit, so a request refused for its key
+# never counts against its tenant: KEYS the counters, ARGV[1] their expiry, ARGV[2…] their limits.
+COUNT_SCRIPT = """
+local counts = {}
+for i, key in ipairs(KEYS) do
+  redis.call('SET', key, 0, 'EX', ARGV[1], 'NX')
+  counts[i] = redis.call('INCR', key)
+  if counts[i] > tonumber(ARGV[i + 1]) then break end
+end
+return counts
+"""
+
+
+@cache
+def _count_script(store):
+    """The script, registered once per counter store (run by its SHA, sent again only if Redis lost it)."""
+    return store._cache.get_client(write=True).register_script(COUNT_SCRIPT)
+
+
+def _count_requests(buckets: list[tuple[str, int]], window: int) -> list[int]:
+    """Add one request to each (bucket, limit)'s counter for the window, in order, up to the first that goes
+    past its limit; returns the new counts so far. On Redis in one round trip (a script)."""
+    store = counter_store()
+    keys = [f"tk:rate:{bucket}:{window}" for bucket, _ in buckets]
+    redis_client = getattr(getattr(store, "_cache", None), "get_client", None)
+    if redis_client is not None:
+        return list(_count_script(store)(keys=[store.make_and_validate_key(key) for key in keys],
+                                         args=[COUNTER_TTL_S, *(limit for _, limit in buckets)],
+                                         client=redis_client(write=True)))
+    counts = []
+    for key, (_, limit) in zip(keys, buckets, strict=True):
+        if store.add(key, 1, timeout=COUNTER_TTL_S):  # the window's first request (or its counter expired)
+            counts.append(1)
+        else:
+            counts.append(store.incr(key))
+        if counts[-1] > limit:
+            break
+    return counts
 
 
 def requests_admit(*, tenant: Tenant, api_key: ApiKey | None = None, user=None) -> None:
@@ -59,12 +105,14 @@ def requests_admit(*, tenant: Tenant, api_key: ApiKey | None = None, user=None) 
             checks.append((f"u{user.pk}", tenant.key_requests_per_minute, "your console login"))
     if tenant.tenant_requests_per_minute:
         checks.append((f"t{tenant.pk}", tenant.tenant_requests_per_minute, "this tenant"))
-    for bucket, limit, whose in checks:
-        try:
-            count = _count_request(bucket, window)
-        except Exception:  # any backend's connection error: admit (see above)
-            logger.warning("rate limit counter unavailable; request admitted", exc_info=True)
-            return
+    if not checks:
+        return
+    try:
+        counts = _count_requests([(bucket, limit) for bucket, limit, _ in checks], window)
+    except Exception:  # any backend's connection error: admit (see above)
+        logger.warning("rate limit counter unavailable; request admitted", exc_info=True)
+        return
+    for (_, limit, whose), count in zip(checks, counts, strict=False):  # counts stop at a refusal
         if count > limit:
             wait = max(1, math.ceil((window + 1) * WINDOW_S - now))
             raise RateLimited(f"Rate limit reached: {whose} may make {limit} requests a minute. "

@@ -7,20 +7,34 @@ from django.http import Http404
 
 from .fastread import fetch_one
 from .models import SYSTEM_AGENT, ApiKey, Membership, Scope, Tenant, hash_secret, split_key
+from .versions import versioned_models
 
 
 def apikey_from_token(token: str) -> ApiKey | None:
-    """The active key a bearer token names, or None."""
+    """The active key a bearer token names, or None. The tenant's configuration versions come with it
+    (`tenant_values`): a request that runs calls then checks its caches without reading them again
+    (`tenancy.versions.versions_known`)."""
     parts = split_key(token)
     if parts is None:
         return None
     prefix, secret = parts
-    api_key = fetch_one(ApiKey, join="tenant", prefix=prefix)
+    api_key = fetch_one(ApiKey, join="tenant", prefix=prefix,
+                        tenant_values=tuple((model, "version") for model in versioned_models()))
     if api_key is None or api_key.revoked_at is not None:
         return None
     if not hmac.compare_digest(api_key.secret_hash, hash_secret(secret)):
         return None
     return api_key
+
+
+def versions_read_with(row) -> tuple[dict | None, float]:
+    """The tenant's configuration versions read with this row (an API key, a worker's call) by `fetch_one`'s
+    `tenant_values` (a missing version row is version 0), and when: `tenancy.versions.versions_known`'s
+    arguments after the tenant. (None, 0.0) for a row read without them."""
+    found = getattr(row, "tenant_values", None)
+    if not found:
+        return None, 0.0
+    return {model: version or 0 for model, version in found.items()}, row.tenant_values_read_at
 
 
 def _key_session_rule(api_key: ApiKey) -> tuple[str, bool]:

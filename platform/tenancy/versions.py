@@ -8,7 +8,10 @@ rebuild, in every process, whatever wrote the change.
 """
 import secrets
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Generic, TypeVar
 
 from django.db import IntegrityError, transaction
@@ -16,6 +19,30 @@ from django.db import IntegrityError, transaction
 from .fastread import tenant_scalar
 
 T = TypeVar("T")
+
+_versioned_models: list = []  # the version models of every VersionedCache, in the order they were made
+# (tenant id, {version model: version}, when read) read with a request's API key or a worker's call
+_known: ContextVar[tuple[int, dict, float] | None] = ContextVar("known_versions", default=None)
+# How long versions read with the key or the call stand in for reading them again: a long tool run still
+# sees a change made while it ran (a new redaction rule, say) when its result is stored.
+KNOWN_FOR_S = 1.0
+
+
+def versioned_models() -> tuple:
+    """The version models the caches of this process check: read beside a request's API key."""
+    return tuple(_versioned_models)
+
+
+@contextmanager
+def versions_known(tenant_id: int, versions: dict | None, read_at: float) -> Iterator[None]:
+    """Inside the block, until KNOWN_FOR_S after `read_at` (time.monotonic() when they were read, in the
+    same statement as the request's key or the worker's call), `version_of` answers from `versions`
+    instead of reading each version again."""
+    token = _known.set((tenant_id, dict(versions), read_at) if versions else None)
+    try:
+        yield
+    finally:
+        _known.reset(token)
 
 
 def version_bump(model, tenant_id: int) -> None:
@@ -25,6 +52,9 @@ def version_bump(model, tenant_id: int) -> None:
     number again, and a process could keep what it built inside that transaction under it.
     """
     version = secrets.randbits(62)
+    known = _known.get()
+    if known is not None and known[0] == tenant_id:
+        known[1].pop(model, None)  # read from the database from now on: it knows whether this change commits
     if model.objects.for_tenant(tenant_id).update(version=version):
         return
     try:
@@ -35,6 +65,11 @@ def version_bump(model, tenant_id: int) -> None:
 
 
 def version_of(model, tenant_id: int) -> int:
+    known = _known.get()
+    if known is not None and known[0] == tenant_id and time.monotonic() - known[2] < KNOWN_FOR_S:
+        found = known[1].get(model)
+        if found is not None:
+            return found
     return tenant_scalar(model, "version", tenant_id) or 0
 
 
@@ -43,6 +78,8 @@ class VersionedCache(Generic[T]):
 
     def __init__(self, model):
         self.model = model
+        if model not in _versioned_models:
+            _versioned_models.append(model)
         self._lock = threading.Lock()
         self._entries: dict[int, tuple[int, T]] = {}
 

@@ -14,10 +14,6 @@ from .corpus import DOCUMENTS
 B_SECRET = "GLOBEX-SECRET-4411"
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "sqlite_subprocess: re-runs this suite on the other database (not recursive)")
-
-
 def ingest_corpus(tenant, dataset):
     documents = [{"title": title, "text": text, "metadata": {"department": department, "visibility": "internal"}}
                  for title, department, text in DOCUMENTS]

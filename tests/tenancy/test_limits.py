@@ -1,4 +1,5 @@
 """Rate limits (tenancy.limits): requests per minute and calls in flight, per API key and per tenant."""
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -8,6 +9,7 @@ from audit.models import Event
 from tenancy import limits
 from tenancy.services import apikey_create, tenant_limits_set
 from tests.api.test_api_key_path import as_json, call_app
+from toolkeeper.errors import RateLimited
 from tools.calls import call_cancel
 from tools.models import TERMINAL_STATUSES, ToolCall
 
@@ -260,3 +262,40 @@ def test_the_admin_api_reads_and_sets_the_limits(world):
                                          format="json").status_code == 403
     world.b.tenant.refresh_from_db()
     assert world.b.tenant.tenant_calls_in_flight == 2_000
+
+
+# --- the counters on Redis (the distributed mode's store), one round trip per request -------------
+
+@pytest.fixture
+def redis_counters(settings):
+    url = getattr(settings, "TEST_REDIS_URL", None)
+    if not url:
+        pytest.skip("Redis is not reachable")
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                   "LOCATION": url.rsplit("/", 1)[0] + "/15",
+                                   "KEY_PREFIX": f"limits-test-{time.time_ns()}"}}
+    yield limits.counter_store()
+    limits.counter_store().clear()
+
+
+def test_on_redis_a_request_refused_for_its_key_does_not_count_for_its_tenant(world, redis_counters):
+    set_limits(world.a, key_requests_per_minute=2, tenant_requests_per_minute=100)
+    tenant = type(world.a.tenant).objects.get(pk=world.a.tenant.pk)
+    key = world.a.key_objects["agent"]
+    limits.requests_admit(tenant=tenant, api_key=key)
+    limits.requests_admit(tenant=tenant, api_key=key)
+    with pytest.raises(RateLimited):
+        limits.requests_admit(tenant=tenant, api_key=key)
+    window = int(NOW // limits.WINDOW_S)
+    assert redis_counters.get(f"tk:rate:k{key.pk}:{window}") == 3
+    assert redis_counters.get(f"tk:rate:t{tenant.pk}:{window}") == 2  # the refused one is not the tenant's
+    other = world.a.key_objects["admin"]
+    limits.requests_admit(tenant=tenant, api_key=other)  # another key still gets in
+    assert redis_counters.get(f"tk:rate:t{tenant.pk}:{window}") == 3
+    stored = redis_counters.make_and_validate_key(f"tk:rate:t{tenant.pk}:{window}")
+    assert 0 < redis_counters._cache.get_client(stored).ttl(stored) <= limits.COUNTER_TTL_S
+
+
+def test_one_counter_store_per_process(world, redis_counters):
+    assert limits.counter_store() is limits.counter_store()
+    assert limits.counter_store() is redis_counters

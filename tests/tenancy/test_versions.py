@@ -1,11 +1,15 @@
 """Per-tenant versions and per-process caches (tenancy.versions): one mechanism for the tool catalog and
 the compiled rules."""
+import time
+
 import pytest
 from django.db import transaction
 
 from approvals.engine import index_cache
 from approvals.models import PolicyVersion
-from tenancy.versions import VersionedCache, version_bump, version_of
+from tenancy import versions
+from tenancy.selectors import apikey_from_token, versions_read_with
+from tenancy.versions import VersionedCache, version_bump, version_of, versions_known
 from tools.catalog import _snapshots
 from tools.models import CatalogVersion
 
@@ -57,3 +61,32 @@ def test_a_bump_creates_the_version_row_of_a_tenant_that_has_none(world):
     assert version_of(PolicyVersion, tenant) == 0
     version_bump(PolicyVersion, tenant)
     assert PolicyVersion.objects.for_tenant(tenant).count() == 1 and version_of(PolicyVersion, tenant) != 0
+
+
+def test_versions_read_with_the_key_stand_in_for_a_moment_and_a_change_is_read_again(world, monkeypatch):
+    tenant = world.a.tenant.pk
+    real = version_of(PolicyVersion, tenant)
+    reads = []
+    monkeypatch.setattr(versions, "tenant_scalar", lambda *args: reads.append(args) or real)
+    now = time.monotonic()
+    with versions_known(tenant, {PolicyVersion: 123}, now):
+        assert version_of(PolicyVersion, tenant) == 123 and reads == []  # known: not read again
+        assert version_of(PolicyVersion, world.b.tenant.pk) == real and len(reads) == 1  # another tenant's
+        with transaction.atomic():
+            version_bump(PolicyVersion, tenant)
+            assert version_of(PolicyVersion, tenant) == real and len(reads) == 2  # its own change: read
+    with versions_known(tenant, {PolicyVersion: 123}, now - versions.KNOWN_FOR_S):
+        assert version_of(PolicyVersion, tenant) == real  # read too long ago: read again
+    assert version_of(PolicyVersion, tenant) == real  # outside the block
+
+
+def test_a_request_reads_the_versions_with_its_key(world, django_assert_num_queries):
+    """The key's one statement brings the tenant's configuration versions; a second read of the key's
+    configuration needs none."""
+    api_key = world.a.key_objects["agent"]
+    secret = world.a.keys["agent"]
+    with django_assert_num_queries(1):
+        found = apikey_from_token(secret)
+    found_versions, read_at = versions_read_with(found)
+    assert found.pk == api_key.pk and read_at > 0
+    assert found_versions[PolicyVersion] == version_of(PolicyVersion, api_key.tenant_id)

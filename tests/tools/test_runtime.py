@@ -34,7 +34,10 @@ class RecordingExecutor:
         self.submitted: list[str] = []
         self.cancelled: list[str] = []
 
-    def submit(self, call) -> bool:
+    def queued_fields(self) -> dict:
+        return {}
+
+    def submit(self, call, *, stamped: bool = False) -> bool:
         self.submitted.append(str(call.pk))
         return True
 

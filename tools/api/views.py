@@ -13,7 +13,8 @@ from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.grants import Grant, grant_of
 from tenancy.models import ApiKey, Scope
 from tenancy.permissions import sees_secrets
-from tenancy.selectors import access_object, access_row, key_sees_agent, key_sessions
+from tenancy.selectors import access_object, access_row, key_sees_agent, key_sessions, versions_read_with
+from tenancy.versions import versions_known
 from tenancy.web import acting_user
 from toolkeeper.api import exception_handler
 from toolkeeper.openapi import CONFLICT
@@ -112,8 +113,9 @@ class CallSubmitView(AgentView):
         wait = validated["wait"]
         request_tools = declared.request_declarations(session=session, tools=validated["tools"],
                                                       mode=validated["tools_mode"]) if "tools" in validated else None
-        calls = tool_calls.calls_submit(session=session, calls=validated["calls"], api_key=api_key,
-                                        declared=request_tools)
+        with versions_known(session.tenant_id, *versions_read_with(api_key)):
+            calls = tool_calls.calls_submit(session=session, calls=validated["calls"], api_key=api_key,
+                                            declared=request_tools)
         plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls, timeout=wait,
                         until=SETTLED_STATUSES, grant=grant_of(request), render=calls_payload,
                         offline=s.calls_data_offline)
