@@ -14,8 +14,16 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 
-from django.db import close_old_connections, connections, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+    transaction,
+)
 from django.utils import timezone
 
 from tenancy.fastread import fetch_one
@@ -40,10 +48,28 @@ class ClaimOutcome:
     WAIT = "wait"  # the tenant is at its cap, or the session's earlier unsafe call still runs
 
 
+def _call_read(call_id) -> ToolCall | None:
+    """The call with its session, tool, tenant and the tenant's configuration versions, in one statement.
+
+    A worker process keeps its connection between tasks and does not ping it before each one: a connection
+    found dead here (the database restarted, an idle timeout) is opened again and the read tried once more.
+    Nothing has been written yet, so the retry repeats nothing."""
+    read = partial(fetch_one, ToolCall, join=("session", "tool", "tenant"), pk=call_id,
+                   tenant_values=tuple((model, "version") for model in versioned_models()))
+    try:
+        return read()
+    except (OperationalError, InterfaceError):
+        connection = connections[DEFAULT_DB_ALIAS]
+        if connection.in_atomic_block or connection.is_usable():
+            raise
+        logger.warning("the database connection was lost between tasks: opening it again")
+        connection.close()
+        return read()
+
+
 def call_claim_limited(*, call_id) -> tuple[str, ToolCall | None]:
     """Claim a queued call, honouring the tenant's parallel cap and per-session order of unsafe tools."""
-    call = fetch_one(ToolCall, join=("session", "tool", "tenant"), pk=call_id,
-                     tenant_values=tuple((model, "version") for model in versioned_models()))
+    call = _call_read(call_id)
     if call is None or call.status != CallStatus.QUEUED:
         return ClaimOutcome.GONE, None
     call.session.tenant = call.tenant

@@ -16,10 +16,11 @@ app.autodiscover_tasks()
 @worker_process_init.connect
 def prepare_worker_process(**kwargs):
     """A worker process runs one task at a time on one thread: it keeps its database connection between
-    tasks (see CELERY_DB_REUSE_MAX), checked before each task like a request's."""
+    tasks, not pinged before each one (a round trip per task): a call's task reads its call first and opens
+    the connection again if it was lost (`tools.worker`); any other task fails once and runs again on its
+    next period."""
     for connection in connections.all():
         connection.settings_dict["CONN_MAX_AGE"] = 60
-        connection.settings_dict["CONN_HEALTH_CHECKS"] = True
     # Long-lived objects of a worker process stay out of the garbage collector's full passes.
     gc.collect()
     gc.freeze()
@@ -27,8 +28,8 @@ def prepare_worker_process(**kwargs):
 
 @task_prerun.connect
 def refresh_database_connections(**kwargs):
-    """Before each task, as before each request: a broken or aged connection is closed (and reopened on
-    first use); a kept one is pinged once before use (CONN_HEALTH_CHECKS)."""
+    """Before each task, as before each request: a connection that failed or aged is closed (and opened
+    again on first use)."""
     close_old_connections()
 
 

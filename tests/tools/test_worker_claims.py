@@ -165,3 +165,30 @@ def test_the_claim_does_not_lock_the_tenant_row(world):
         holder.join()
         with connections["default"].cursor() as cursor:
             cursor.execute("SET lock_timeout = 0")
+
+
+def test_a_claim_opens_a_connection_lost_between_tasks_again(world):
+    """Workers keep their connection between tasks without pinging it first: a dead one is found on the claim's
+    first read (which writes nothing) and opened again, and the claim goes on."""
+    connection = connections["default"]
+    if connection.vendor != "postgresql":
+        pytest.skip("a server-side end of the connection needs PostgreSQL")
+    call, = queued_calls(world.a, 1)
+    connection.ensure_connection()
+    backend = connection.connection.info.backend_pid
+
+    def end_it() -> None:
+        try:
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [backend])
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=end_it)
+    thread.start()
+    thread.join()
+    outcome, claimed = call_claim_limited(call_id=call.pk)
+    assert outcome == ClaimOutcome.CLAIMED
+    assert connection.connection.info.backend_pid != backend
+    call.refresh_from_db()
+    assert call.status == CallStatus.RUNNING
