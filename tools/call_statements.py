@@ -5,7 +5,7 @@ the statement itself. Identifiers come from model metadata and every value is a 
 is in the WHERE of each. Generic helpers (one value of a tenant's row, appending a row) stay in
 `tenancy.fastread`.
 """
-from tenancy.fastread import insert_row, this_connection
+from tenancy.fastread import insert_instance, insert_instance_statement, insert_row, instance_written, this_connection
 
 from .models import AgentSession, CallEvent, CallStatus, ToolCall
 
@@ -113,6 +113,36 @@ def call_update_with_event(call: ToolCall, *, from_statuses=None, fields: dict |
         cursor.execute(sql, params)
         row = cursor.fetchone()
     return row[0] if row else None
+
+
+UNIQUE_CALL_ID = ("session", "call_id")
+
+
+def call_insert_with_event(call: ToolCall, *, kind: str, data: dict, at) -> bool:
+    """INSERT a new call's row (its `event_seq` 1) and its first event together; False, nothing written, when
+    the session already has a call with its `call_id`. On PostgreSQL one statement: the event's INSERT reads
+    the call's (in a WITH), so a taken id writes neither."""
+    conn = this_connection()
+    if conn.vendor != "postgresql":
+        if not insert_instance(call, unless_taken=UNIQUE_CALL_ID):
+            return False
+        event_insert(call, seq=call.event_seq, kind=kind, data=data, at=at)
+        return True
+    call_sql, params = insert_instance_statement(call, unless_taken=UNIQUE_CALL_ID)
+    columns, value_fields = _event_shape(conn)
+    quote = conn.ops.quote_name
+    written_id = f"written.{quote(ToolCall._meta.pk.column)}"
+    sql = (f"WITH written AS ({call_sql}) INSERT INTO {quote(CallEvent._meta.db_table)} ({columns}) "  # noqa: S608
+           f"SELECT %s, {written_id}, %s, %s, %s, %s FROM written RETURNING {quote('seq')}")
+    params += [call.tenant_id, call.event_seq,
+               *(field.get_db_prep_save(value, conn) for field, value in zip(value_fields, (kind, data, at),
+                                                                                strict=True))]
+    with conn.cursor() as cursor:
+        cursor.execute(sql, params)
+        if cursor.fetchone() is None:
+            return False
+    instance_written(call)
+    return True
 
 
 def event_insert(call: ToolCall, *, seq: int, kind: str, data: dict, at) -> int:

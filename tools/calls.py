@@ -10,13 +10,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
-from tenancy.fastread import insert_instance
 from tenancy.limits import calls_admit
 from tenancy.models import SYSTEM_AGENT
 from toolkeeper.errors import Conflict, ServiceError
 
 from .call_statements import calls_in_flight, session_call_count_add
-from .events import call_transition
+from .events import call_record, call_transition
 from .meta import meta_run
 from .models import AgentSession, CallStatus, Tool, ToolCall
 from .pipeline import CallContext, Step, pipeline_run
@@ -63,6 +62,26 @@ class _GeneratedIds:
         return f"call_{self.next - 1}"
 
 
+class _CallRecorder:
+    """Writes a submitted call's row when the chain first moves it (`CallContext.record`), then its audit entry.
+    A generated id the session already has shows when the row is not written, and the next is tried; an id the
+    request named that a concurrent request took first is a conflict (the whole batch rolls back)."""
+
+    def __init__(self, call: ToolCall, *, ids: _GeneratedIds | None, api_key):
+        self.call, self.ids, self.api_key = call, ids, api_key
+
+    def __call__(self, *, status: str | None = None, event_data: dict | None = None, **fields) -> bool:
+        call = self.call
+        while not call_record(call, status=status, event_data=event_data, **fields):
+            if self.ids is None:
+                raise Conflict(f"call id {call.call_id!r} is already used in this session")
+            call.call_id = self.ids.take()
+        audit_record(tenant=call.session.tenant, actor=self.api_key and f"apikey:{self.api_key.name}",
+                     verb="call.received", target=f"call:{call.pk}",
+                     data={"tool": call.tool_name, "call_id": call.call_id})
+        return True
+
+
 def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None, declared=None) -> list[ToolCall]:
     """Record and govern a batch of calls, in request order; `declared`: the tools the request declared for its
     own calls (tools.declared.Declarations).
@@ -87,28 +106,19 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None, decl
                     in_flight=lambda: calls_in_flight(tenant=session.tenant, api_key=api_key))
         generated = _GeneratedIds(session_call_count_add(session, len(fresh)) - len(fresh) + 1, set(explicit))
         results: list[ToolCall] = []
-        created: list[ToolCall] = []
         for spec in calls:
             if spec.get("id") in existing:
                 results.append(existing[spec["id"]])
                 continue
-            while True:
-                call = ToolCall(
-                    tenant=session.tenant, session=session, call_id=spec.get("id") or generated.take(),
-                    tool_name=spec["name"], input=spec.get("input", {}),
-                    declared_tool=declared.declared_tool(spec["name"]) if declared is not None else None,
-                )
-                # nothing listens to a call's save; a taken id costs no extra statement
-                if insert_instance(call, unless_taken=("session", "call_id")):
-                    break
-                if spec.get("id"):  # the whole batch rolls back with this error
-                    raise Conflict(f"call id {call.call_id!r} is already used in this session")
+            call = ToolCall(
+                tenant=session.tenant, session=session, call_id=spec.get("id") or generated.take(),
+                tool_name=spec["name"], input=spec.get("input", {}),
+                declared_tool=declared.declared_tool(spec["name"]) if declared is not None else None,
+            )
             results.append(call)
-            created.append(call)
-        for call in created:
-            audit_record(tenant=session.tenant, actor=api_key and f"apikey:{api_key.name}", verb="call.received",
-                         target=f"call:{call.pk}", data={"tool": call.tool_name, "call_id": call.call_id})
-            pipeline_run(CallContext(call=call, session=session, declared=declared))
+            # the row is written by the chain's first move (or at its end), with that move's event
+            record = _CallRecorder(call, ids=None if spec.get("id") else generated, api_key=api_key)
+            pipeline_run(CallContext(call=call, session=session, declared=declared, record=record))
     return results
 
 

@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from realtime.broadcast import publish_on_commit
 from realtime.groups import calls_group, session_group
-from tenancy.fastread import this_connection
+from tenancy.fastread import insert_instance, this_connection
 
-from .call_statements import INCREMENTS, call_update_with_event
+from .call_statements import INCREMENTS, UNIQUE_CALL_ID, call_insert_with_event, call_update_with_event
 from .models import SETTLED_STATUSES, TERMINAL_STATUSES, CallStatus, ToolCall
 from .results import call_error, error_result
 from .waiting import settle_notify
@@ -75,6 +75,37 @@ def call_transition(*, call: ToolCall, from_statuses, to_status: str, event_data
     return True
 
 
+def call_record(call: ToolCall, *, status: str | None = None, event_data: dict | None = None, **fields) -> bool:
+    """Write a new call's row with these fields: with `status`, already moved there, and that move's event
+    written with it (one statement on PostgreSQL); without, as it stands (received, no event). Returns False,
+    nothing written, when the session already has a call with its `call_id`."""
+    for name, value in fields.items():
+        setattr(call, name, value)
+    if status is None:
+        return insert_instance(call, unless_taken=UNIQUE_CALL_ID)
+    if status in TERMINAL_STATUSES and call.finished_at is None:
+        call.finished_at = timezone.now()
+    call.status, call.event_seq = status, 1
+    at = timezone.now()
+    data = {"status": status, **(event_data or {})}
+    with _writing():
+        if not call_insert_with_event(call, kind="status", data=data, at=at):
+            call.status, call.event_seq = CallStatus.RECEIVED, 0
+            return False
+        _publish(call, call.event_seq, "status", data, at)
+        if status in SETTLED_STATUSES:
+            transaction.on_commit(lambda: settle_notify(call))
+    return True
+
+
+def call_failure(call: ToolCall, *, error_type: str, message: str, event_data: dict | None = None,
+                 result: dict | None = None) -> tuple[dict, dict]:
+    """The fields that settle a call with a structured error for the model, and its status event's data."""
+    error = call_error(error_type=error_type, message=message, tool=call.tool_name, call_id=call.call_id)
+    return ({"error": error, "result": error_result(error) if result is None else result},
+            {"error": error, **(event_data or {})})
+
+
 def call_fail(*, call: ToolCall, error_type: str, message: str, from_statuses, status: str = CallStatus.FAILED,
               event_data: dict | None = None, result: dict | None = None, **fields) -> bool:
     """Settle the call with a structured error for the model, if it is still in one of `from_statuses`.
@@ -82,7 +113,6 @@ def call_fail(*, call: ToolCall, error_type: str, message: str, from_statuses, s
     The error is the call's `error`, its result (unless `result` gives another, such as an external system's
     own error answer) and part of the status event, with `event_data` beside it. Returns whether it moved.
     """
-    error = call_error(error_type=error_type, message=message, tool=call.tool_name, call_id=call.call_id)
-    return call_transition(call=call, from_statuses=from_statuses, to_status=status, error=error,
-                           result=error_result(error) if result is None else result,
-                           event_data={"error": error, **(event_data or {})}, **fields)
+    failure, data = call_failure(call, error_type=error_type, message=message, event_data=event_data, result=result)
+    return call_transition(call=call, from_statuses=from_statuses, to_status=status, event_data=data,
+                           **failure, **fields)

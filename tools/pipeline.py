@@ -7,6 +7,7 @@ dispatch, lives with submission in `tools.calls`, above the runtime whose execut
 An approved call re-enters the chain after the step that held it. `input_refusal` is the one check
 of a call's input, for the chain and for a reviewer's edit alike.
 """
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -16,7 +17,7 @@ from django.utils.module_loading import import_string
 
 from .catalog import ExposedTool
 from .declared import call_exposed
-from .events import call_fail, call_transition
+from .events import call_failure, call_transition
 from .models import AgentSession, CallStatus, ToolCall, ToolSource
 from .schemas import ToolMisconfigured, bound_overrides
 from .selectors import DeclaredTool, visible_tool
@@ -33,6 +34,9 @@ class CallContext:
     pending: dict = field(default_factory=dict)  # field changes written with the next transition
     edited_input: dict | None = None  # a reviewer's edit; `call.input` keeps what the model sent
     declared: object = None  # the tools its request declared (tools.declared.Declarations), if any
+    # A new call's row is not written until the chain settles it (or ends): the row and its first move are
+    # then one statement. `record(status=None, event_data=None, **fields)` writes it (tools.calls).
+    record: Callable | None = None
 
     @property
     def arguments(self) -> dict:
@@ -45,19 +49,25 @@ class CallContext:
 
     def transition(self, to_status: str, *, event_data: dict | None = None, **fields) -> bool:
         changes, self.pending = {**self.pending, **fields}, {}
+        if self.record is not None:
+            record, self.record = self.record, None
+            return record(status=to_status, event_data=event_data, **changes)
         return call_transition(call=self.call, from_statuses=[self.call.status], to_status=to_status,
                                event_data=event_data, **changes)
 
     def flush(self) -> None:
-        if self.pending:
-            changes, self.pending = self.pending, {}
+        """Write the changes the steps collected (a new call's row, if nothing has written it yet)."""
+        changes, self.pending = self.pending, {}
+        if self.record is not None:
+            record, self.record = self.record, None
+            record(**changes)
+        elif changes:
             ToolCall.objects.for_tenant(self.call.tenant_id).filter(pk=self.call.pk).update(**changes)
 
     def fail(self, error_type: str, message: str, status: str = CallStatus.FAILED) -> bool:
         """Settle the call with this error, with the changes the steps collected; False ends the chain."""
-        changes, self.pending = self.pending, {}
-        call_fail(call=self.call, error_type=error_type, message=message, status=status,
-                  from_statuses=[self.call.status], **changes)
+        failure, data = call_failure(self.call, error_type=error_type, message=message)
+        self.transition(status, event_data=data, **failure)
         return False
 
     def ensure_decision(self) -> None:

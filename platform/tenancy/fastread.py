@@ -170,15 +170,31 @@ def insert_row(model, *, unless_taken: tuple[str, ...] = (), **values) -> int | 
     return row[0] if row else None
 
 
+def insert_instance_statement(instance, *, unless_taken: tuple[str, ...] = ()) -> tuple[str, list]:
+    """The INSERT … RETURNING id that `insert_instance` runs for a new instance, with its parameters: for a
+    caller that writes more rows in the same statement (then `instance_written` once it is written)."""
+    values = {field.name: field.pre_save(instance, add=True) for field in instance._meta.concrete_fields}
+    conn = this_connection()
+    sql, fields = _insert_statement(conn, type(instance), tuple(values), unless_taken)
+    return sql, [field.get_db_prep_save(value, conn) for field, value in zip(fields, values.values(), strict=True)]
+
+
+def instance_written(instance) -> None:
+    """Mark an instance inserted outside the ORM as a saved one."""
+    instance._state.adding = False
+    instance._state.db = DEFAULT_DB_ALIAS
+
+
 def insert_instance(instance, *, unless_taken: tuple[str, ...] = ()) -> bool:
     """INSERT a new instance's row as `save(force_insert=True)` would (its defaults were set when it was
     made; `auto_now_add` fields are filled here), without the save machinery: no signals. For a model that
     nothing listens to, on a hot path. With `unless_taken`, as `insert_row`: False when not written."""
-    values = {field.name: field.pre_save(instance, add=True) for field in instance._meta.concrete_fields}
-    if insert_row(type(instance), unless_taken=unless_taken, **values) is None:
-        return False
-    instance._state.adding = False
-    instance._state.db = DEFAULT_DB_ALIAS
+    sql, params = insert_instance_statement(instance, unless_taken=unless_taken)
+    with this_connection().cursor() as cursor:
+        cursor.execute(sql, params)
+        if cursor.fetchone() is None:
+            return False
+    instance_written(instance)
     return True
 
 

@@ -45,12 +45,19 @@ class Trace:
 def trace_on(monkeypatch) -> Trace:
     """Record every statement and commit of every connection, in every thread, until the test ends."""
     trace = Trace()
-    execute, commit = utils.CursorWrapper.execute, BaseDatabaseWrapper.commit
+    execute, executemany = utils.CursorWrapper.execute, utils.CursorWrapper.executemany
+    commit = BaseDatabaseWrapper.commit
 
     def traced_execute(self, sql, params=None):
         with trace._lock:
             trace.statements.append((threading.current_thread().name, shape(sql)))
         return execute(self, sql, params)
+
+    def traced_executemany(self, sql, param_list):
+        """One statement with many sets of values: one entry, as it is one round trip (psycopg's pipeline)."""
+        with trace._lock:
+            trace.statements.append((threading.current_thread().name, shape(sql) + " (many)"))
+        return executemany(self, sql, param_list)
 
     def traced_commit(self):
         with trace._lock:
@@ -58,5 +65,6 @@ def trace_on(monkeypatch) -> Trace:
         return commit(self)
 
     monkeypatch.setattr(utils.CursorWrapper, "execute", traced_execute)
+    monkeypatch.setattr(utils.CursorWrapper, "executemany", traced_executemany)
     monkeypatch.setattr(BaseDatabaseWrapper, "commit", traced_commit)
     return trace

@@ -13,7 +13,7 @@ from django.test import override_settings
 from audit.chain import KEYED, PLAIN, entry_payload
 from audit.models import ChainHead, Event
 from audit.selectors import audit_check
-from audit.services import audit_record
+from audit.services import audit_record, audit_seal
 from tenancy.services import tenant_create
 
 pytestmark = pytest.mark.django_db
@@ -35,7 +35,9 @@ def verify(*args: str) -> tuple[int, str]:
 
 
 def chain(tenant) -> list[Event]:
-    return list(Event.objects.for_tenant(tenant).order_by("id"))
+    """The tenant's entries in chain order, once what has committed is sealed (under the key in force)."""
+    audit_seal(tenant.pk)
+    return list(Event.objects.for_tenant(tenant).order_by("position"))
 
 
 def tamper(event: Event, **changes) -> None:
@@ -122,6 +124,7 @@ def keyed_tenant(slug: str = "keyed"):
         tenant = tenant_create(slug=slug)
         for n in range(5):
             audit_record(tenant=tenant, verb="test.event", target=f"thing:{n}", data={"n": n})
+        audit_seal(tenant.pk)
     return tenant
 
 
