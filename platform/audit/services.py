@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from django.core.cache import cache
-from django.db import close_old_connections, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from tenancy.fastread import insert_row, this_connection
@@ -233,7 +233,8 @@ def audit_seal_pending() -> int:
 class Sealer:
     """Seals in the background, just after commit: one thread per process gathers the tenants whose entries
     committed in the last SEAL_GATHER_S and seals each once, so a busy tenant's entries are sealed in batches.
-    A seal that fails is left to the periodic `audit_seal_pending`."""
+    The thread keeps its database connection (a new one per batch would cost PostgreSQL a backend each
+    time) unless a seal fails; what failed is left to the periodic `audit_seal_pending`."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -264,8 +265,8 @@ class Sealer:
                         audit_seal(tenant_id)
                     except Exception:
                         logger.exception("sealing the audit entries of tenant %s failed", tenant_id)
+                        connection.close()  # opened again for the next seal; kept otherwise, as it is busy
             finally:
-                close_old_connections()
                 with self._lock:
                     self._busy = False
 
