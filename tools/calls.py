@@ -6,6 +6,8 @@ last step, `Dispatch`, is here: it runs meta tools inline (`tools.meta`) and han
 the runtime's executor after commit. `call_cancel` stops a call wherever it is. This module sits above
 the pipeline and the runtime, so neither of them imports an executor.
 """
+from contextvars import ContextVar
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -24,8 +26,32 @@ from .runtime import runtime
 from .signals import call_cancelled
 
 
+class _Claims:
+    """The executor places taken by one submission whose transaction is the outermost one (`calls_submit`):
+    it alone sees whether that transaction commits, and gives the places back if it does not."""
+
+    def __init__(self):
+        self.jobs: list = []
+        self.committed = False
+
+    def mark_committed(self) -> None:
+        self.committed = True
+
+    def give_back(self, executor) -> None:
+        if not self.committed:
+            for job in self.jobs:
+                executor.release(job)
+
+
+_claims_in_submission: ContextVar[_Claims | None] = ContextVar("claims_in_submission", default=None)
+
+
 class Dispatch(Step):
-    """The pipeline's last step: meta tools run now, in the request; other calls are queued for the executor."""
+    """The pipeline's last step: meta tools run now, in the request; other calls are queued for the executor.
+
+    An executor that can say a call may start at once (`claim_now`, the local executor's) has it moved to
+    `running` in the submission's own transaction and started after commit: one write transaction fewer
+    per call than a claim of its own. That takes a submission that sees its transaction end."""
 
     name = "dispatch"
 
@@ -36,11 +62,20 @@ class Dispatch(Step):
             meta_run(call=ctx.call, session=ctx.session)
             return False
         executor = runtime().executor
-        # an executor of a deployment's own (TOOLKEEPER_EXECUTOR_CLASS) may know nothing of stamps
+        # an executor of a deployment's own (TOOLKEEPER_EXECUTOR_CLASS) may know nothing of stamps or claims
         stamp = getattr(executor, "queued_fields", dict)()
-        if ctx.transition(CallStatus.QUEUED, **stamp):
-            call = ctx.call
-            transaction.on_commit(lambda: executor.submit(call, stamped=True) if stamp else executor.submit(call))
+        if not ctx.transition(CallStatus.QUEUED, **stamp):
+            return False
+        call = ctx.call
+        claims = _claims_in_submission.get()
+        job = executor.claim_now(call) if claims is not None and hasattr(executor, "claim_now") else None
+        if job is not None:
+            if ctx.transition(CallStatus.RUNNING, started_at=timezone.now(), attempts=1):
+                claims.jobs.append(job)
+                transaction.on_commit(lambda: executor.start_claimed(job, call), robust=True)
+                return False
+            executor.release(job)
+        transaction.on_commit(lambda: executor.submit(call, stamped=True) if stamp else executor.submit(call))
         return False
 
 
@@ -92,7 +127,24 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None, decl
     explicit = [spec["id"] for spec in calls if spec.get("id")]
     if len(explicit) != len(set(explicit)):
         raise ServiceError({"calls": ["call ids must be unique within a batch"]})
+    claims = _Claims() if not transaction.get_connection().in_atomic_block else None
+    token = _claims_in_submission.set(claims)
+    try:
+        return _submitted(session=session, calls=calls, api_key=api_key, declared=declared, explicit=explicit,
+                          claims=claims)
+    except BaseException:
+        if claims is not None:
+            claims.give_back(runtime().executor)
+        raise
+    finally:
+        _claims_in_submission.reset(token)
+
+
+def _submitted(*, session: AgentSession, calls: list[dict], api_key, declared, explicit: list,
+               claims: _Claims | None) -> list[ToolCall]:
     with transaction.atomic():
+        if claims is not None:
+            transaction.on_commit(claims.mark_committed)  # first of the callbacks: they run after the commit
         existing = {
             call.call_id: call
             for call in ToolCall.objects.for_tenant(session.tenant_id).filter(session=session, call_id__in=explicit)

@@ -104,17 +104,42 @@ class LocalExecutor:
         """Fields the dispatch step writes with the move to `queued`: none here."""
         return {}
 
-    def submit(self, call: ToolCall, *, stamped: bool = False) -> bool:
+    @staticmethod
+    def _job(call: ToolCall) -> Job:
         tool = call.tool
-        job = Job(
+        return Job(
             call=copy.copy(call), call_id=str(call.pk), tenant_id=call.tenant_id, session_id=str(call.session_id),
             concurrency_safe=tool.concurrency_safe if tool else True,
             max_parallel=max(1, call.tenant.max_parallel_calls), timeout_s=tool.timeout_s if tool else 30.0,
         )
+
+    def submit(self, call: ToolCall, *, stamped: bool = False) -> bool:
+        job = self._job(call)
         with self._lock:
             self._waiting.append(job)
             self._start_eligible()
         return True
+
+    def claim_now(self, call: ToolCall) -> Job | None:
+        """A place for a queued call that may start at once (its tenant under its cap with none of its calls
+        waiting; for an unsafe tool, its session free), counted as running from now; None when it must
+        queue. The caller moves the call to `running` in its own transaction and, once that commits, hands
+        the job to `start_claimed`; if it does not commit, to `release`."""
+        job = self._job(call)
+        with self._lock:
+            if any(waiting.tenant_id == job.tenant_id for waiting in self._waiting) or not self._may_start(job):
+                return None
+            self._count_running(job)
+        return job
+
+    def start_claimed(self, job: Job, call: ToolCall) -> None:
+        job.call = copy.copy(call)
+        self._pool.submit(self._run, job, claimed=True)
+
+    def release(self, job: Job) -> None:
+        with self._lock:
+            self._uncount_running(job)
+            self._start_eligible()
 
     def cancel(self, call_id) -> None:
         """Wake a running call's tool; the caller has already settled the call's status."""
@@ -125,6 +150,22 @@ class LocalExecutor:
             for waiting in self._waiting:
                 if waiting.call_id == str(call_id):
                     waiting.cancelled.set()
+
+    def _may_start(self, job: Job) -> bool:
+        return self._running_per_tenant[job.tenant_id] < job.max_parallel and (
+            job.concurrency_safe or job.session_id not in self._busy_sessions)
+
+    def _count_running(self, job: Job) -> None:
+        self._running[job.call_id] = job
+        self._running_per_tenant[job.tenant_id] += 1
+        if not job.concurrency_safe:
+            self._busy_sessions.add(job.session_id)
+
+    def _uncount_running(self, job: Job) -> None:
+        self._running.pop(job.call_id, None)
+        self._running_per_tenant[job.tenant_id] -= 1
+        if not job.concurrency_safe:
+            self._busy_sessions.discard(job.session_id)
 
     def _start_eligible(self) -> None:
         held_tenants: set[int] = set()
@@ -143,17 +184,14 @@ class LocalExecutor:
                     held_sessions.add(job.session_id)
                 remaining.append(job)
                 continue
-            self._running[job.call_id] = job
-            self._running_per_tenant[job.tenant_id] += 1
-            if not job.concurrency_safe:
-                self._busy_sessions.add(job.session_id)
+            self._count_running(job)
             self._pool.submit(self._run, job)
         self._waiting = remaining
 
-    def _run(self, job: Job) -> None:
+    def _run(self, job: Job, *, claimed: bool = False) -> None:
         deadline = None
         try:
-            call = call_claim(call=job.call)
+            call = job.call if claimed else call_claim(call=job.call)
             if call is not None and not job.cancelled.is_set():
                 deadline = self._deadlines.arm(job.timeout_s, self._time_out, job, call)
                 call_execute(call=call, cancelled=job.cancelled)
@@ -164,10 +202,7 @@ class LocalExecutor:
             if deadline is not None:
                 self._deadlines.disarm(deadline)
             with self._lock:
-                self._running.pop(job.call_id, None)
-                self._running_per_tenant[job.tenant_id] -= 1
-                if not job.concurrency_safe:
-                    self._busy_sessions.discard(job.session_id)
+                self._uncount_running(job)
                 self._start_eligible()
 
     def _time_out(self, job: Job, call: ToolCall) -> None:

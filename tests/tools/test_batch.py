@@ -5,8 +5,10 @@ import threading
 import pytest
 
 from tenancy.models import Tenant
+from tools import calls as calls_module
 from tools.decorators import CallCancelled, ToolContext
-from tools.models import CallStatus, Tool, ToolCall, ToolGroup
+from tools.models import AgentSession, CallEvent, CallStatus, Tool, ToolCall, ToolGroup
+from tools.runtime import runtime
 from tools.services import session_create
 
 from .support import poll, wait_status, wait_terminal
@@ -326,8 +328,6 @@ def test_cancel_of_a_queued_call_means_it_never_runs(world, make_tool, session):
     assert wait_terminal(first["id"], tenant=world.a.tenant).status == CallStatus.SUCCEEDED
     assert wait_terminal(second["id"], tenant=world.a.tenant).status == CallStatus.CANCELLED
     # the executor has dropped it: once idle, the cancelled call has still not run
-    from tools.runtime import runtime
-
     executor = runtime().executor
 
     def idle():
@@ -339,8 +339,6 @@ def test_cancel_of_a_queued_call_means_it_never_runs(world, make_tool, session):
 
 
 def _executor_idle():
-    from tools.runtime import runtime
-
     executor = runtime().executor
     with executor._lock:
         return not executor._running and not executor._waiting
@@ -417,3 +415,44 @@ def test_one_tenant_at_its_cap_does_not_hold_up_another(world, make_tool, sessio
         release.set()
     for call in a_calls:
         assert wait_terminal(call["id"], tenant=world.a.tenant).status == CallStatus.SUCCEEDED
+
+
+def test_a_call_that_may_start_at_once_is_claimed_by_its_own_request(world, session):
+    """Its row, `queued` and `running` are written by the request's transaction; the run writes the result."""
+    [call] = submit(world.a.client(), session, {"name": "current_time", "input": {}, "wait": 10})
+    assert call["status"] == "succeeded"
+    row = ToolCall.objects.for_tenant(world.a.tenant).get(pk=call["id"])
+    assert row.attempts == 1 and row.started_at is not None
+    events = list(CallEvent.objects.for_tenant(world.a.tenant).filter(call=row).order_by("seq"))
+    assert [(event.seq, event.data.get("status")) for event in events] == [
+        (1, "queued"), (2, "running"), (3, "succeeded")]
+
+
+def test_a_submission_that_does_not_commit_gives_back_the_places_it_claimed(world, make_tool, session, monkeypatch):
+    """With a cap of one: the first call of a batch takes the tenant's only place, the second call's chain
+    fails and the batch rolls back. The place is free again: the next call is claimed and runs."""
+    Tenant.objects.filter(pk=world.a.tenant.pk).update(max_parallel_calls=1)
+    executor = runtime().executor
+    real_run = calls_module.pipeline_run
+    runs = []
+
+    def second_fails(ctx, **kwargs):
+        runs.append(ctx.call.call_id)
+        if len(runs) == 2:
+            raise RuntimeError("the chain broke")
+        return real_run(ctx, **kwargs)
+
+    monkeypatch.setattr(calls_module, "pipeline_run", second_fails)
+    session = AgentSession.objects.for_tenant(world.a.tenant).get(pk=session.pk)  # with the tenant's new cap
+    with pytest.raises(RuntimeError):
+        calls_module.calls_submit(session=session, calls=[{"name": "current_time", "input": {}},
+                                                          {"name": "current_time", "input": {}}])
+    assert len(runs) == 2
+    assert not ToolCall.objects.for_tenant(world.a.tenant).filter(session=session).exists()
+    with executor._lock:
+        assert executor._running_per_tenant[world.a.tenant.pk] == 0
+        assert not executor._running
+    monkeypatch.setattr(calls_module, "pipeline_run", real_run)
+    [call] = calls_module.calls_submit(session=session, calls=[{"name": "current_time", "input": {}}])
+    assert call.status == CallStatus.RUNNING  # claimed at once: the place was given back
+    assert wait_terminal(call.pk, tenant=world.a.tenant).status == CallStatus.SUCCEEDED
