@@ -10,7 +10,6 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from approvals.engine import index_cache
-from audit.services import sealer
 from tenancy.models import Role
 from tenancy.services import apikey_create, membership_set, tenant_create
 from tools.calls import calls_submit
@@ -121,14 +120,6 @@ def drain_calls(db):
             if not executor._running and not executor._waiting:
                 return
         time.sleep(0.02)
-
-
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_teardown(item, nextitem):
-    """Before a test's fixtures end (a transactional test's tables are emptied then), let this process's
-    audit sealer finish what the test committed: it writes in a thread of its own."""
-    sealer.wait_idle(10)
-    yield
 
 
 @pytest.fixture(scope="session", autouse=True)

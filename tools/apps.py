@@ -8,19 +8,15 @@ class ToolsConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import m2m_changed, post_delete, post_migrate, post_save
 
-        from audit.services import audit_seal_pending
         from tenancy.signals import tenant_created
 
         from . import builtins, examples, sources  # noqa: F401  (registers the shipped tools' sources)
         from .catalog import bump_on_change
         from .models import BoundArgument, McpServer, RedactionRule, Tool, ToolGroup
         from .plugins import plugins_load
-        from .registry import register_periodic
         from .services import catalog_sync_all, tenant_seed_catalog
 
         tenant_created.connect(tenant_seed_catalog, dispatch_uid="tools.seed_catalog")
-        # audit entries are sealed just after commit; this seals those whose process stopped in between
-        register_periodic("audit.seal", audit_seal_pending, every_s=5)
         # A server's tools leave the surface with it; redaction rules are cached under the same version.
         for model in (Tool, ToolGroup, BoundArgument, McpServer, RedactionRule):
             post_save.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.save.{model.__name__}")

@@ -118,31 +118,55 @@ def call_update_with_event(call: ToolCall, *, from_statuses=None, fields: dict |
 UNIQUE_CALL_ID = ("session", "call_id")
 
 
-def call_insert_with_event(call: ToolCall, *, kind: str, data: dict, at) -> bool:
-    """INSERT a new call's row (its `event_seq` 1) and its first event together; False, nothing written, when
-    the session already has a call with its `call_id`. On PostgreSQL one statement: the event's INSERT reads
-    the call's (in a WITH), so a taken id writes neither."""
+def call_insert_with_events(call: ToolCall, *, events: list[tuple[str, dict]], at) -> bool:
+    """INSERT a new call's row and its first events (kind, data), numbered from 1 (the row's `event_seq` is
+    their count), together; False, nothing written, when the session already has a call with its `call_id`.
+    One statement for the events on SQLite; one for all on PostgreSQL: the events' INSERT reads the call's
+    (in a WITH), so a taken id writes neither."""
     conn = this_connection()
+    rows = [(seq, kind, data) for seq, (kind, data) in enumerate(events, start=1)]
     if conn.vendor != "postgresql":
         if not insert_instance(call, unless_taken=UNIQUE_CALL_ID):
             return False
-        event_insert(call, seq=call.event_seq, kind=kind, data=data, at=at)
+        events_insert(call, rows, at=at)
         return True
     call_sql, params = insert_instance_statement(call, unless_taken=UNIQUE_CALL_ID)
     columns, value_fields = _event_shape(conn)
     quote = conn.ops.quote_name
     written_id = f"written.{quote(ToolCall._meta.pk.column)}"
+    values = ", ".join(["(%s::integer, %s::varchar, %s::jsonb, %s::timestamptz)"] * len(rows))
     sql = (f"WITH written AS ({call_sql}) INSERT INTO {quote(CallEvent._meta.db_table)} ({columns}) "  # noqa: S608
-           f"SELECT %s, {written_id}, %s, %s, %s, %s FROM written RETURNING {quote('seq')}")
-    params += [call.tenant_id, call.event_seq,
-               *(field.get_db_prep_save(value, conn) for field, value in zip(value_fields, (kind, data, at),
-                                                                                strict=True))]
+           f"SELECT %s, {written_id}, v.seq, v.kind, v.data, v.at FROM written, (VALUES {values}) "
+           f"AS v(seq, kind, data, at) RETURNING {quote('seq')}")
+    params.append(call.tenant_id)
+    kind_field, data_field, at_field = value_fields
+    prepared_at = at_field.get_db_prep_save(at, conn)
+    for seq, kind, data in rows:
+        params += [seq, kind_field.get_db_prep_save(kind, conn), data_field.get_db_prep_save(data, conn), prepared_at]
     with conn.cursor() as cursor:
         cursor.execute(sql, params)
         if cursor.fetchone() is None:
             return False
     instance_written(call)
     return True
+
+
+def events_insert(call: ToolCall, rows: list[tuple[int, str, dict]], *, at) -> None:
+    """INSERT several events of a call, (seq, kind, data), in one statement."""
+    conn = this_connection()
+    columns, value_fields = _event_shape(conn)
+    quote = conn.ops.quote_name
+    kind_field, data_field, at_field = value_fields
+    prepared_at = at_field.get_db_prep_save(at, conn)
+    call_id = ToolCall._meta.pk.get_db_prep_value(call.pk, conn)
+    params: list = []
+    for seq, kind, data in rows:
+        params += [call.tenant_id, call_id, seq, kind_field.get_db_prep_save(kind, conn),
+                   data_field.get_db_prep_save(data, conn), prepared_at]
+    placeholders = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(rows))
+    with conn.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {quote(CallEvent._meta.db_table)} ({columns}) VALUES {placeholders}",  # noqa: S608
+                       params)
 
 
 def event_insert(call: ToolCall, *, seq: int, kind: str, data: dict, at) -> int:

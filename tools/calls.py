@@ -28,18 +28,22 @@ from .signals import call_cancelled
 
 class _Claims:
     """The executor places taken by one submission whose transaction is the outermost one (`calls_submit`):
-    it alone sees whether that transaction commits, and gives the places back if it does not."""
+    it alone sees whether that transaction commits. If it does not, the places are given back; if it did
+    and something after the commit failed (an earlier commit hook), the claimed calls are started anyway:
+    they are `running` in the database."""
 
     def __init__(self):
-        self.jobs: list = []
+        self.jobs: list = []  # (job, call)
         self.committed = False
 
     def mark_committed(self) -> None:
         self.committed = True
 
-    def give_back(self, executor) -> None:
-        if not self.committed:
-            for job in self.jobs:
+    def settle_after_error(self, executor) -> None:
+        for job, call in self.jobs:
+            if self.committed:
+                executor.start_claimed(job, call)  # no-op for those already started
+            else:
                 executor.release(job)
 
 
@@ -64,17 +68,20 @@ class Dispatch(Step):
         executor = runtime().executor
         # an executor of a deployment's own (TOOLKEEPER_EXECUTOR_CLASS) may know nothing of stamps or claims
         stamp = getattr(executor, "queued_fields", dict)()
-        if not ctx.transition(CallStatus.QUEUED, **stamp):
-            return False
         call = ctx.call
         claims = _claims_in_submission.get()
         job = executor.claim_now(call) if claims is not None and hasattr(executor, "claim_now") else None
-        if job is not None:
-            if ctx.transition(CallStatus.RUNNING, started_at=timezone.now(), attempts=1):
-                claims.jobs.append(job)
+        if job is not None:  # queued and running at once: for a new call, its row and both events in one write
+            claims.jobs.append((job, call))  # given back if the transaction does not commit, whatever ends it
+            if ctx.transition(CallStatus.RUNNING, passing=(CallStatus.QUEUED,), started_at=timezone.now(),
+                              attempts=1, **stamp):
                 transaction.on_commit(lambda: executor.start_claimed(job, call), robust=True)
-                return False
-            executor.release(job)
+            else:
+                claims.jobs.remove((job, call))
+                executor.release(job)
+            return False
+        if not ctx.transition(CallStatus.QUEUED, **stamp):
+            return False
         transaction.on_commit(lambda: executor.submit(call, stamped=True) if stamp else executor.submit(call))
         return False
 
@@ -105,12 +112,17 @@ class _CallRecorder:
     def __init__(self, call: ToolCall, *, ids: _GeneratedIds | None, api_key):
         self.call, self.ids, self.api_key = call, ids, api_key
 
-    def __call__(self, *, status: str | None = None, event_data: dict | None = None, **fields) -> bool:
+    def __call__(self, *, status: str | None = None, passing: tuple[str, ...] = (), event_data: dict | None = None,
+                 **fields) -> bool:
         call = self.call
-        while not call_record(call, status=status, event_data=event_data, **fields):
+        while not call_record(call, status=status, passing=passing, event_data=event_data, **fields):
             if self.ids is None:
                 raise Conflict(f"call id {call.call_id!r} is already used in this session")
             call.call_id = self.ids.take()
+            for holder in (fields, event_data or {}):  # an error for the model names the call by its id
+                error = holder.get("error")
+                if isinstance(error, dict) and "callId" in error:
+                    holder["error"] = {**error, "callId": call.call_id}
         audit_record(tenant=call.session.tenant, actor=self.api_key and f"apikey:{self.api_key.name}",
                      verb="call.received", target=f"call:{call.pk}",
                      data={"tool": call.tool_name, "call_id": call.call_id})
@@ -134,7 +146,7 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None, decl
                           claims=claims)
     except BaseException:
         if claims is not None:
-            claims.give_back(runtime().executor)
+            claims.settle_after_error(runtime().executor)
         raise
     finally:
         _claims_in_submission.reset(token)

@@ -15,7 +15,7 @@ from realtime.broadcast import publish_on_commit
 from realtime.groups import calls_group, session_group
 from tenancy.fastread import insert_instance, this_connection
 
-from .call_statements import INCREMENTS, UNIQUE_CALL_ID, call_insert_with_event, call_update_with_event
+from .call_statements import INCREMENTS, UNIQUE_CALL_ID, call_insert_with_events, call_update_with_event
 from .models import SETTLED_STATUSES, TERMINAL_STATUSES, CallStatus, ToolCall
 from .results import call_error, error_result
 from .waiting import settle_notify
@@ -75,24 +75,28 @@ def call_transition(*, call: ToolCall, from_statuses, to_status: str, event_data
     return True
 
 
-def call_record(call: ToolCall, *, status: str | None = None, event_data: dict | None = None, **fields) -> bool:
-    """Write a new call's row with these fields: with `status`, already moved there, and that move's event
-    written with it (one statement on PostgreSQL); without, as it stands (received, no event). Returns False,
-    nothing written, when the session already has a call with its `call_id`."""
+def call_record(call: ToolCall, *, status: str | None = None, passing: tuple[str, ...] = (),
+                event_data: dict | None = None, **fields) -> bool:
+    """Write a new call's row with these fields: with `status`, already moved there through `passing` (the
+    statuses it passes on the way), each move's event written with it (one statement on PostgreSQL); without,
+    as it stands (received, no event). Returns False, nothing written, when the session already has a call
+    with its `call_id`."""
     for name, value in fields.items():
         setattr(call, name, value)
     if status is None:
         return insert_instance(call, unless_taken=UNIQUE_CALL_ID)
     if status in TERMINAL_STATUSES and call.finished_at is None:
         call.finished_at = timezone.now()
-    call.status, call.event_seq = status, 1
+    events = [("status", {"status": passed}) for passed in passing]
+    events.append(("status", {"status": status, **(event_data or {})}))
+    call.status, call.event_seq = status, len(events)
     at = timezone.now()
-    data = {"status": status, **(event_data or {})}
     with _writing():
-        if not call_insert_with_event(call, kind="status", data=data, at=at):
+        if not call_insert_with_events(call, events=events, at=at):
             call.status, call.event_seq = CallStatus.RECEIVED, 0
             return False
-        _publish(call, call.event_seq, "status", data, at)
+        for seq, (kind, data) in enumerate(events, start=1):
+            _publish(call, seq, kind, data, at)
         if status in SETTLED_STATUSES:
             transaction.on_commit(lambda: settle_notify(call))
     return True

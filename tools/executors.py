@@ -44,6 +44,7 @@ class Job:
     max_parallel: int
     timeout_s: float
     cancelled: CallStop = field(default_factory=CallStop)
+    started: bool = False  # claimed at submission: handed to the pool
 
 
 class Deadlines:
@@ -93,6 +94,7 @@ class LocalExecutor:
     def __init__(self, workers: int | None = None):
         workers = settings.TOOLKEEPER_LOCAL_WORKERS if workers is None else workers
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolkeeper-call")
+        self._workers = workers
         self._lock = threading.Lock()
         self._waiting: deque[Job] = deque()
         self._running: dict[str, Job] = {}
@@ -124,15 +126,21 @@ class LocalExecutor:
         """A place for a queued call that may start at once (its tenant under its cap with none of its calls
         waiting; for an unsafe tool, its session free), counted as running from now; None when it must
         queue. The caller moves the call to `running` in its own transaction and, once that commits, hands
-        the job to `start_claimed`; if it does not commit, to `release`."""
+        the job to `start_claimed`; if it does not commit, to `release`. Only while a pool thread is free:
+        a call marked running must not wait for one (a cancel would then interrupt a call that never ran)."""
         job = self._job(call)
         with self._lock:
-            if any(waiting.tenant_id == job.tenant_id for waiting in self._waiting) or not self._may_start(job):
+            if (len(self._running) >= self._workers or not self._may_start(job)
+                    or any(waiting.tenant_id == job.tenant_id for waiting in self._waiting)):
                 return None
             self._count_running(job)
         return job
 
     def start_claimed(self, job: Job, call: ToolCall) -> None:
+        with self._lock:
+            if job.started:
+                return
+            job.started = True
         job.call = copy.copy(call)
         self._pool.submit(self._run, job, claimed=True)
 

@@ -47,11 +47,17 @@ class CallContext:
             setattr(self.call, name, value)
         self.pending.update(fields)
 
-    def transition(self, to_status: str, *, event_data: dict | None = None, **fields) -> bool:
+    def transition(self, to_status: str, *, event_data: dict | None = None, passing: tuple[str, ...] = (),
+                   **fields) -> bool:
+        """Move the call to `to_status`, through `passing` (statuses it passes on the way, each with its
+        event), with the changes the steps collected; a new call's row is written with the moves."""
         changes, self.pending = {**self.pending, **fields}, {}
         if self.record is not None:
             record, self.record = self.record, None
-            return record(status=to_status, event_data=event_data, **changes)
+            return record(status=to_status, passing=passing, event_data=event_data, **changes)
+        for passed in passing:
+            if not call_transition(call=self.call, from_statuses=[self.call.status], to_status=passed):
+                return False
         return call_transition(call=self.call, from_statuses=[self.call.status], to_status=to_status,
                                event_data=event_data, **changes)
 

@@ -9,12 +9,7 @@ class AppendOnlyError(RuntimeError):
 
 
 class Event(TenantOwned):
-    """One audited action. Append-only, and sealed into its tenant's chain just after it commits.
-
-    Written unsealed (`position` empty), with `hash` over its own content alone, so that writing it waits
-    for no other writer; the sealer (`audit.services.audit_seal`) then gives it the next position in the
-    chain, `prev_hash` and a `hash` that also covers the entry before it.
-    """
+    """One audited action. Append-only; each row's hash covers the previous row's hash."""
 
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     actor_label = models.CharField(max_length=150, blank=True, default="")
@@ -26,15 +21,10 @@ class Event(TenantOwned):
     hash = models.CharField(max_length=64)
     # What made `hash` (audit.chain): rows written before the audit key was set stay plain SHA-256.
     algorithm = models.CharField(max_length=16, default="sha256")
-    position = models.PositiveBigIntegerField(null=True, blank=True)  # in the tenant's chain, from 1; empty: unsealed
 
     class Meta:
         ordering = ["-id"]
-        indexes = [
-            models.Index(fields=["tenant", "target"]), models.Index(fields=["tenant", "-id"]),
-            models.Index(fields=["tenant", "id"], condition=models.Q(position__isnull=True), name="audit_unsealed"),
-        ]
-        constraints = [models.UniqueConstraint(fields=["tenant", "position"], name="one_audit_entry_per_position")]
+        indexes = [models.Index(fields=["tenant", "target"]), models.Index(fields=["tenant", "-id"])]
 
     def __str__(self):
         return f"{self.verb} {self.target}"
@@ -49,10 +39,10 @@ class Event(TenantOwned):
 
 
 class ChainHead(TenantOwned):
-    """The newest state of a tenant's chain, updated by every seal.
+    """The newest state of a tenant's chain, updated in the transaction of every append.
 
     A chain alone cannot show that its newest entries were removed; the head can: it records how many
-    entries are sealed and the newest one's id and hash. With the audit key, `signature` (an HMAC of the
+    entries there are and the newest one's id and hash. With the audit key, `signature` (an HMAC of the
     head) keeps the head itself from being rewound.
     """
 

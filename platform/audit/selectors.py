@@ -1,21 +1,15 @@
 """Reads of the audit log, and its verification: walk a tenant's chain and compare it with its head."""
 from dataclasses import dataclass, replace
 
-from .chain import (
-    KEYED,
-    NOT_THROUGH_THE_LOG,
-    PLAIN,
-    PLAIN_AFTER_KEYED,
-    audit_key,
-    entry_digest,
-    entry_payload,
-    head_signed_by,
-    unsealed_refusal,
-)
+from django.core.cache import cache
+from django.utils import timezone
+
+from .chain import KEYED, PLAIN, audit_key, entry_digest, entry_payload, head_signed_by
 from .models import ChainHead, Event
 
 INTACT, BROKEN, UNSIGNED, UNVERIFIABLE = "intact", "broken", "unsigned", "unverifiable"
 WALK_CHUNK = 2000  # entries fetched at a time: a long chain is streamed, never loaded whole
+RECENT_CHECK_S = 300  # how long a page may show a check's result before it checks again
 
 
 def audit_events(*, tenant, target: str | None = None):
@@ -41,7 +35,6 @@ class ChainCheck:
     head_count: int = 0
     head_hash: str = ""
     head_signed: bool = False
-    pending: int = 0  # entries written but not sealed into the chain yet
 
     @property
     def intact(self) -> bool:
@@ -50,8 +43,7 @@ class ChainCheck:
     def summary(self) -> str:
         if self.status == INTACT:
             keyed = ", keyed" if self.keyed or self.head_signed else ""
-            pending = f", {self.pending} not sealed yet" if self.pending else ""
-            return f"intact ({self.entries} entries{keyed}{pending})"
+            return f"intact ({self.entries} entries{keyed})"
         if self.status == BROKEN:
             where = f" at entry #{self.entry}" if self.entry is not None else ""
             return f"broken{where}: {self.reason}"
@@ -74,25 +66,23 @@ class _Walk:
     last_hash: str = ""
     keyed: bool = False
     unverified: int = 0  # keyed entries that could not be checked (no key)
-    pending: int = 0  # entries written but not sealed yet
 
 
 def _walk(tenant_id: int, key: bytes, walk: _Walk, head: ChainHead | None) -> None:
-    """The sealed entries in chain order, each against the one before it and its own content."""
-    rows = Event.objects.for_tenant(tenant_id).filter(position__isnull=False).order_by("position")
-    if walk.entries:
-        rows = rows.filter(position__gt=walk.entries)
-    fields = ("id", "position", "prev_hash", "hash", "algorithm", "actor_label", "verb", "target", "data", "at")
-    for pk, position, prev_hash, digest, algorithm, actor_label, verb, target, data, at in (
+    rows = Event.objects.for_tenant(tenant_id).order_by("id")
+    if walk.last_id is not None:
+        rows = rows.filter(id__gt=walk.last_id)
+    fields = ("id", "prev_hash", "hash", "algorithm", "actor_label", "verb", "target", "data", "at")
+    for pk, prev_hash, digest, algorithm, actor_label, verb, target, data, at in (
             rows.values_list(*fields).iterator(chunk_size=WALK_CHUNK)):
         if head is None:
             raise _Broken(pk, "the chain's head is missing")
-        if position > head.count:
-            raise _Broken(pk, NOT_THROUGH_THE_LOG)
-        if prev_hash != walk.last_hash or position != walk.entries + 1:
+        if pk > head.last_id:
+            raise _Broken(pk, "it is newer than the chain's head records: it was not written through the log")
+        if prev_hash != walk.last_hash:
             raise _Broken(pk, "it does not follow the entry before it: an entry was removed, inserted or rewritten")
         if algorithm == PLAIN and walk.keyed:
-            raise _Broken(pk, PLAIN_AFTER_KEYED)
+            raise _Broken(pk, "it was written without the audit key after keyed entries")
         if algorithm not in (PLAIN, KEYED):
             raise _Broken(pk, f"its hash algorithm {algorithm!r} is unknown")
         if algorithm == KEYED:
@@ -109,24 +99,10 @@ def _walk(tenant_id: int, key: bytes, walk: _Walk, head: ChainHead | None) -> No
         walk.last_hash = digest
 
 
-def _check_unsealed(tenant_id: int, key: bytes, walk: _Walk, head: ChainHead | None) -> None:
-    """Entries not sealed yet: each must be one the sealer will take (it refuses the others for good)."""
-    rows = Event.objects.for_tenant(tenant_id).filter(position__isnull=True).order_by("id")
-    head_signed = None if head is None else bool(head.signature)
-    for entry in rows.only("id", "tenant_id", "actor_label", "verb", "target", "data", "at", "algorithm", "hash"
-                           ).iterator(chunk_size=WALK_CHUNK):
-        refusal = unsealed_refusal(tenant_id, entry, key, head_signed=head_signed)
-        if refusal:
-            raise _Broken(entry.pk, refusal)
-        walk.pending += 1
-        if refusal is None:
-            walk.unverified += 1
-
-
 def _check_head(tenant_id: int, key: bytes, walk: _Walk, head: ChainHead | None) -> None:
     if head is None:
         return  # no head and (the walk saw to it) no entries: an empty chain
-    if walk.entries < head.count:
+    if walk.last_id is None or walk.last_id < (head.last_id or 0):
         raise _Broken(head.last_id, f"it is missing: the chain's head records {head.count} entries ending with "
                                     f"#{head.last_id}, the log has {walk.entries} (the newest were removed)")
     if walk.entries != head.count or walk.last_hash != head.hash:
@@ -140,8 +116,7 @@ def audit_check(*, tenant, key: bytes | None = None, resume: ChainCheck | None =
     """Verify the tenant's chain, streaming it oldest first, and compare it with the chain's head.
 
     `key` defaults to the configured audit key. `resume` continues from an earlier intact walk (only the
-    entries sealed after it are read), for a caller that holds the chain's head lock. Entries not sealed yet
-    are counted in `pending` (`audit.services.audit_verify` seals what has committed first).
+    entries after it are read), for a caller that holds the chain's head lock.
     """
     key = audit_key() if key is None else key
     head = ChainHead.objects.for_tenant(tenant).first()
@@ -154,12 +129,11 @@ def audit_check(*, tenant, key: bytes | None = None, resume: ChainCheck | None =
     try:
         _walk(tenant.pk, key, walk, head)
         _check_head(tenant.pk, key, walk, head)
-        _check_unsealed(tenant.pk, key, walk, head)
     except _Broken as broken:
         return ChainCheck(BROKEN, walk.entries, broken.entry, broken.reason, walk.last_id, walk.last_hash,
                           keyed=walk.keyed, **facts)
     check = ChainCheck(INTACT, walk.entries, last_id=walk.last_id, last_hash=walk.last_hash, keyed=walk.keyed,
-                       pending=walk.pending, **facts)
+                       **facts)
     if walk.unverified or (check.head_signed and not key):
         return replace(check, status=UNVERIFIABLE,
                        reason="cannot be verified without the audit key (TOOLKEEPER_AUDIT_KEY): it was written with it")
@@ -168,3 +142,14 @@ def audit_check(*, tenant, key: bytes | None = None, resume: ChainCheck | None =
                        reason="not signed with the audit key: its head was written before the key was set, or its "
                               "signature was removed; `manage.py verify_audit --sign` vouches for it as it stands")
     return check
+
+
+def audit_check_recent(*, tenant) -> tuple[ChainCheck, object]:
+    """A check of the tenant's chain no older than RECENT_CHECK_S, and when it was made: for pages that are
+    viewed often (the dashboard), where walking a long chain on every view would cost too much."""
+    cache_key = f"tk:audit-check:{tenant.pk}"
+    found = cache.get(cache_key)
+    if found is None:
+        found = (audit_check(tenant=tenant), timezone.now())
+        cache.set(cache_key, found, timeout=RECENT_CHECK_S)
+    return found

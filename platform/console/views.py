@@ -16,8 +16,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
-from audit.selectors import audit_events
-from audit.services import audit_verify_recent
+from audit.selectors import audit_check_recent, audit_events
 from tenancy import services as tenancy_services
 from tenancy.editing import ObjectActionView, ObjectDeleteView, ObjectFormView
 from tenancy.models import ApiKey
@@ -84,7 +83,7 @@ def dashboard(request):
     by_status = dict(
         calls.filter(created_at__gte=since).order_by().values_list("status").annotate(n=Count("pk"))
     )
-    audit_check, audit_checked_at = audit_verify_recent(tenant=tenant)
+    audit_check, audit_checked_at = audit_check_recent(tenant=tenant)
     return render(request, "console/dashboard.html", {
         "counts": {
             "tools": Tool.objects.for_tenant(tenant).count(),

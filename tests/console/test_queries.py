@@ -4,7 +4,6 @@ from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from audit.services import audit_seal
 from tools.calls import calls_submit
 from tools.models import AgentSession, CallStatus, Tool, ToolCall
 from tools.services import group_create, session_create
@@ -31,7 +30,6 @@ def _grow(world, n):
         group_create(tenant=tenant, name=f"g-{tool.pk}", tools=[tool])
         session = session_create(tenant=tenant, agent=f"bot-{tool.pk}")
         calls_submit(session=session, calls=[{"name": "no_such_tool", "input": {}}])
-    audit_seal(tenant.pk)  # as the sealer leaves it after commit: the first page view finds nothing to seal
 
 
 def test_list_pages_do_not_query_per_row(world):

@@ -419,8 +419,9 @@ def test_one_tenant_at_its_cap_does_not_hold_up_another(world, make_tool, sessio
 
 def test_a_call_that_may_start_at_once_is_claimed_by_its_own_request(world, session):
     """Its row, `queued` and `running` are written by the request's transaction; the run writes the result."""
-    [call] = submit(world.a.client(), session, {"name": "current_time", "input": {}, "wait": 10})
-    assert call["status"] == "succeeded"
+    [call] = submit(world.a.client(), session, {"name": "current_time", "input": {}})
+    assert call["status"] == "running"  # as the request's own transaction left it
+    assert wait_terminal(call["id"], tenant=world.a.tenant).status == CallStatus.SUCCEEDED
     row = ToolCall.objects.for_tenant(world.a.tenant).get(pk=call["id"])
     assert row.attempts == 1 and row.started_at is not None
     events = list(CallEvent.objects.for_tenant(world.a.tenant).filter(call=row).order_by("seq"))
@@ -456,3 +457,16 @@ def test_a_submission_that_does_not_commit_gives_back_the_places_it_claimed(worl
     [call] = calls_module.calls_submit(session=session, calls=[{"name": "current_time", "input": {}}])
     assert call.status == CallStatus.RUNNING  # claimed at once: the place was given back
     assert wait_terminal(call.pk, tenant=world.a.tenant).status == CallStatus.SUCCEEDED
+
+
+def test_a_failed_call_whose_generated_id_was_taken_names_the_id_it_got(world, session):
+    """The session's second generated id (`call_2`) was taken by an explicit one: the call gets `call_3`, and
+    the error the model reads names that id, not the one first tried."""
+    client = world.a.client()
+    submit(client, session, {"id": "call_2", "name": "current_time", "input": {}})
+    [failed] = submit(client, session, {"name": "no_such_tool", "input": {}})
+    assert failed["call_id"] == "call_3"
+    row = ToolCall.objects.for_tenant(world.a.tenant).get(pk=failed["id"])
+    assert row.error["callId"] == "call_3"
+    event = CallEvent.objects.for_tenant(world.a.tenant).get(call=row, seq=1)
+    assert event.data["error"]["callId"] == "call_3"

@@ -180,7 +180,7 @@ def test_a_claim_opens_a_connection_lost_between_tasks_again(world):
     def end_it() -> None:
         try:
             with connections["default"].cursor() as cursor:
-                cursor.execute("SELECT pg_terminate_backend(%s)", [backend])
+                cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [backend])  # waits until it has ended
         finally:
             connections.close_all()
 

@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.chain import audit_key
-from audit.selectors import BROKEN
-from audit.services import audit_chain_sign, audit_verify
+from audit.selectors import BROKEN, audit_check
+from audit.services import audit_chain_sign
 from tenancy.models import Tenant
 
 EXIT_BROKEN = 1  # a chain is broken: the first bad entry is named
@@ -30,7 +30,7 @@ class Command(BaseCommand):
                 raise CommandError(f"no tenant {tenant!r}")
         failures = []
         for each in tenants.iterator():
-            check = audit_chain_sign(tenant=each) if sign else audit_verify(tenant=each)
+            check = audit_chain_sign(tenant=each) if sign else audit_check(tenant=each)
             line = f"{each.slug}: {check.summary()}"
             self.stdout.write(line)
             if not check.intact:
