@@ -66,6 +66,7 @@ class _Walk:
     last_hash: str = ""
     keyed: bool = False
     unverified: int = 0  # keyed entries that could not be checked (no key)
+    beyond: int | None = None  # the first entry newer than the head the walk started from
 
 
 def _walk(tenant_id: int, key: bytes, walk: _Walk, head: ChainHead | None) -> None:
@@ -75,10 +76,9 @@ def _walk(tenant_id: int, key: bytes, walk: _Walk, head: ChainHead | None) -> No
     fields = ("id", "prev_hash", "hash", "algorithm", "actor_label", "verb", "target", "data", "at")
     for pk, prev_hash, digest, algorithm, actor_label, verb, target, data, at in (
             rows.values_list(*fields).iterator(chunk_size=WALK_CHUNK)):
-        if head is None:
-            raise _Broken(pk, "the chain's head is missing")
-        if pk > head.last_id:
-            raise _Broken(pk, "it is newer than the chain's head records: it was not written through the log")
+        if head is None or pk > head.last_id:
+            walk.beyond = pk  # newer than the head read before the walk: judged after it (`_check_beyond`)
+            return
         if prev_hash != walk.last_hash:
             raise _Broken(pk, "it does not follow the entry before it: an entry was removed, inserted or rewritten")
         if algorithm == PLAIN and walk.keyed:
@@ -97,6 +97,21 @@ def _walk(tenant_id: int, key: bytes, walk: _Walk, head: ChainHead | None) -> No
         walk.entries += 1
         walk.last_id = pk
         walk.last_hash = digest
+
+
+def _check_beyond(tenant_id: int, walk: _Walk, head: ChainHead | None) -> None:
+    """An entry newer than the head read before the walk: an append may have committed since (entry and head
+    together), and then the head has moved past it and it is checked next time; otherwise it was written
+    behind the log's back."""
+    if walk.beyond is None:
+        return
+    fresh = ChainHead.objects.for_tenant(tenant_id).first()
+    moved = fresh is not None and (head is None or fresh.last_id != head.last_id)
+    if moved and fresh.last_id >= walk.beyond:
+        return
+    if fresh is None:
+        raise _Broken(walk.beyond, "the chain's head is missing")
+    raise _Broken(walk.beyond, "it is newer than the chain's head records: it was not written through the log")
 
 
 def _check_head(tenant_id: int, key: bytes, walk: _Walk, head: ChainHead | None) -> None:
@@ -129,6 +144,7 @@ def audit_check(*, tenant, key: bytes | None = None, resume: ChainCheck | None =
     try:
         _walk(tenant.pk, key, walk, head)
         _check_head(tenant.pk, key, walk, head)
+        _check_beyond(tenant.pk, walk, head)
     except _Broken as broken:
         return ChainCheck(BROKEN, walk.entries, broken.entry, broken.reason, walk.last_id, walk.last_hash,
                           keyed=walk.keyed, **facts)
