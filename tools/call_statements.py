@@ -5,7 +5,7 @@ the statement itself. Identifiers come from model metadata and every value is a 
 is in the WHERE of each. Generic helpers (one value of a tenant's row, appending a row) stay in
 `tenancy.fastread`.
 """
-from tenancy.fastread import insert_instance, insert_instance_statement, insert_row, instance_written, this_connection
+from tenancy.fastread import insert_instance, insert_instance_statement, instance_written, this_connection
 
 from .models import AgentSession, CallEvent, CallStatus, ToolCall
 
@@ -93,7 +93,7 @@ def call_update_with_event(call: ToolCall, *, from_statuses=None, fields: dict |
     if conn.vendor != "postgresql":  # SQLite has no data-modifying WITH, and no network to save
         seq = call_update(call, from_statuses=from_statuses, fields=fields, condition=condition)
         if seq is not None:
-            event_insert(call, seq=seq, kind=kind, data=data, at=at)
+            events_insert(call, [(seq, kind, data)], at=at)
         return seq
     fields = fields or {}
     statuses = None if from_statuses is None else [str(status) for status in from_statuses]
@@ -152,7 +152,8 @@ def call_insert_with_events(call: ToolCall, *, events: list[tuple[str, dict]], a
 
 
 def events_insert(call: ToolCall, rows: list[tuple[int, str, dict]], *, at) -> None:
-    """INSERT several events of a call, (seq, kind, data), in one statement."""
+    """INSERT events of a call, (seq, kind, data), in one statement (append-only: no model instance, no save
+    machinery)."""
     conn = this_connection()
     columns, value_fields = _event_shape(conn)
     quote = conn.ops.quote_name
@@ -167,11 +168,6 @@ def events_insert(call: ToolCall, rows: list[tuple[int, str, dict]], *, at) -> N
     with conn.cursor() as cursor:
         cursor.execute(f"INSERT INTO {quote(CallEvent._meta.db_table)} ({columns}) VALUES {placeholders}",  # noqa: S608
                        params)
-
-
-def event_insert(call: ToolCall, *, seq: int, kind: str, data: dict, at) -> int:
-    """INSERT a call's event (append-only: no model instance, no save machinery); returns its id."""
-    return insert_row(CallEvent, tenant=call.tenant_id, call=call.pk, seq=seq, kind=kind, data=data, at=at)
 
 
 def session_call_count_add(session: AgentSession, added: int) -> int:
