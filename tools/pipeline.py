@@ -35,7 +35,7 @@ class CallContext:
     edited_input: dict | None = None  # a reviewer's edit; `call.input` keeps what the model sent
     declared: object = None  # the tools its request declared (tools.declared.Declarations), if any
     # A new call's row is not written until the chain settles it (or ends): the row and its first move are
-    # then one statement. `record(status=None, event_data=None, **fields)` writes it (tools.calls).
+    # then one statement. `record(status=None, passing=(), event_data=None, **fields)` writes it (tools.calls).
     record: Callable | None = None
 
     @property
