@@ -9,7 +9,7 @@ class AppendOnlyError(RuntimeError):
 
 
 class Event(TenantOwned):
-    """One audited action. Append-only; each row's hash covers the previous row's hash."""
+    """One audited action. Append-only; each row's hash covers the hash of the row before it in its strand."""
 
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     actor_label = models.CharField(max_length=150, blank=True, default="")
@@ -21,6 +21,7 @@ class Event(TenantOwned):
     hash = models.CharField(max_length=64)
     # What made `hash` (audit.chain): rows written before the audit key was set stay plain SHA-256.
     algorithm = models.CharField(max_length=16, default="sha256")
+    strand = models.PositiveSmallIntegerField(default=0)  # which of the tenant's chain strands (audit.chain)
 
     class Meta:
         ordering = ["-id"]
@@ -39,20 +40,21 @@ class Event(TenantOwned):
 
 
 class ChainHead(TenantOwned):
-    """The newest state of a tenant's chain, updated in the transaction of every append.
+    """The newest state of one strand of a tenant's chain, updated in the transaction of every append to it.
 
     A chain alone cannot show that its newest entries were removed; the head can: it records how many
     entries there are and the newest one's id and hash. With the audit key, `signature` (an HMAC of the
     head) keeps the head itself from being rewound.
     """
 
+    strand = models.PositiveSmallIntegerField(default=0)
     count = models.PositiveBigIntegerField(default=0)
     last_id = models.BigIntegerField(null=True, blank=True)
     hash = models.CharField(max_length=64, blank=True, default="")
     signature = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant"], name="one_audit_head_per_tenant")]
+        constraints = [models.UniqueConstraint(fields=["tenant", "strand"], name="one_audit_head_per_strand")]
 
     def __str__(self):
-        return f"{self.tenant_id}: {self.count} entries"
+        return f"{self.tenant_id}/{self.strand}: {self.count} entries"

@@ -1,10 +1,11 @@
-"""Reads of the audit log, and its verification: walk a tenant's chain and compare it with its head."""
-from dataclasses import dataclass, replace
+"""Reads of the audit log, and its verification: walk a tenant's chain and compare each strand with its head."""
+from dataclasses import dataclass, field, replace
 
 from django.core.cache import cache
+from django.db.models import Q
 from django.utils import timezone
 
-from .chain import KEYED, PLAIN, audit_key, entry_digest, entry_payload, head_signed_by
+from .chain import KEYED, PLAIN, STRANDS, audit_key, entry_digest, entry_payload, head_signed_by, heads_digest
 from .models import ChainHead, Event
 
 INTACT, BROKEN, UNSIGNED, UNVERIFIABLE = "intact", "broken", "unsigned", "unverifiable"
@@ -20,21 +21,30 @@ def audit_events(*, tenant, target: str | None = None):
 
 
 @dataclass(frozen=True)
+class StrandState:
+    """Where a walk left one strand: its entries walked, and the newest one's id and hash."""
+
+    strand: int
+    entries: int = 0
+    last_id: int | None = None
+    last_hash: str = ""
+
+
+@dataclass(frozen=True)
 class ChainCheck:
     """What a tenant's chain looks like: `status` is intact, broken (at `entry`, an event id, when one can
-    be named), unsigned (the audit key is set but the head carries no signature) or unverifiable (keyed
-    entries or a signed head, checked without the key)."""
+    be named), unsigned (the audit key is set but a head carries no signature) or unverifiable (keyed
+    entries or signed heads, checked without the key)."""
 
     status: str
     entries: int  # entries walked
     entry: int | None = None
     reason: str = ""
-    last_id: int | None = None  # the newest entry walked, and its hash: where a later walk resumes
-    last_hash: str = ""
+    strands: tuple[StrandState, ...] = ()  # where the walk left each strand: where a later walk resumes
     keyed: bool = False  # has keyed entries
     head_count: int = 0
-    head_hash: str = ""
-    head_signed: bool = False
+    head_hash: str = ""  # the heads' state in one hash (audit.chain.heads_digest)
+    head_signed: bool = False  # every head is
 
     @property
     def intact(self) -> bool:
@@ -60,26 +70,47 @@ class _Broken(Exception):
 
 
 @dataclass
-class _Walk:
+class _Strand:
     entries: int = 0
     last_id: int | None = None
     last_hash: str = ""
-    keyed: bool = False
-    unverified: int = 0  # keyed entries that could not be checked (no key)
     beyond: int | None = None  # the first entry newer than the head the walk started from
 
 
-def _walk(tenant_id: int, key: bytes, walk: _Walk, head: ChainHead | None) -> None:
+@dataclass
+class _Walk:
+    strands: dict[int, _Strand] = field(default_factory=dict)
+    keyed: bool = False
+    unverified: int = 0  # keyed entries that could not be checked (no key)
+
+    @property
+    def entries(self) -> int:
+        return sum(strand.entries for strand in self.strands.values())
+
+    def strand(self, number: int) -> _Strand:
+        return self.strands.setdefault(number, _Strand())
+
+
+def _walk(tenant_id: int, key: bytes, walk: _Walk, heads: dict[int, ChainHead]) -> None:
+    """Every entry oldest first, each against the one before it in its strand; ids order a strand, because a
+    strand's appends take their ids one after another, each holding the strand's head."""
     rows = Event.objects.for_tenant(tenant_id).order_by("id")
-    if walk.last_id is not None:
-        rows = rows.filter(id__gt=walk.last_id)
-    fields = ("id", "prev_hash", "hash", "algorithm", "actor_label", "verb", "target", "data", "at")
-    for pk, prev_hash, digest, algorithm, actor_label, verb, target, data, at in (
+    if walk.strands:
+        # A resumed walk reads each strand after its newest entry walked: a later id in another strand may
+        # have committed first, so no single id divides the walked from the new.
+        rows = rows.filter(Q(strand__in=set(range(STRANDS)) - {n for n, s in walk.strands.items() if s.last_id})
+                           | _or(Q(strand=n, id__gt=s.last_id) for n, s in walk.strands.items() if s.last_id))
+    fields = ("id", "strand", "prev_hash", "hash", "algorithm", "actor_label", "verb", "target", "data", "at")
+    for pk, number, prev_hash, digest, algorithm, actor_label, verb, target, data, at in (
             rows.values_list(*fields).iterator(chunk_size=WALK_CHUNK)):
-        if head is None or pk > head.last_id:
-            walk.beyond = pk  # newer than the head read before the walk: judged after it (`_check_beyond`)
-            return
-        if prev_hash != walk.last_hash:
+        strand = walk.strand(number)
+        if strand.beyond is not None:
+            continue  # after an entry judged later (`_check_beyond`)
+        head = heads.get(number)
+        if head is None or head.last_id is None or pk > head.last_id:
+            strand.beyond = pk  # newer than the head read before the walk: judged after it (`_check_beyond`)
+            continue
+        if prev_hash != strand.last_hash:
             raise _Broken(pk, "it does not follow the entry before it: an entry was removed, inserted or rewritten")
         if algorithm == PLAIN and walk.keyed:
             raise _Broken(pk, "it was written without the audit key after keyed entries")
@@ -94,62 +125,89 @@ def _walk(tenant_id: int, key: bytes, walk: _Walk, head: ChainHead | None) -> No
                                     target=target, data=data, at=at)
             if entry_digest(payload, algorithm=algorithm, key=key) != digest:
                 raise _Broken(pk, "its hash does not match its content: it was changed")
-        walk.entries += 1
-        walk.last_id = pk
-        walk.last_hash = digest
+        strand.entries += 1
+        strand.last_id = pk
+        strand.last_hash = digest
 
 
-def _check_beyond(tenant_id: int, walk: _Walk, head: ChainHead | None) -> None:
-    """An entry newer than the head read before the walk: an append may have committed since (entry and head
-    together), and then the head has moved past it and it is checked next time; otherwise it was written
-    behind the log's back."""
-    if walk.beyond is None:
+def _or(conditions) -> Q:
+    combined = Q(pk__in=[])
+    for condition in conditions:
+        combined |= condition
+    return combined
+
+
+def _check_beyond(tenant_id: int, walk: _Walk, heads: dict[int, ChainHead]) -> None:
+    """An entry newer than its strand's head read before the walk: an append may have committed since (entry
+    and head together), and then the head has moved past it and it is checked next time; otherwise it was
+    written behind the log's back."""
+    beyond = sorted((strand.beyond, number) for number, strand in walk.strands.items() if strand.beyond is not None)
+    if not beyond:
         return
-    fresh = ChainHead.objects.for_tenant(tenant_id).first()
-    moved = fresh is not None and (head is None or fresh.last_id != head.last_id)
-    if moved and fresh.last_id >= walk.beyond:
+    fresh = _heads(tenant_id)
+    for entry, number in beyond:
+        then, now = heads.get(number), fresh.get(number)
+        moved = now is not None and (then is None or now.last_id != then.last_id)
+        if moved and now.last_id >= entry:
+            continue
+        if now is None:
+            raise _Broken(entry, "the chain's head is missing")
+        raise _Broken(entry, "it is newer than the chain's head records: it was not written through the log")
+
+
+def _check_strands(heads: dict[int, ChainHead]) -> None:
+    """A chain has every strand's head or (never appended to) none: a strand removed whole is missed here."""
+    if not heads:
         return
-    if fresh is None:
-        raise _Broken(walk.beyond, "the chain's head is missing")
-    raise _Broken(walk.beyond, "it is newer than the chain's head records: it was not written through the log")
+    if missing := sorted(set(range(STRANDS)) - set(heads)):
+        raise _Broken(None, f"the heads of strands {missing} are missing: a strand was removed")
+    if unknown := sorted(set(heads) - set(range(STRANDS))):
+        raise _Broken(None, f"the chain has heads of unknown strands {unknown}")
 
 
-def _check_head(tenant_id: int, key: bytes, walk: _Walk, head: ChainHead | None) -> None:
-    if head is None:
-        return  # no head and (the walk saw to it) no entries: an empty chain
-    if walk.last_id is None or walk.last_id < (head.last_id or 0):
+def _check_head(tenant_id: int, key: bytes, strand: _Strand, head: ChainHead) -> None:
+    if (strand.last_id or 0) < (head.last_id or 0):
         raise _Broken(head.last_id, f"it is missing: the chain's head records {head.count} entries ending with "
-                                    f"#{head.last_id}, the log has {walk.entries} (the newest were removed)")
-    if walk.entries != head.count or walk.last_hash != head.hash:
+                                    f"#{head.last_id}, the log has {strand.entries} (the newest were removed)")
+    if strand.entries != head.count or strand.last_hash != head.hash:
         raise _Broken(head.last_id, "it does not match the chain's head: entries were removed or rewritten")
     if head.signature and key and not head_signed_by(key, signature=head.signature, tenant_id=tenant_id,
-                                                     count=head.count, last_id=head.last_id, hash=head.hash):
+                                                     strand=head.strand, count=head.count, last_id=head.last_id,
+                                                     hash=head.hash):
         raise _Broken(head.last_id, "the chain's head signature does not match: the head was rewound or rewritten")
 
 
+def _heads(tenant_id: int) -> dict[int, ChainHead]:
+    return {head.strand: head for head in ChainHead.objects.for_tenant(tenant_id)}
+
+
 def audit_check(*, tenant, key: bytes | None = None, resume: ChainCheck | None = None) -> ChainCheck:
-    """Verify the tenant's chain, streaming it oldest first, and compare it with the chain's head.
+    """Verify the tenant's chain, streaming it oldest first, and compare each strand with its head.
 
     `key` defaults to the configured audit key. `resume` continues from an earlier intact walk (only the
-    entries after it are read), for a caller that holds the chain's head lock.
+    entries after it are read), for a caller that holds the chain's heads.
     """
     key = audit_key() if key is None else key
-    head = ChainHead.objects.for_tenant(tenant).first()
+    heads = _heads(tenant.pk)
     walk = _Walk()
     if resume is not None:
-        walk = _Walk(entries=resume.entries, last_id=resume.last_id, last_hash=resume.last_hash, keyed=resume.keyed)
+        walk = _Walk(strands={state.strand: _Strand(state.entries, state.last_id, state.last_hash)
+                              for state in resume.strands}, keyed=resume.keyed)
     facts = {}
-    if head is not None:
-        facts = {"head_count": head.count, "head_hash": head.hash, "head_signed": bool(head.signature)}
+    if heads:
+        ordered = [heads[number] for number in sorted(heads)]
+        facts = {"head_count": sum(head.count for head in ordered), "head_hash": heads_digest(ordered),
+                 "head_signed": all(head.signature for head in ordered)}
     try:
-        _walk(tenant.pk, key, walk, head)
-        _check_head(tenant.pk, key, walk, head)
-        _check_beyond(tenant.pk, walk, head)
+        _walk(tenant.pk, key, walk, heads)
+        _check_strands(heads)
+        for number in sorted(heads):
+            _check_head(tenant.pk, key, walk.strand(number), heads[number])
+        _check_beyond(tenant.pk, walk, heads)
     except _Broken as broken:
-        return ChainCheck(BROKEN, walk.entries, broken.entry, broken.reason, walk.last_id, walk.last_hash,
-                          keyed=walk.keyed, **facts)
-    check = ChainCheck(INTACT, walk.entries, last_id=walk.last_id, last_hash=walk.last_hash, keyed=walk.keyed,
-                       **facts)
+        return ChainCheck(BROKEN, walk.entries, broken.entry, broken.reason, _states(walk), keyed=walk.keyed,
+                          **facts)
+    check = ChainCheck(INTACT, walk.entries, strands=_states(walk), keyed=walk.keyed, **facts)
     if walk.unverified or (check.head_signed and not key):
         return replace(check, status=UNVERIFIABLE,
                        reason="cannot be verified without the audit key (TOOLKEEPER_AUDIT_KEY): it was written with it")
@@ -158,6 +216,11 @@ def audit_check(*, tenant, key: bytes | None = None, resume: ChainCheck | None =
                        reason="not signed with the audit key: its head was written before the key was set, or its "
                               "signature was removed; `manage.py verify_audit --sign` vouches for it as it stands")
     return check
+
+
+def _states(walk: _Walk) -> tuple[StrandState, ...]:
+    return tuple(StrandState(number, strand.entries, strand.last_id, strand.last_hash)
+                 for number, strand in sorted(walk.strands.items()))
 
 
 def audit_check_recent(*, tenant) -> tuple[ChainCheck, object]:

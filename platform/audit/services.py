@@ -1,4 +1,5 @@
-"""Writes to the audit log: append-only and hash-chained per tenant, with a head per chain."""
+"""Writes to the audit log: append-only and hash-chained per tenant in strands, with a head per strand."""
+import random
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -7,7 +8,7 @@ from django.utils import timezone
 from tenancy.fastread import insert_row, this_connection
 from toolkeeper.errors import ServiceError
 
-from .chain import KEYED, PLAIN, audit_key, entry_digest, entry_payload, head_signature, head_signed_by
+from .chain import KEYED, PLAIN, STRANDS, audit_key, entry_digest, entry_payload, head_signature, head_signed_by
 from .models import ChainHead, Event
 from .selectors import UNSIGNED, ChainCheck, audit_check
 
@@ -27,101 +28,134 @@ def _actor_label(actor) -> str:
 
 @dataclass
 class Head:
+    strand: int
     count: int
     last_id: int | None
     hash: str
     signature: str
 
 
-def _head_columns(conn) -> list[str]:
-    return [conn.ops.quote_name(ChainHead._meta.get_field(name).column)
-            for name in ("count", "last_id", "hash", "signature")]
+_HEAD_FIELDS = ("strand", "count", "last_id", "hash", "signature")
 
 
-def _read_head(tenant_id: int, *, lock: bool) -> Head | None:
-    """The tenant's head; with `lock`, held (FOR UPDATE) until the transaction ends, so appends queue on it."""
-    conn = this_connection()
+def _head_select(conn) -> str:
     quote = conn.ops.quote_name
-    suffix = " FOR UPDATE" if lock and conn.features.has_select_for_update else ""
-    sql = (f"SELECT {', '.join(_head_columns(conn))} FROM {quote(ChainHead._meta.db_table)} "  # noqa: S608
-           f"WHERE {quote('tenant_id')} = %s{suffix}")
+    columns = ", ".join(quote(ChainHead._meta.get_field(name).column) for name in _HEAD_FIELDS)
+    return f"SELECT {columns} FROM {quote(ChainHead._meta.db_table)} WHERE {quote('tenant_id')} = %s"  # noqa: S608
+
+
+def _free_head(conn, tenant_id: int) -> Head | None:
+    """A strand's head that no other transaction holds, now held (FOR UPDATE) until this one ends; the
+    lowest such. A head this transaction already holds is never skipped, so a transaction that holds a
+    strand finds one here, and only one that holds none ever waits (`_locked_head`): no two wait on each
+    other. SQLite's single writer already serialises appends: there, strand 0."""
+    quote = conn.ops.quote_name
+    lock = " FOR UPDATE SKIP LOCKED" if conn.features.has_select_for_update_skip_locked else ""
     with conn.cursor() as cursor:
-        cursor.execute(sql, [tenant_id])
+        cursor.execute(f"{_head_select(conn)} ORDER BY {quote('strand')} LIMIT 1{lock}", [tenant_id])
         row = cursor.fetchone()
     return Head(*row) if row else None
 
 
-def _locked_head(tenant_id: int) -> Head | None:
-    head = _read_head(tenant_id, lock=True)
+def _all_heads(conn, tenant_id: int, *, lock: bool) -> list[Head]:
+    quote = conn.ops.quote_name
+    suffix = " FOR UPDATE" if lock and conn.features.has_select_for_update else ""
+    with conn.cursor() as cursor:
+        cursor.execute(f"{_head_select(conn)} ORDER BY {quote('strand')}{suffix}", [tenant_id])
+        return [Head(*row) for row in cursor.fetchall()]
+
+
+def _locked_head(tenant_id: int) -> Head:
+    """A head of the tenant's chain to append to, held until the transaction ends."""
     conn = this_connection()
-    if head is None and conn.vendor == "postgresql":
-        # A chain's first append has no head row to lock: serialise those with an advisory lock, then look
-        # again (a concurrent first append may have made it). SQLite's write lock already serialises.
+    head = _free_head(conn, tenant_id)
+    if head is not None:
+        return head
+    # Every strand is held by another append, or the chain has no heads yet (its first append).
+    heads = _all_heads(conn, tenant_id, lock=False)
+    if not heads and conn.vendor == "postgresql":
+        # First appends are serialised with an advisory lock, then look again (one may have made the heads).
         with conn.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7001, tenant_id])
-        head = _read_head(tenant_id, lock=True)
-    return head
+        heads = _all_heads(conn, tenant_id, lock=False)
+    if not heads:
+        _create_heads(tenant_id)
+    head = _free_head(conn, tenant_id)
+    if head is not None:
+        return head
+    # All strands busy: wait for one, chosen at random so that waiters spread over them.
+    strand = random.choice(heads).strand  # noqa: S311 - spreading load, not a secret
+    quote = conn.ops.quote_name
+    with conn.cursor() as cursor:
+        cursor.execute(f"{_head_select(conn)} AND {quote('strand')} = %s FOR UPDATE", [tenant_id, strand])
+        return Head(*cursor.fetchone())
 
 
-def _write_head(tenant_id: int, head: Head, *, new: bool) -> None:
-    if new:
-        insert_row(ChainHead, tenant=tenant_id, count=head.count, last_id=head.last_id, hash=head.hash,
-                   signature=head.signature)
-        return
+def _create_heads(tenant_id: int) -> None:
+    """Every strand's head, empty, at the chain's first append: signed when there is an audit key."""
+    key = audit_key()
+    for strand in range(STRANDS):
+        signature = head_signature(key=key, tenant_id=tenant_id, strand=strand, count=0, last_id=None,
+                                   hash="") if key else ""
+        insert_row(ChainHead, tenant=tenant_id, strand=strand, count=0, last_id=None, hash="", signature=signature)
+
+
+def _write_head(tenant_id: int, head: Head) -> None:
     conn = this_connection()
     quote = conn.ops.quote_name
-    assignments = ", ".join(f"{column} = %s" for column in _head_columns(conn))
-    sql = f"UPDATE {quote(ChainHead._meta.db_table)} SET {assignments} WHERE {quote('tenant_id')} = %s"  # noqa: S608
+    assignments = ", ".join(f"{quote(ChainHead._meta.get_field(name).column)} = %s"
+                            for name in ("count", "last_id", "hash", "signature"))
+    sql = (f"UPDATE {quote(ChainHead._meta.db_table)} SET {assignments} "  # noqa: S608
+           f"WHERE {quote('tenant_id')} = %s AND {quote('strand')} = %s")
     with conn.cursor() as cursor:
-        cursor.execute(sql, [head.count, head.last_id, head.hash, head.signature, tenant_id])
+        cursor.execute(sql, [head.count, head.last_id, head.hash, head.signature, tenant_id, head.strand])
 
 
-def _signs(key: bytes, tenant_id: int, head: Head | None) -> bool:
-    """Whether an append may sign the new head: only one that extends a signed head (or starts a chain).
+def _signed(key: bytes, tenant_id: int, head: Head) -> bool:
+    return head_signed_by(key, signature=head.signature, tenant_id=tenant_id, strand=head.strand,
+                          count=head.count, last_id=head.last_id, hash=head.hash)
 
-    An unsigned head (a chain begun before the key was set) stays unsigned until `verify_audit --sign`
-    vouches for it; a head whose signature does not match keeps that signature, so it stays broken.
-    """
-    if not key:
-        return False
-    if head is None:
-        return True
-    return head_signed_by(key, signature=head.signature, tenant_id=tenant_id, count=head.count,
-                          last_id=head.last_id, hash=head.hash)
+
+def _sign(key: bytes, tenant_id: int, head: Head) -> None:
+    head.signature = head_signature(key=key, tenant_id=tenant_id, strand=head.strand, count=head.count,
+                                    last_id=head.last_id, hash=head.hash)
 
 
 def audit_record(*, tenant, verb: str, target: str = "", actor=None, data: dict | None = None) -> Event:
-    """Append an event to the tenant's chain. Runs inside the caller's transaction if there is one."""
+    """Append an event to one strand of the tenant's chain. Runs inside the caller's transaction if there is one.
+
+    The new head is signed only when the head it extends is: an unsigned head (a chain begun before the key
+    was set) stays unsigned until `verify_audit --sign` vouches for it, and a head whose signature does not
+    match keeps that signature, so it stays broken.
+    """
     label = _actor_label(actor)
     user = actor if getattr(actor, "_meta", None) is not None else None
     key = audit_key()
     algorithm = KEYED if key else PLAIN
     with transaction.atomic(savepoint=False):
         head = _locked_head(tenant.pk)
-        prev_hash = head.hash if head else ""
+        signs = bool(key) and _signed(key, tenant.pk, head)
         at = timezone.now()
         data = data or {}
         event = Event(
             tenant=tenant, actor=user, actor_label=label, verb=verb, target=target, data=data, at=at,
-            prev_hash=prev_hash, algorithm=algorithm,
-            hash=event_digest(prev_hash=prev_hash, tenant_id=tenant.pk, actor_label=label, verb=verb,
+            prev_hash=head.hash, algorithm=algorithm, strand=head.strand,
+            hash=event_digest(prev_hash=head.hash, tenant_id=tenant.pk, actor_label=label, verb=verb,
                               target=target, data=data, at=at, algorithm=algorithm, key=key),
         )
         event.pk = insert_row(Event, tenant=tenant.pk, actor=user.pk if user else None, actor_label=label, verb=verb,
-                              target=target, data=data, at=at, prev_hash=prev_hash, hash=event.hash,
-                              algorithm=algorithm)
-        new_head = Head(count=(head.count if head else 0) + 1, last_id=event.pk, hash=event.hash,
-                        signature=head.signature if head else "")
-        if _signs(key, tenant.pk, head):
-            new_head.signature = head_signature(key=key, tenant_id=tenant.pk, count=new_head.count,
-                                                last_id=new_head.last_id, hash=new_head.hash)
-        _write_head(tenant.pk, new_head, new=head is None)
+                              target=target, data=data, at=at, prev_hash=head.hash, hash=event.hash,
+                              algorithm=algorithm, strand=head.strand)
+        head.count, head.last_id, head.hash = head.count + 1, event.pk, event.hash
+        if signs:
+            _sign(key, tenant.pk, head)
+        _write_head(tenant.pk, head)
     return event
 
 
 def audit_chain_sign(*, tenant) -> ChainCheck:
     """Vouch for a chain begun before the audit key was set: verify it and, if it is intact but unsigned,
-    sign its head (and record that it was signed). Any other chain is left as it is; returns its check."""
+    sign its heads (and record that it was signed). Any other chain is left as it is; returns its check."""
     key = audit_key()
     if not key:
         raise ServiceError("set TOOLKEEPER_AUDIT_KEY to sign audit chains")
@@ -129,13 +163,13 @@ def audit_chain_sign(*, tenant) -> ChainCheck:
     if check.status != UNSIGNED:
         return check
     with transaction.atomic():
-        head = _locked_head(tenant.pk)
+        heads = _all_heads(this_connection(), tenant.pk, lock=True)
         check = audit_check(tenant=tenant, key=key, resume=check)  # the entries appended since the walk
         if check.status != UNSIGNED:
             return check
-        head.signature = head_signature(key=key, tenant_id=tenant.pk, count=head.count, last_id=head.last_id,
-                                        hash=head.hash)
-        _write_head(tenant.pk, head, new=False)
+        for head in heads:
+            _sign(key, tenant.pk, head)
+            _write_head(tenant.pk, head)
         audit_record(tenant=tenant, verb="audit.signed", target=f"tenant:{tenant.slug}",
                      data={"entries": check.entries})
     return audit_check(tenant=tenant, key=key, resume=check)
