@@ -394,13 +394,22 @@ def requests_expire_due(*, now=None) -> int:
     escalate = ApprovalRequest.all_tenants.filter(status=RequestStatus.PENDING, escalate_at__lte=now,
                                                   escalated_at__isnull=True).select_related("tenant", "queue")[:500]
     for request in escalate:
-        with transaction.atomic():
-            if ApprovalRequest.objects.for_tenant(request.tenant_id).filter(
-                    pk=request.pk, status=RequestStatus.PENDING, escalated_at__isnull=True).update(escalated_at=now):
-                audit_record(tenant=request.tenant, verb="approval.escalated", target=f"call:{request.call_id}",
-                             data={"queue": request.queue.name if request.queue else None})
+        request_escalate(request=request, now=now)
     expired += external_calls_expire(now=now)
     return expired
+
+
+def request_escalate(*, request: ApprovalRequest, now) -> bool:
+    """Widen a pending request's reviewers to its queue's escalation reviewers, once. The copy may be stale (the
+    job read it before a decision or another escalation): the update's own condition decides."""
+    with transaction.atomic():
+        if not ApprovalRequest.objects.for_tenant(request.tenant_id).filter(
+                pk=request.pk, status=RequestStatus.PENDING, escalated_at__isnull=True).update(escalated_at=now):
+            return False
+        request.escalated_at = now
+        audit_record(tenant=request.tenant, verb="approval.escalated", target=f"call:{request.call_id}",
+                     data={"queue": request.queue.name if request.queue else None})
+    return True
 
 
 def external_calls_expire(*, now) -> int:

@@ -285,6 +285,14 @@ def tenant_claims_serialise(tenant_id: int) -> None:
 _claim_conditions: dict[tuple, str] = {}
 
 
+def lease_lapsed_condition(now) -> tuple[str, list]:
+    """The WHERE of a reaper's move beyond the call's status: its lease ran out before `now`. The reaper read
+    the call earlier; a worker that renewed the lease since then keeps its call."""
+    conn = this_connection()
+    field = ToolCall._meta.get_field("lease_until")
+    return f"{conn.ops.quote_name(field.column)} < %s", [field.get_db_prep_value(now, conn)]
+
+
 def claim_condition(call: ToolCall, *, cap: int, in_session_order: bool) -> tuple[str, list]:
     """The WHERE of a claim beyond the call's own status: fewer than `cap` of the tenant's calls running and,
     `in_session_order` (a tool not safe to run concurrently), none of the session's unsafe calls running or

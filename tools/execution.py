@@ -10,6 +10,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from .aftercare import Outcome, effects_record, error_is_transient, result_steps_run
+from .call_statements import lease_lapsed_condition
 from .decorators import CallCancelled, ToolContext, ToolError
 from .events import call_event_append, call_fail, call_transition
 from .models import AgentSession, CallStatus, EventKind, ToolCall
@@ -108,14 +109,17 @@ def call_time_out(*, call: ToolCall, timeout_s: float) -> bool:
                      status=CallStatus.TIMED_OUT, from_statuses=[CallStatus.RUNNING])
 
 
-def call_settle_orphan(call: ToolCall, reason: str) -> str:
-    """A running call whose process died: re-queue it if its tool is idempotent, else fail it (WorkerLost)."""
+def call_settle_orphan(call: ToolCall, reason: str, *, lease_lapsed_by=None) -> str:
+    """A running call whose process died: re-queue it if its tool is idempotent, else fail it (WorkerLost).
+    With `lease_lapsed_by`, only while its lease still ends before that time (a renewal since keeps it)."""
     idempotent = call.tool is not None and call.tool.idempotent
+    condition = lease_lapsed_condition(lease_lapsed_by) if lease_lapsed_by is not None else None
     if idempotent and call.attempts < MAX_ATTEMPTS:
         if call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.QUEUED,
-                           lease_until=None, dispatched_at=None, event_data={"retry": call.attempts + 1}):
+                           condition=condition, lease_until=None, dispatched_at=None,
+                           event_data={"retry": call.attempts + 1}):
             return "requeued"
     elif call_fail(call=call, error_type="WorkerLost", message=reason, from_statuses=[CallStatus.RUNNING],
-                   lease_until=None, event_data={"reason": reason}):
+                   condition=condition, lease_until=None, event_data={"reason": reason}):
         return "failed"
     return "unchanged"

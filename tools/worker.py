@@ -185,10 +185,10 @@ def calls_reap() -> dict:
     """Periodic: settle running calls whose worker stopped renewing the lease. Re-queued calls still need
     dispatching (the distributed runtime does that next)."""
     counts = {"requeued": 0, "failed": 0}
-    stale = ToolCall.all_tenants.select_related("tool").filter(
-        status=CallStatus.RUNNING, lease_until__lt=timezone.now())[:500]
+    now = timezone.now()
+    stale = ToolCall.all_tenants.select_related("tool").filter(status=CallStatus.RUNNING, lease_until__lt=now)[:500]
     for call in stale:
-        outcome = call_settle_orphan(call, "the worker running this call stopped")
+        outcome = call_settle_orphan(call, "the worker running this call stopped", lease_lapsed_by=now)
         if outcome in counts:
             counts[outcome] += 1
     return counts
