@@ -3,6 +3,7 @@ from django.db.models import Count, F, Prefetch
 
 from tenancy.models import Tenant
 from tools.models import CallStatus, Tool, ToolCall, ToolSource
+from tools.schemas import with_bound
 from tools.selectors import CALL_PAYLOADS, SESSION_PAYLOADS, TOOL_PAYLOADS, bindings_for, related
 
 from .engine import Decision, RuleIndex, decide, index_cache
@@ -40,9 +41,8 @@ def simulate(*, tenant: Tenant, tool_name: str, tool_input: dict | None = None, 
     to the input first (so a rule on a bound argument matches exactly as it does for real calls).
     Behind `POST /api/v1/rules/evaluate` and the console's rule simulator."""
     tool = Tool.objects.for_tenant(tenant).filter(name=tool_name).first()
-    effective = dict(tool_input or {})
-    if tool is not None:
-        effective |= bindings_for(tenant, agent, [tool.pk]).get(tool.pk, {})
+    bound = bindings_for(tenant, agent, [tool.pk]).get(tool.pk, {}) if tool is not None else {}
+    effective = with_bound(tool_input or {}, bound)
     return evaluate(tenant=tenant, tool_name=tool_name, effective_input=effective, agent=agent, user=user, tool=tool)
 
 

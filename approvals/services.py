@@ -15,6 +15,7 @@ from tools.events import call_fail, call_transition
 from tools.models import CallStatus, ToolCall, ToolSource
 from tools.pipeline import input_problems, pipeline_resume
 from tools.results import tool_result
+from tools.schemas import with_bound
 
 from .engine import Decision
 from .matching import is_arg_spec, normalize_space
@@ -293,7 +294,7 @@ def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:
     call = request.call
     session = call.session
     exposed = call_exposed(session, call)
-    effective_input = {**edited_input, **(exposed.bound if exposed is not None else {})}
+    effective_input = with_bound(edited_input, exposed.bound if exposed is not None else {})
     decided = evaluate(tenant=session.tenant, tool_name=call.tool_name, effective_input=effective_input,
                        agent=session.agent, user=session.user, tool=exposed.tool if exposed is not None else None)
     if decided.behavior == "deny":

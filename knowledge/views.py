@@ -22,6 +22,7 @@ from tenancy.web import (
 from tools.calls import work_start
 from tools.decorators import python_tool
 from tools.models import BoundArgument, Tool
+from tools.schemas import with_bound
 from tools.selectors import bindings_for
 from tools.services import binding_delete, binding_set
 
@@ -157,7 +158,7 @@ def search(request):
     if form.is_bound and form.is_valid() and tool is not None:
         data = form.cleaned_data
         bound = bindings_for(request.tenant, data["agent"], [tool.pk]).get(tool.pk, {})
-        arguments = {"query": data["query"], "top_k": data["top_k"] or 5, **bound}
+        arguments = with_bound({"query": data["query"], "top_k": data["top_k"] or 5}, bound)
         context["bound"] = bound
         try:
             spec = python_tool(services.TOOL_NAME)

@@ -19,7 +19,7 @@ from .catalog import ExposedTool
 from .declared import call_exposed
 from .events import call_failure, call_transition
 from .models import AgentSession, CallStatus, ToolCall, ToolSource
-from .schemas import ToolMisconfigured, bound_overrides
+from .schemas import ToolMisconfigured, bound_overrides, with_bound
 from .selectors import DeclaredTool, visible_tool
 
 NO_POLICY_DECISION = {"behavior": "allow", "rule": None, "reason": "no permission policy is installed"}
@@ -135,8 +135,7 @@ class Bind(Step):
     name = "bind"
 
     def process(self, ctx):
-        # Server values are merged last: whatever the model sent, the bound value wins.
-        ctx.set(effective_input={**ctx.arguments, **ctx.exposed.bound})
+        ctx.set(effective_input=with_bound(ctx.arguments, ctx.exposed.bound))
         return True
 
 

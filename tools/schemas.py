@@ -66,6 +66,16 @@ def bound_overrides(arguments: dict, bound) -> list[str]:
     return sorted(key for key in arguments if name_key(key) in bound_keys)
 
 
+def with_bound(arguments: dict, bound) -> dict:
+    """The input a tool runs with: `arguments` (the model's, or a reviewer's edit) with the server's bound
+    values merged last, so a bound value wins whatever was sent, in any case or composition of its name. The
+    validate step refuses such input first; this holds without it."""
+    if not bound:
+        return dict(arguments)
+    bound_keys = {name_key(name) for name in bound}
+    return {**{key: value for key, value in arguments.items() if name_key(key) not in bound_keys}, **bound}
+
+
 def declared_object_schema(schema, errors: dict, field: str) -> dict | None:
     """A tool's input schema as a tenant or an app declares it: an object that takes what it declares and nothing
     else (unless it says otherwise), checked. None, with the problem filed under `field` in `errors`, when it

@@ -78,6 +78,57 @@ def test_allow_rule_beats_the_tenant_default():
         assert (decision.behavior, decision.rule) == ("allow", allow.id)
 
 
+# Every pair of the decision's sources, strongest first: a deny rule, an ask rule, read-only auto-allow, an
+# allow rule, the tenant's default. In each pair both apply; the weaker one has the higher priority and the
+# lower (older) id, and the rules are listed both ways round: the stronger decides all the same.
+SOURCES = ("deny", "ask", "auto", "allow", "default")
+PAIRS = [(strong, weak) for n, strong in enumerate(SOURCES) for weak in SOURCES[n + 1:]]
+
+
+def pair_scenario(strong: str, weak: str) -> tuple[list, dict, tuple]:
+    """(rules, run options, the expected (behavior, rule id)) for the pair."""
+    weak_rule = rule(weak, "search", priority=1000, rule_id=1) if weak in ("deny", "ask", "allow") else None
+    strong_rule = rule(strong, "search", priority=-1000, rule_id=2) if strong in ("deny", "ask", "allow") else None
+    rules = [r for r in (weak_rule, strong_rule) if r is not None]
+    # The default differs from the stronger source, so that the default winning would show.
+    options = {"read_only_trusted": "auto" in (strong, weak),
+               "default": "allow" if strong in ("deny", "ask") else "deny"}
+    expected = {"deny": ("deny", 2), "ask": ("ask", 2), "auto": ("allow", None), "allow": ("allow", 2)}[strong]
+    return rules, options, expected
+
+
+@pytest.mark.parametrize("strong,weak", PAIRS, ids=[f"{s}-over-{w}" for s, w in PAIRS])
+def test_each_pair_of_sources_is_decided_by_the_stronger(strong, weak):
+    rules, options, expected = pair_scenario(strong, weak)
+    for listed in (rules, rules[::-1]):
+        decision = run(listed, tool="search", **options)
+        assert (decision.behavior, decision.rule) == expected, (listed, options)
+
+
+@pytest.mark.parametrize("behavior", ["deny", "ask", "allow"])
+def test_within_a_behaviour_priority_then_age_decides(behavior):
+    older, newer = rule(behavior, "search", rule_id=10), rule(behavior, "search", rule_id=11)
+    higher = rule(behavior, "search", priority=5, rule_id=12)
+    for listed in ([older, newer, higher], [higher, newer, older]):
+        assert run(listed, tool="search", default="deny" if behavior == "allow" else "allow").rule == higher.id
+    for listed in ([older, newer], [newer, older]):
+        assert run(listed, tool="search", default="deny" if behavior == "allow" else "allow").rule == older.id
+
+
+@pytest.mark.parametrize("strong,weak", [p for p in PAIRS if "default" not in p and "auto" not in p])
+def test_each_pair_of_stored_rules_is_decided_by_the_stronger(world, strong, weak):
+    """The same pairs through the selector: stored, compiled and cached per tenant."""
+    tenant = world.a.tenant
+    weak_rule = PermissionRule.objects.create(tenant=tenant, behavior=weak, tool_pattern="search", priority=1000)
+    strong_rule = PermissionRule.objects.create(tenant=tenant, behavior=strong, tool_pattern="search",
+                                                priority=-1000)
+    assert weak_rule.pk < strong_rule.pk
+    policy_bump(tenant=tenant)
+    tenant.default_behavior = "allow" if strong != "allow" else "deny"
+    decision = selectors.evaluate(tenant=tenant, tool_name="search", effective_input={})
+    assert (decision.behavior, decision.rule) == (strong, strong_rule.pk)
+
+
 @pytest.mark.parametrize("default", ["ask", "deny", "allow"])
 def test_tenant_default_when_no_rule_matches(default):
     decision = run([rule("deny", "other_tool")], default=default)

@@ -3,7 +3,7 @@ import pytest
 from django.apps import apps
 
 from audit.models import Event
-from tenancy.models import ApiKey
+from tenancy.models import ApiKey, Tenant
 from tenancy.scoping import TenantOwned, TenantScopedManager, TenantScopeError
 from tools.models import AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolGroup
 
@@ -79,3 +79,19 @@ def test_unscoped_get_by_pk_raises(world):
     with pytest.raises(TenantScopeError):
         AgentSession.objects.filter(pk=world.b.session.pk).first()
     assert AgentSession.objects.for_tenant(world.a.tenant).filter(pk=world.b.session.pk).first() is None
+
+
+@pytest.mark.django_db
+def test_for_tenant_filters_by_its_tenant_asserted_on_the_rows_alone():
+    """Built without the shared world (which itself reads through `for_tenant`): two tenants' rows of one
+    name, and each tenant's scoped query returns its own rows and only those, by id, by tenant object or id."""
+    tenants = [Tenant.objects.create(slug=f"scope-{n}", name=f"Scope {n}") for n in range(3)]
+    rows = {tenant.pk: [ToolGroup.all_tenants.create(tenant=tenant, name=name) for name in ("shared", "own")]
+            for tenant in tenants[:2]}
+    for tenant in tenants[:2]:
+        mine = sorted(group.pk for group in rows[tenant.pk])
+        assert sorted(ToolGroup.objects.for_tenant(tenant).values_list("pk", flat=True)) == mine
+        assert sorted(ToolGroup.objects.for_tenant(tenant.pk).values_list("pk", flat=True)) == mine
+        assert ToolGroup.objects.for_tenant(tenant).get(name="shared").tenant_id == tenant.pk
+        assert ToolGroup.objects.for_tenant(tenant).filter(name="shared").count() == 1
+    assert not ToolGroup.objects.for_tenant(tenants[2]).exists()  # a tenant with no rows sees none

@@ -1,7 +1,10 @@
 """Bound arguments (DESIGN §7, API.md): hidden from every schema, merged last, never overridable."""
 import pytest
 
+from tools.calls import calls_submit
 from tools.models import CallStatus
+from tools.pipeline import pipeline_steps
+from tools.schemas import with_bound
 from tools.services import binding_set, session_create
 
 from .support import wait_terminal
@@ -99,3 +102,30 @@ def test_tool_receives_the_server_value_and_input_is_not_echoed(world, echo_tool
     assert detail.status_code == 200
     assert detail.json()["input"] == {"city": "Paris"}
     assert "effective_input" not in detail.json()
+
+
+# --- "server values are merged last", on its own ------------------------------------------------------
+# The validate step refuses input that names a bound argument, which would hide a merge done the wrong way
+# round; these hold the merge itself.
+
+def test_a_bound_value_wins_over_the_same_name_in_any_case_or_composition():
+    sent = {"TimeZone": "Mars/Olympus", "ＴＩＭＥＺＯＮＥ": "x", "city": "Paris"}
+    merged = with_bound(sent, {"timezone": "Asia/Tokyo"})
+    assert merged == {"city": "Paris", "timezone": "Asia/Tokyo"}
+    assert with_bound({"timezone": "Europe/Paris"}, {"timezone": "Asia/Tokyo"}) == {"timezone": "Asia/Tokyo"}
+    assert with_bound({"city": "Paris"}, {}) == {"city": "Paris"}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("drain_calls")
+def test_server_values_are_merged_last_with_the_validate_step_taken_out(world, settings, request):
+    settings.TOOLKEEPER_CALL_MIDDLEWARE = [step for step in settings.TOOLKEEPER_CALL_MIDDLEWARE
+                                           if step != "tools.pipeline.Validate"]
+    pipeline_steps.cache_clear()  # the chain is read from settings once
+    request.addfinalizer(pipeline_steps.cache_clear)
+    [call] = calls_submit(session=world.a.session, calls=[  # support-bot's current_time has timezone bound
+        {"name": "current_time", "input": {"timezone": "Europe/Paris"}}])
+    assert call.effective_input == {"timezone": "Asia/Tokyo"}, (call.status, call.error)
+    finished = wait_terminal(call.pk, tenant=world.a.tenant)
+    assert finished.status == CallStatus.SUCCEEDED and "Asia/Tokyo" in str(finished.result)
+    assert "Europe/Paris" not in str(finished.result)
