@@ -10,13 +10,21 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest, RequestStatus, Vote
-from approvals.services import request_decide, request_escalate, request_expire, requests_expire_due
+from approvals.services import (
+    external_result_post,
+    request_decide,
+    request_escalate,
+    request_expire,
+    requests_expire_due,
+)
 from audit.models import Event
 from toolkeeper.errors import Conflict
 from tools.calls import calls_submit
+from tools.events import call_fail
 from tools.models import CallStatus, ToolCall
 
 from ..tools.support import wait_terminal
+from .test_external import open_ticket, ticket_tool  # noqa: F401 - ticket_tool: a fixture
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls")]
 
@@ -97,3 +105,19 @@ def test_a_request_escalates_once_whatever_the_copies(world, pending):
     assert audited(world, "approval.escalated", call) == 1
     requests_expire_due(now=timezone.now() + timedelta(minutes=11))  # the job, after it: nothing more
     assert audited(world, "approval.escalated", call) == 1
+
+
+@pytest.mark.usefixtures("ticket_tool")
+def test_a_stale_copy_cannot_answer_an_external_call_expired_since(world):
+    """The external system read the call while it waited; the expiry job failed it before the answer came."""
+    call = open_ticket(world)
+    assert call.status == CallStatus.AWAITING_EXTERNAL
+    stale = ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk)
+    assert call_fail(call=ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk), error_type="ExternalExpired",
+                     message="no result", status=CallStatus.EXPIRED, from_statuses=[CallStatus.AWAITING_EXTERNAL])
+    with pytest.raises(Conflict, match="not waiting for a result"):
+        external_result_post(call=stale, actor=world.a.key_objects["external"], state="success",
+                             content=[{"type": "text", "text": "done"}])
+    settled = ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk)
+    assert (settled.status, settled.error["errorType"]) == (CallStatus.EXPIRED, "ExternalExpired")
+    assert audited(world, "call.responded", call) == 0
