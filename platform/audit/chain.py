@@ -25,11 +25,14 @@ def audit_key() -> bytes:
     return settings.TOOLKEEPER_AUDIT_KEY.encode()
 
 
-def entry_payload(*, prev_hash: str, tenant_id: int, actor_label: str, verb: str, target: str, data, at) -> bytes:
-    return json.dumps(
-        [prev_hash, tenant_id, actor_label, verb, target, data, at.isoformat()],
-        sort_keys=True, separators=(",", ":"), default=str,
-    ).encode()
+def entry_payload(*, prev_hash: str, tenant_id: int, actor_label: str, verb: str, target: str, data, at,
+                  seen: list[int] | None = None) -> bytes:
+    """What an entry's hash covers. `seen`: how many entries each strand had when it was appended (entries from
+    before there were strands have none, and keep the payload they were hashed with)."""
+    fields = [prev_hash, tenant_id, actor_label, verb, target, data, at.isoformat()]
+    if seen is not None:
+        fields.append(seen)
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str).encode()
 
 
 def entry_digest(payload: bytes, *, algorithm: str, key: bytes) -> str:

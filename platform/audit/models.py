@@ -22,6 +22,9 @@ class Event(TenantOwned):
     # What made `hash` (audit.chain): rows written before the audit key was set stay plain SHA-256.
     algorithm = models.CharField(max_length=16, default="sha256")
     strand = models.PositiveSmallIntegerField(default=0)  # which of the tenant's chain strands (audit.chain)
+    # How many entries each strand had when this one was appended (covered by its hash): a strand cut back
+    # later has fewer than a later entry saw. Null for entries from before there were strands.
+    seen = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]

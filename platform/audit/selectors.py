@@ -28,6 +28,8 @@ class StrandState:
     entries: int = 0
     last_id: int | None = None
     last_hash: str = ""
+    seen: int = 0  # the most entries of this strand that a walked entry saw
+    seen_by: int | None = None  # that entry
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class ChainCheck:
     head_count: int = 0
     head_hash: str = ""  # the heads' state in one hash (audit.chain.heads_digest)
     head_signed: bool = False  # every head is
+    heads: tuple[tuple[int, int, int | None, str], ...] = ()  # each head's (strand, count, last_id, hash)
 
     @property
     def intact(self) -> bool:
@@ -74,6 +77,8 @@ class _Strand:
     entries: int = 0
     last_id: int | None = None
     last_hash: str = ""
+    seen: int = 0
+    seen_by: int | None = None
     beyond: int | None = None  # the first entry newer than the head the walk started from
 
 
@@ -98,10 +103,10 @@ def _walk(tenant_id: int, key: bytes, walk: _Walk, heads: dict[int, ChainHead]) 
     if walk.strands:
         # A resumed walk reads each strand after its newest entry walked: a later id in another strand may
         # have committed first, so no single id divides the walked from the new.
-        rows = rows.filter(Q(strand__in=set(range(STRANDS)) - {n for n, s in walk.strands.items() if s.last_id})
-                           | _or(Q(strand=n, id__gt=s.last_id) for n, s in walk.strands.items() if s.last_id))
-    fields = ("id", "strand", "prev_hash", "hash", "algorithm", "actor_label", "verb", "target", "data", "at")
-    for pk, number, prev_hash, digest, algorithm, actor_label, verb, target, data, at in (
+        walked = {n for n, s in walk.strands.items() if s.last_id}
+        rows = rows.filter(~Q(strand__in=walked) | _or(Q(strand=n, id__gt=walk.strands[n].last_id) for n in walked))
+    fields = ("id", "strand", "prev_hash", "hash", "algorithm", "actor_label", "verb", "target", "data", "at", "seen")
+    for pk, number, prev_hash, digest, algorithm, actor_label, verb, target, data, at, seen in (
             rows.values_list(*fields).iterator(chunk_size=WALK_CHUNK)):
         strand = walk.strand(number)
         if strand.beyond is not None:
@@ -122,12 +127,37 @@ def _walk(tenant_id: int, key: bytes, walk: _Walk, heads: dict[int, ChainHead]) 
             walk.unverified += 1
         else:
             payload = entry_payload(prev_hash=prev_hash, tenant_id=tenant_id, actor_label=actor_label, verb=verb,
-                                    target=target, data=data, at=at)
+                                    target=target, data=data, at=at, seen=seen)
             if entry_digest(payload, algorithm=algorithm, key=key) != digest:
                 raise _Broken(pk, "its hash does not match its content: it was changed")
+        if seen is not None:
+            _note_seen(walk, pk, number, seen)
         strand.entries += 1
         strand.last_id = pk
         strand.last_hash = digest
+
+
+def _note_seen(walk: _Walk, pk: int, number: int, seen) -> None:
+    """An entry's record of every strand's count when it was appended: its own is its place in its strand,
+    and each other strand must still have at least as many entries at the end of the walk (`_check_seen`)."""
+    if not isinstance(seen, list) or len(seen) != STRANDS or not all(isinstance(n, int) for n in seen):
+        raise _Broken(pk, "its record of the strands is malformed")
+    if seen[number] != walk.strand(number).entries:
+        raise _Broken(pk, "it is not where it says it was appended in its strand: entries were removed or moved")
+    for other, count in enumerate(seen):
+        strand = walk.strand(other)
+        if count > strand.seen:
+            strand.seen, strand.seen_by = count, pk
+
+
+def _check_seen(heads: dict[int, ChainHead], walk: _Walk) -> None:
+    """A strand set back (its newest entries removed, its head put back to an older state, signed or not) has
+    fewer entries than a later entry of another strand saw."""
+    for number in sorted(heads):
+        strand = walk.strand(number)
+        if heads[number].count < strand.seen:
+            raise _Broken(strand.seen_by, f"it saw {strand.seen} entries in strand {number}, which now has "
+                                          f"{heads[number].count}: that strand's newest were removed")
 
 
 def _or(conditions) -> Q:
@@ -191,18 +221,20 @@ def audit_check(*, tenant, key: bytes | None = None, resume: ChainCheck | None =
     heads = _heads(tenant.pk)
     walk = _Walk()
     if resume is not None:
-        walk = _Walk(strands={state.strand: _Strand(state.entries, state.last_id, state.last_hash)
-                              for state in resume.strands}, keyed=resume.keyed)
+        walk = _Walk(strands={state.strand: _Strand(state.entries, state.last_id, state.last_hash, state.seen,
+                                                    state.seen_by) for state in resume.strands}, keyed=resume.keyed)
     facts = {}
     if heads:
         ordered = [heads[number] for number in sorted(heads)]
         facts = {"head_count": sum(head.count for head in ordered), "head_hash": heads_digest(ordered),
-                 "head_signed": all(head.signature for head in ordered)}
+                 "head_signed": all(head.signature for head in ordered),
+                 "heads": tuple((head.strand, head.count, head.last_id, head.hash) for head in ordered)}
     try:
         _walk(tenant.pk, key, walk, heads)
         _check_strands(heads)
         for number in sorted(heads):
             _check_head(tenant.pk, key, walk.strand(number), heads[number])
+        _check_seen(heads, walk)
         _check_beyond(tenant.pk, walk, heads)
     except _Broken as broken:
         return ChainCheck(BROKEN, walk.entries, broken.entry, broken.reason, _states(walk), keyed=walk.keyed,
@@ -219,7 +251,7 @@ def audit_check(*, tenant, key: bytes | None = None, resume: ChainCheck | None =
 
 
 def _states(walk: _Walk) -> tuple[StrandState, ...]:
-    return tuple(StrandState(number, strand.entries, strand.last_id, strand.last_hash)
+    return tuple(StrandState(number, strand.entries, strand.last_id, strand.last_hash, strand.seen, strand.seen_by)
                  for number, strand in sorted(walk.strands.items()))
 
 

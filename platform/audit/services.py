@@ -14,9 +14,9 @@ from .selectors import UNSIGNED, ChainCheck, audit_check
 
 
 def event_digest(*, prev_hash: str, tenant_id: int, actor_label: str, verb: str, target: str, data, at,
-                 algorithm: str = PLAIN, key: bytes = b"") -> str:
+                 seen: list[int] | None = None, algorithm: str = PLAIN, key: bytes = b"") -> str:
     payload = entry_payload(prev_hash=prev_hash, tenant_id=tenant_id, actor_label=actor_label, verb=verb,
-                            target=target, data=data, at=at)
+                            target=target, data=data, at=at, seen=seen)
     return entry_digest(payload, algorithm=algorithm, key=key)
 
 
@@ -33,6 +33,7 @@ class Head:
     last_id: int | None
     hash: str
     signature: str
+    seen: list[int] | None = None  # every strand's count, read with this head (`_free_head`)
 
 
 _HEAD_FIELDS = ("strand", "count", "last_id", "hash", "signature")
@@ -46,15 +47,32 @@ def _head_select(conn) -> str:
 
 def _free_head(conn, tenant_id: int) -> Head | None:
     """A strand's head that no other transaction holds, now held (FOR UPDATE) until this one ends; the
-    lowest such. A head this transaction already holds is never skipped, so a transaction that holds a
-    strand finds one here, and only one that holds none ever waits (`_locked_head`): no two wait on each
-    other. SQLite's single writer already serialises appends: there, strand 0."""
+    lowest such, read with every strand's count. A head this transaction already holds is never skipped, so
+    a transaction that holds a strand finds one here, and only one that holds none ever waits
+    (`_locked_head`): no two wait on each other. SQLite's single writer already serialises appends: there,
+    strand 0."""
     quote = conn.ops.quote_name
+    table, tenant, strand, count = (quote(ChainHead._meta.db_table), quote("tenant_id"), quote("strand"),
+                                    quote("count"))
+    if conn.vendor == "postgresql":
+        counts = (f"(SELECT array_agg(seen.{count} ORDER BY seen.{strand}) FROM {table} seen "  # noqa: S608
+                  f"WHERE seen.{tenant} = %s)")
+    else:
+        counts = (f"(SELECT group_concat({count}) FROM (SELECT {count} FROM {table} "  # noqa: S608
+                  f"WHERE {tenant} = %s ORDER BY {strand}))")
     lock = " FOR UPDATE SKIP LOCKED" if conn.features.has_select_for_update_skip_locked else ""
+    columns = ", ".join(f"{table}.{quote(ChainHead._meta.get_field(name).column)}" for name in _HEAD_FIELDS)
+    sql = (f"SELECT {columns}, {counts} FROM {table} WHERE {table}.{tenant} = %s "  # noqa: S608
+           f"ORDER BY {table}.{strand} LIMIT 1{lock}")
     with conn.cursor() as cursor:
-        cursor.execute(f"{_head_select(conn)} ORDER BY {quote('strand')} LIMIT 1{lock}", [tenant_id])
+        cursor.execute(sql, [tenant_id, tenant_id])
         row = cursor.fetchone()
-    return Head(*row) if row else None
+    if row is None:
+        return None
+    *fields, counts_read = row
+    if isinstance(counts_read, str):
+        counts_read = [int(part) for part in counts_read.split(",")]
+    return Head(*fields, seen=list(counts_read or []))
 
 
 def _all_heads(conn, tenant_id: int, *, lock: bool) -> list[Head]:
@@ -88,7 +106,9 @@ def _locked_head(tenant_id: int) -> Head:
     quote = conn.ops.quote_name
     with conn.cursor() as cursor:
         cursor.execute(f"{_head_select(conn)} AND {quote('strand')} = %s FOR UPDATE", [tenant_id, strand])
-        return Head(*cursor.fetchone())
+        head = Head(*cursor.fetchone())
+    head.seen = [each.count for each in heads]  # read before the wait: lower bounds still, as counts only grow
+    return head
 
 
 def _create_heads(tenant_id: int) -> None:
@@ -135,17 +155,19 @@ def audit_record(*, tenant, verb: str, target: str = "", actor=None, data: dict 
     with transaction.atomic(savepoint=False):
         head = _locked_head(tenant.pk)
         signs = bool(key) and _signed(key, tenant.pk, head)
+        seen = list(head.seen)
+        seen[head.strand] = head.count  # its own strand as held: the entry's place in it
         at = timezone.now()
         data = data or {}
         event = Event(
             tenant=tenant, actor=user, actor_label=label, verb=verb, target=target, data=data, at=at,
-            prev_hash=head.hash, algorithm=algorithm, strand=head.strand,
+            prev_hash=head.hash, algorithm=algorithm, strand=head.strand, seen=seen,
             hash=event_digest(prev_hash=head.hash, tenant_id=tenant.pk, actor_label=label, verb=verb,
-                              target=target, data=data, at=at, algorithm=algorithm, key=key),
+                              target=target, data=data, at=at, seen=seen, algorithm=algorithm, key=key),
         )
         event.pk = insert_row(Event, tenant=tenant.pk, actor=user.pk if user else None, actor_label=label, verb=verb,
                               target=target, data=data, at=at, prev_hash=head.hash, hash=event.hash,
-                              algorithm=algorithm, strand=head.strand)
+                              algorithm=algorithm, strand=head.strand, seen=seen)
         head.count, head.last_id, head.hash = head.count + 1, event.pk, event.hash
         if signs:
             _sign(key, tenant.pk, head)

@@ -68,7 +68,7 @@ def test_a_stale_copy_cannot_decide_a_request_expired_since(world, gov_shell, go
     call, copy = pending
     stale = copy()  # a reviewer's page loaded while it was pending
     assert request_expire(request=copy()) is True
-    with pytest.raises(Conflict, match="already expired"):
+    with pytest.raises(Conflict, match="the request is already expired"):
         request_decide(request=stale, reviewer=gov_member(), decision=decision, message="late",
                        new_input={"command": "deploy --dry-run"} if decision == "edit" else None)
     assert request_now(world, call).status == RequestStatus.EXPIRED
@@ -81,7 +81,7 @@ def test_a_stale_copy_cannot_decide_a_request_decided_since(world, gov_shell, go
     call, copy = pending
     stale = copy()
     request_decide(request=copy(), reviewer=gov_member(), decision="reject", message="no")
-    with pytest.raises(Conflict, match="already rejected"):
+    with pytest.raises(Conflict, match="the request is already rejected"):
         request_decide(request=stale, reviewer=gov_member(), decision="approve")
     assert ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk).status == CallStatus.REJECTED
     assert gov_shell.counter.count == 0

@@ -45,6 +45,7 @@ class Opening:
     key: str | None = None
     user: object = None
     needs: frozenset = frozenset()  # parameters of which a route must have one for this attempt to mean anything
+    subprotocol: bool = False  # the key as the subprotocol `bearer.<key>` (browsers), not the Authorization header
 
 
 BY_ID = frozenset({"session_id", "call_id"})
@@ -77,14 +78,16 @@ def cookie_of(user) -> bytes:
     return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode()
 
 
-async def _opens(path: str, *, key: str | None, cookie: bytes | None) -> bool:
+async def _opens(path: str, *, key: str | None, subprotocol: bool, cookie: bytes | None) -> bool:
     """Whether the stream opens and stays open: a refusal is a refused handshake or a close with 4401."""
-    headers = [ORIGIN]
-    if key:
+    headers, subprotocols = [ORIGIN], []
+    if key and subprotocol:
+        subprotocols.append(f"bearer.{key}")
+    elif key:
         headers.append((b"authorization", f"Bearer {key}".encode()))
     if cookie is not None:
         headers.append((b"cookie", cookie))
-    communicator = WebsocketCommunicator(application, path, headers=headers)
+    communicator = WebsocketCommunicator(application, path, headers=headers, subprotocols=subprotocols)
     connected, code = await communicator.connect(timeout=10)
     if not connected:
         await communicator.wait()
@@ -100,7 +103,8 @@ async def _opens(path: str, *, key: str | None, cookie: bytes | None) -> bool:
 
 def opens(route: str, opening: Opening) -> bool:
     cookie = cookie_of(opening.user) if opening.user is not None else None
-    return asyncio.run(_opens(fill(route, opening.ids), key=opening.key, cookie=cookie))
+    return asyncio.run(_opens(fill(route, opening.ids), key=opening.key, subprotocol=opening.subprotocol,
+                              cookie=cookie))
 
 
 @pytest.fixture
@@ -118,6 +122,7 @@ def knocks(world):
     stranger = get_user_model().objects.create_user(username="stranger", password="x" * 16)
     app = {
         "own": [Opening("A's agent key, A's session", own, key=a.keys["agent"]),
+                Opening("A's agent key as the subprotocol, A's session", own, key=a.keys["agent"], subprotocol=True),
                 Opening("A's key locked to support-bot, its own agent's session", own, key=a.keys["locked"])],
         "refused": [
             Opening("A's agent key, B's session", theirs, key=a.keys["agent"]),
@@ -126,6 +131,12 @@ def knocks(world):
                     Ids(own.tenant, str(other_agent.pk), own.call_id), key=a.keys["locked"],
                     needs=frozenset({"session_id"})),
             Opening("A's revoked key", own, key=revoked.key),
+            Opening("A's agent key as the subprotocol, B's session", theirs, key=a.keys["agent"], subprotocol=True),
+            Opening("A's locked key as the subprotocol, billing-bot's session",
+                    Ids(own.tenant, str(other_agent.pk), own.call_id), key=a.keys["locked"],
+                    needs=frozenset({"session_id"}), subprotocol=True),
+            Opening("A's revoked key as the subprotocol", own, key=revoked.key, subprotocol=True),
+            Opening("A's admin key as the subprotocol", own, key=a.keys["admin"], subprotocol=True),
             Opening("A's admin key (no agent scope)", own, key=a.keys["admin"]),
             Opening("A's external key (no agent scope)", own, key=a.keys["external"]),
             Opening("no key", own),

@@ -9,6 +9,7 @@ import threading
 import pytest
 from django.db import connection, connections, transaction
 from django.db.migrations.loader import MigrationLoader
+from django.test import override_settings
 
 from audit.chain import STRANDS, head_signature
 from audit.models import ChainHead, Event
@@ -201,6 +202,37 @@ def test_a_strand_cut_back_to_empty_cannot_borrow_another_strands_signature():
 
 
 @on_postgres
+@pytest.mark.parametrize("with_key", [True, False], ids=["keyed", "plain"])
+def test_a_strand_set_back_to_an_earlier_state_of_its_own_is_found(with_key):
+    """The replay of a strand's own earlier head (here the signed empty one it was made with): its entries
+    removed, everything else left. Every later entry recorded how many entries each strand had."""
+    context = keyed if with_key else override_settings()
+    with context:
+        tenant = Tenant.objects.create(slug="rewound", name="Rewound")
+        audit_record(tenant=tenant, verb="test.start")
+        saved = ChainHead.objects.for_tenant(tenant).values("count", "last_id", "hash", "signature").get(strand=1)
+        entries = braided(tenant)  # a1 and a2 come after b0 and b1, and saw strand 1 with 2 entries
+        assert audit_check(tenant=tenant).intact
+    remove(entries["b0"])
+    remove(entries["b1"])
+    ChainHead.objects.for_tenant(tenant).filter(strand=1).update(**saved)
+    with context:
+        check = audit_check(tenant=tenant)
+    assert (check.status, check.entry) == ("broken", entries["a1"].pk)
+    assert "it saw 2 entries in strand 1, which now has 0" in check.reason
+    assert [entries[v].seen[1] for v in ("a0", "b0", "b1", "a1", "a2")] == [0, 0, 1, 2, 2]
+    assert [entries[v].seen[0] for v in ("a0", "b0", "b1", "a1", "a2")] == [1, 1, 1, 2, 3]
+
+
+@on_postgres
+def test_an_entry_whose_record_of_the_strands_was_changed_is_found(world):
+    entries = braided(world.a.tenant)
+    tamper(entries["a2"], seen=[0] * STRANDS)
+    check = audit_check(tenant=world.a.tenant)
+    assert (check.status, check.entry) == ("broken", entries["a2"].pk)
+
+
+@on_postgres
 def test_signing_a_braided_chain_begun_before_the_key(world):
     braided(world.a.tenant)
     with keyed:
@@ -261,3 +293,14 @@ def test_the_migration_reverses_only_while_every_entry_is_in_the_first_strand(wo
         strands_migration.one_head_per_tenant(apps, None)
     assert ChainHead.objects.for_tenant(world.a.tenant).count() == STRANDS
 
+
+
+def test_the_migration_refuses_to_leave_a_signed_chain_unsigned(apps):
+    """Run without the key, new heads of a signed chain would be unsigned for good: the migration says so."""
+    with keyed:
+        tenant = Tenant.objects.create(slug="keyed-nokey", name="Keyed")
+        audit_record(tenant=tenant, verb="test.event")
+        as_before_strands(tenant)
+    with pytest.raises(RuntimeError, match="run this migration with TOOLKEEPER_AUDIT_KEY set"):
+        strands_migration.heads_for_every_strand(apps, None)
+    assert ChainHead.objects.for_tenant(tenant).count() == 1

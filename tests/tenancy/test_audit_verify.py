@@ -134,7 +134,7 @@ def test_the_head_is_kept_with_every_append(world):
 
 def _payload(event: Event) -> bytes:
     return entry_payload(prev_hash=event.prev_hash, tenant_id=event.tenant_id, actor_label=event.actor_label,
-                         verb=event.verb, target=event.target, data=event.data, at=event.at)
+                         verb=event.verb, target=event.target, data=event.data, at=event.at, seen=event.seen)
 
 
 def keyed_tenant(slug: str = "keyed"):
@@ -266,7 +266,10 @@ def test_the_verify_endpoint_answers_admins_with_their_own_chain_only(world):
     assert body == {"status": "intact", "intact": True, "entries": len(a_events), "entry": None,
                     "message": f"intact ({len(a_events)} entries)", "keyed": False,
                     "head": {"count": len(a_events), "signed": False,
-                             "hash": heads_digest(ChainHead.objects.for_tenant(world.a.tenant).order_by("strand"))}}
+                             "hash": heads_digest(ChainHead.objects.for_tenant(world.a.tenant).order_by("strand")),
+                             "strands": [{"strand": 0, "count": len(a_events), "last_id": a_events[-1].pk,
+                                          "hash": a_events[-1].hash}]
+                             + [{"strand": n, "count": 0, "last_id": None, "hash": ""} for n in range(1, STRANDS)]}}
     assert not {str(e.pk) for e in b_events} & set(response.content.decode().split('"'))
     assert all(e.hash not in response.content.decode() for e in b_events)
     b_body = world.b.client("admin").get("/api/v1/audit/verify").json()

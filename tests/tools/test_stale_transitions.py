@@ -99,3 +99,19 @@ def test_the_reaper_leaves_a_call_whose_lease_was_renewed_after_it_looked(world,
     ToolCall.objects.for_tenant(world.a.tenant).filter(pk=call.pk).update(lease_until=lapsed)
     assert calls_reap() == {"requeued": 0, "failed": 0} | {orphaned: 1}
     assert read(call).status == (CallStatus.QUEUED if orphaned == "requeued" else CallStatus.FAILED)
+
+
+def test_the_periodic_reaper_reads_then_moves_only_what_is_still_lapsed(world, monkeypatch):
+    """The job itself: the worker's renewal lands between the reaper's read of lapsed calls and its move."""
+    call = a_call(world.a, status=CallStatus.RUNNING, tool_name="slow_write", attempts=1,
+                  lease_until=timezone.now() - timedelta(seconds=1))
+    settle = worker.call_settle_orphan
+
+    def renewed_first(stale, reason, **kwargs):
+        ToolCall.objects.for_tenant(world.a.tenant).filter(pk=stale.pk).update(
+            lease_until=timezone.now() + timedelta(seconds=worker.LEASE_S))
+        return settle(stale, reason, **kwargs)
+
+    monkeypatch.setattr(worker, "call_settle_orphan", renewed_first)
+    assert calls_reap() == {"requeued": 0, "failed": 0}
+    assert (read(call).status, read(call).error) == (CallStatus.RUNNING, None)

@@ -14,7 +14,7 @@ class EventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Event
-        fields = ["id", "at", "actor", "verb", "target", "data", "hash"]
+        fields = ["id", "at", "actor", "verb", "target", "data", "hash", "strand"]
 
 
 class AuditViewSet(mixins.ListModelMixin, TenantScopedViewSet):
@@ -26,10 +26,20 @@ class AuditViewSet(mixins.ListModelMixin, TenantScopedViewSet):
         return queryset
 
 
-class HeadSerializer(serializers.Serializer):
+class StrandHeadSerializer(serializers.Serializer):
+    strand = serializers.IntegerField()
     count = serializers.IntegerField()
-    hash = serializers.CharField()
+    last_id = serializers.IntegerField(allow_null=True, help_text="The strand's newest entry.")
+    hash = serializers.CharField(help_text="That entry's hash.")
+
+
+class HeadSerializer(serializers.Serializer):
+    count = serializers.IntegerField(help_text="Entries in all strands.")
+    hash = serializers.CharField(help_text="One hash of every strand's head as it stands.")
     signed = serializers.BooleanField()
+    strands = StrandHeadSerializer(many=True, help_text=(
+        "Each strand's head. Noted elsewhere, each can be checked later: the strand still has at least that many "
+        "entries, and its entry `last_id` (in `GET /api/v1/audit`) still has that hash."))
 
 
 class ChainCheckSerializer(serializers.Serializer):
@@ -53,5 +63,7 @@ class AuditVerifyView(APIView):
         return Response({
             "status": check.status, "intact": check.intact, "entries": check.entries, "entry": check.entry,
             "message": check.summary(), "keyed": check.keyed or check.head_signed,
-            "head": {"count": check.head_count, "hash": check.head_hash, "signed": check.head_signed},
+            "head": {"count": check.head_count, "hash": check.head_hash, "signed": check.head_signed,
+                     "strands": [{"strand": strand, "count": count, "last_id": last_id, "hash": digest}
+                                 for strand, count, last_id, digest in check.heads]},
         })

@@ -1,5 +1,8 @@
 """A tenant's audit chain braided of strands: the head each chain had becomes strand 0's, its entries stay
-strand 0's, and the other strands' heads are made empty (signed with the audit key when strand 0's head is)."""
+strand 0's, and the other strands' heads are made empty (signed with the audit key when strand 0's head is).
+New entries record every strand's count (`seen`).
+
+Stop the servers of the version before this one first: their appends know one head per tenant."""
 
 from django.conf import settings
 from django.db import migrations, models
@@ -13,6 +16,10 @@ def heads_for_every_strand(apps, schema_editor):
     ChainHead = apps.get_model("audit", "ChainHead")
     key = settings.TOOLKEEPER_AUDIT_KEY.encode()
     for head in ChainHead.objects.filter(strand=0):
+        if head.signature and not key:
+            raise RuntimeError(
+                f"tenant {head.tenant_id}'s audit chain is signed: run this migration with TOOLKEEPER_AUDIT_KEY set, "
+                "so that its new strands are signed too (unsigned, its check would report it unsigned from now on)")
         signed = bool(key) and head_signed_by(key, signature=head.signature, tenant_id=head.tenant_id, strand=0,
                                               count=head.count, last_id=head.last_id, hash=head.hash)
         ChainHead.objects.bulk_create([
@@ -56,6 +63,11 @@ class Migration(migrations.Migration):
         migrations.AddConstraint(
             model_name='chainhead',
             constraint=models.UniqueConstraint(fields=('tenant', 'strand'), name='one_audit_head_per_strand'),
+        ),
+        migrations.AddField(
+            model_name='event',
+            name='seen',
+            field=models.JSONField(blank=True, null=True),
         ),
         migrations.RunPython(heads_for_every_strand, one_head_per_tenant),
     ]
