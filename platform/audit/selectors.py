@@ -28,8 +28,6 @@ class StrandState:
     entries: int = 0
     last_id: int | None = None
     last_hash: str = ""
-    seen: int = 0  # the most entries of this strand that a walked entry saw
-    seen_by: int | None = None  # that entry
 
 
 @dataclass(frozen=True)
@@ -77,8 +75,6 @@ class _Strand:
     entries: int = 0
     last_id: int | None = None
     last_hash: str = ""
-    seen: int = 0
-    seen_by: int | None = None
     beyond: int | None = None  # the first entry newer than the head the walk started from
 
 
@@ -131,33 +127,25 @@ def _walk(tenant_id: int, key: bytes, walk: _Walk, heads: dict[int, ChainHead]) 
             if entry_digest(payload, algorithm=algorithm, key=key) != digest:
                 raise _Broken(pk, "its hash does not match its content: it was changed")
         if seen is not None:
-            _note_seen(walk, pk, number, seen)
+            _seen_holds(walk, pk, number, seen)
         strand.entries += 1
         strand.last_id = pk
         strand.last_hash = digest
 
 
-def _note_seen(walk: _Walk, pk: int, number: int, seen) -> None:
-    """An entry's record of every strand's count when it was appended: its own is its place in its strand,
-    and each other strand must still have at least as many entries at the end of the walk (`_check_seen`)."""
+def _seen_holds(walk: _Walk, pk: int, number: int, seen) -> None:
+    """An entry's record of every strand's count when it was appended. Its own is its place in its strand. The
+    entries another strand had then were committed before this entry's statement read the counts, so they
+    have smaller ids and the walk has passed them: a strand with fewer before this entry lost some. Checked
+    here, as the walk goes, a strand set back and grown again since is found as well."""
     if not isinstance(seen, list) or len(seen) != STRANDS or not all(isinstance(n, int) for n in seen):
         raise _Broken(pk, "its record of the strands is malformed")
     if seen[number] != walk.strand(number).entries:
         raise _Broken(pk, "it is not where it says it was appended in its strand: entries were removed or moved")
     for other, count in enumerate(seen):
-        strand = walk.strand(other)
-        if count > strand.seen:
-            strand.seen, strand.seen_by = count, pk
-
-
-def _check_seen(heads: dict[int, ChainHead], walk: _Walk) -> None:
-    """A strand set back (its newest entries removed, its head put back to an older state, signed or not) has
-    fewer entries than a later entry of another strand saw."""
-    for number in sorted(heads):
-        strand = walk.strand(number)
-        if heads[number].count < strand.seen:
-            raise _Broken(strand.seen_by, f"it saw {strand.seen} entries in strand {number}, which now has "
-                                          f"{heads[number].count}: that strand's newest were removed")
+        if walk.strand(other).entries < count:
+            raise _Broken(pk, f"it saw {count} entries in strand {other}, which has {walk.strand(other).entries} "
+                              "before it: entries of that strand were removed")
 
 
 def _or(conditions) -> Q:
@@ -221,8 +209,8 @@ def audit_check(*, tenant, key: bytes | None = None, resume: ChainCheck | None =
     heads = _heads(tenant.pk)
     walk = _Walk()
     if resume is not None:
-        walk = _Walk(strands={state.strand: _Strand(state.entries, state.last_id, state.last_hash, state.seen,
-                                                    state.seen_by) for state in resume.strands}, keyed=resume.keyed)
+        walk = _Walk(strands={state.strand: _Strand(state.entries, state.last_id, state.last_hash)
+                              for state in resume.strands}, keyed=resume.keyed)
     facts = {}
     if heads:
         ordered = [heads[number] for number in sorted(heads)]
@@ -234,7 +222,6 @@ def audit_check(*, tenant, key: bytes | None = None, resume: ChainCheck | None =
         _check_strands(heads)
         for number in sorted(heads):
             _check_head(tenant.pk, key, walk.strand(number), heads[number])
-        _check_seen(heads, walk)
         _check_beyond(tenant.pk, walk, heads)
     except _Broken as broken:
         return ChainCheck(BROKEN, walk.entries, broken.entry, broken.reason, _states(walk), keyed=walk.keyed,
@@ -251,7 +238,7 @@ def audit_check(*, tenant, key: bytes | None = None, resume: ChainCheck | None =
 
 
 def _states(walk: _Walk) -> tuple[StrandState, ...]:
-    return tuple(StrandState(number, strand.entries, strand.last_id, strand.last_hash, strand.seen, strand.seen_by)
+    return tuple(StrandState(number, strand.entries, strand.last_id, strand.last_hash)
                  for number, strand in sorted(walk.strands.items()))
 
 

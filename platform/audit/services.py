@@ -57,9 +57,9 @@ def _free_head(conn, tenant_id: int) -> Head | None:
     if conn.vendor == "postgresql":
         counts = (f"(SELECT array_agg(seen.{count} ORDER BY seen.{strand}) FROM {table} seen "  # noqa: S608
                   f"WHERE seen.{tenant} = %s)")
-    else:
-        counts = (f"(SELECT group_concat({count}) FROM (SELECT {count} FROM {table} "  # noqa: S608
-                  f"WHERE {tenant} = %s ORDER BY {strand}))")
+    else:  # group_concat's order is not defined there: each count goes with its strand
+        counts = (f"(SELECT group_concat(seen.{strand} || ':' || seen.{count}) FROM {table} seen "  # noqa: S608
+                  f"WHERE seen.{tenant} = %s)")
     lock = " FOR UPDATE SKIP LOCKED" if conn.features.has_select_for_update_skip_locked else ""
     columns = ", ".join(f"{table}.{quote(ChainHead._meta.get_field(name).column)}" for name in _HEAD_FIELDS)
     sql = (f"SELECT {columns}, {counts} FROM {table} WHERE {table}.{tenant} = %s "  # noqa: S608
@@ -71,7 +71,8 @@ def _free_head(conn, tenant_id: int) -> Head | None:
         return None
     *fields, counts_read = row
     if isinstance(counts_read, str):
-        counts_read = [int(part) for part in counts_read.split(",")]
+        by_strand = dict(tuple(map(int, pair.split(":"))) for pair in counts_read.split(","))
+        counts_read = [by_strand[number] for number in sorted(by_strand)]
     return Head(*fields, seen=list(counts_read or []))
 
 

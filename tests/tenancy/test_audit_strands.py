@@ -160,9 +160,11 @@ def test_a_braided_chain_is_intact_and_its_head_pins_every_strand(world):
 @on_postgres
 @pytest.mark.parametrize("damage,victim,found", [
     ("remove", "b0", "broken at entry #{b1}: it does not follow the entry before it"),
-    ("remove", "b1", "broken at entry #{b1}: it is missing"),
+    # the newest of strand 1, or all of it: a1, appended after them, saw them
+    ("remove", "b1", "broken at entry #{a1}: it saw 2 entries in strand 1, which has 1 before it"),
+    ("strand", "b0", "broken at entry #{a1}: it saw 2 entries in strand 1, which has 0 before it"),
     ("move", "b1", "broken at entry #{b1}: it does not follow the entry before it"),
-    ("strand", "b0", "broken: the heads of strands [1] are missing: a strand was removed"),
+    ("head", "", "broken: the heads of strands [5] are missing: a strand was removed"),
     ("change", "a1", "broken at entry #{a1}: its hash does not match its content"),
 ])
 def test_damage_to_one_strand_is_found(world, damage, victim, found):
@@ -171,10 +173,12 @@ def test_damage_to_one_strand_is_found(world, damage, victim, found):
         remove(entries[victim])
     elif damage == "move":
         tamper(entries[victim], strand=0)
-    elif damage == "strand":  # the whole strand, entries and head: only the fixed set of strands shows it
+    elif damage == "strand":  # the whole strand, entries and head
         remove(entries["b0"])
         remove(entries["b1"])
         ChainHead.objects.for_tenant(world.a.tenant).filter(strand=1).delete()
+    elif damage == "head":  # an empty strand's head: only the fixed set of strands shows it
+        ChainHead.objects.for_tenant(world.a.tenant).filter(strand=5).delete()
     else:
         tamper(entries[victim], data={"tampered": True})
     check = audit_check(tenant=world.a.tenant)
@@ -184,14 +188,17 @@ def test_damage_to_one_strand_is_found(world, damage, victim, found):
 
 @on_postgres
 def test_a_strand_cut_back_to_empty_cannot_borrow_another_strands_signature():
-    """Each head's signature names its strand: an empty strand's signed head fits no other strand."""
+    """Each head's signature names its strand: an empty strand's signed head fits no other strand. (The entry
+    removed here is the newest of all, which no later entry saw: the signature is what shows it.)"""
     with keyed:
         tenant = Tenant.objects.create(slug="keyed-braid", name="Keyed")
         audit_record(tenant=tenant, verb="test.start")  # the chain's heads, made by its first append
-        entries = braided(tenant)
-        assert audit_check(tenant=tenant).status == "intact"
-    remove(entries["b0"])
-    remove(entries["b1"])
+        holder = Holder(tenant, "a0").hold()
+        with transaction.atomic():
+            newest = audit_record(tenant=tenant, verb="b0")
+        holder.finish()
+        assert newest.strand == 1 and audit_check(tenant=tenant).status == "intact"
+    remove(newest)
     empty_of_2 = ChainHead.objects.for_tenant(tenant).get(strand=2)
     assert (empty_of_2.count, empty_of_2.signature != "") == (0, True)
     ChainHead.objects.for_tenant(tenant).filter(strand=1).update(count=0, last_id=None, hash="",
@@ -219,17 +226,32 @@ def test_a_strand_set_back_to_an_earlier_state_of_its_own_is_found(with_key):
     with context:
         check = audit_check(tenant=tenant)
     assert (check.status, check.entry) == ("broken", entries["a1"].pk)
-    assert "it saw 2 entries in strand 1, which now has 0" in check.reason
+    assert "it saw 2 entries in strand 1, which has 0 before it" in check.reason
     assert [entries[v].seen[1] for v in ("a0", "b0", "b1", "a1", "a2")] == [0, 0, 1, 2, 2]
     assert [entries[v].seen[0] for v in ("a0", "b0", "b1", "a1", "a2")] == [1, 1, 1, 2, 3]
+    # The strand grows again from the head put back (strand 0 held, so new entries land in strand 1): the
+    # entries a1 saw are still missing before it.
+    with context:
+        holder = Holder(tenant, "later.0").hold()
+        with transaction.atomic():
+            regrown = [audit_record(tenant=tenant, verb=f"later.1.{n}") for n in range(3)]
+        holder.finish()
+        assert [event.strand for event in regrown] == [1, 1, 1]
+        check = audit_check(tenant=tenant)
+    assert (check.status, check.entry) == ("broken", entries["a1"].pk)
 
 
 @on_postgres
 def test_an_entry_whose_record_of_the_strands_was_changed_is_found(world):
+    """Its record is covered by its hash: lowering what it saw of another strand (to hide that strand's
+    removed entries) changes the hash."""
     entries = braided(world.a.tenant)
-    tamper(entries["a2"], seen=[0] * STRANDS)
+    seen = list(entries["a2"].seen)
+    seen[1] = 0
+    tamper(entries["a2"], seen=seen)
     check = audit_check(tenant=world.a.tenant)
     assert (check.status, check.entry) == ("broken", entries["a2"].pk)
+    assert "its hash does not match its content" in check.reason
 
 
 @on_postgres
@@ -284,14 +306,19 @@ def test_the_migration_signs_the_new_strands_of_a_signed_chain(apps):
                                              last_id=None, hash="")
 
 
-def test_the_migration_reverses_only_while_every_entry_is_in_the_first_strand(world, apps):
+def test_the_migration_reverses_only_while_no_entry_was_appended_with_strands(world, apps):
+    """Entries appended with strands hash their strand's place and every strand's count: going back would
+    leave hashes the single chain cannot check. Entries from before the strands go back as they came."""
+    with pytest.raises(RuntimeError, match="cannot hold them without rewriting their hashes"):
+        strands_migration.one_head_per_tenant(apps, None)
+    assert ChainHead.objects.for_tenant(world.a.tenant).count() == STRANDS
+    Event.all_tenants.update(seen=None)  # as if every entry were from before the strands
     strands_migration.one_head_per_tenant(apps, None)
     assert list(ChainHead.objects.for_tenant(world.a.tenant).values_list("strand", flat=True)) == [0]
     strands_migration.heads_for_every_strand(apps, None)
     Event.objects.for_tenant(world.a.tenant).filter(pk=chain(world.a.tenant)[-1].pk).update(strand=3)
     with pytest.raises(RuntimeError, match="cannot hold them without rewriting their hashes"):
         strands_migration.one_head_per_tenant(apps, None)
-    assert ChainHead.objects.for_tenant(world.a.tenant).count() == STRANDS
 
 
 

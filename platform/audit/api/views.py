@@ -30,7 +30,7 @@ class StrandHeadSerializer(serializers.Serializer):
     strand = serializers.IntegerField()
     count = serializers.IntegerField()
     last_id = serializers.IntegerField(allow_null=True, help_text="The strand's newest entry.")
-    hash = serializers.CharField(help_text="That entry's hash.")
+    hash = serializers.CharField(allow_blank=True, help_text="That entry's hash (empty for an empty strand).")
 
 
 class HeadSerializer(serializers.Serializer):

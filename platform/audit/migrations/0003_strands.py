@@ -6,6 +6,7 @@ Stop the servers of the version before this one first: their appends know one he
 
 from django.conf import settings
 from django.db import migrations, models
+from django.db.models import Q
 
 from audit.chain import head_signature, head_signed_by
 
@@ -32,9 +33,10 @@ def heads_for_every_strand(apps, schema_editor):
 
 def one_head_per_tenant(apps, schema_editor):
     Event = apps.get_model("audit", "Event")
-    if Event.objects.filter(strand__gt=0).exists():
-        raise RuntimeError("audit entries were appended to strands other than the first: one chain per tenant "
-                           "cannot hold them without rewriting their hashes, which an audit log must not do")
+    if Event.objects.filter(Q(strand__gt=0) | Q(seen__isnull=False)).exists():
+        raise RuntimeError("audit entries were appended with strands (their hashes cover their strand's place and "
+                           "every strand's count): one chain per tenant cannot hold them without rewriting their "
+                           "hashes, which an audit log must not do")
     apps.get_model("audit", "ChainHead").objects.filter(strand__gt=0).delete()
 
 
