@@ -45,12 +45,13 @@ def _head_select(conn) -> str:
     return f"SELECT {columns} FROM {quote(ChainHead._meta.db_table)} WHERE {quote('tenant_id')} = %s"  # noqa: S608
 
 
-def _free_head(conn, tenant_id: int) -> Head | None:
-    """A strand's head that no other transaction holds, now held (FOR UPDATE) until this one ends; the
-    lowest such, read with every strand's count. A head this transaction already holds is never skipped, so
-    a transaction that holds a strand finds one here, and only one that holds none ever waits
-    (`_locked_head`): no two wait on each other. SQLite's single writer already serialises appends: there,
-    strand 0."""
+_free_head_statements: dict[str, str] = {}  # vendor → the statement (built once: it runs on every append)
+
+
+def _free_head_statement(conn) -> str:
+    found = _free_head_statements.get(conn.vendor)
+    if found is not None:
+        return found
     quote = conn.ops.quote_name
     table, tenant, strand, count = (quote(ChainHead._meta.db_table), quote("tenant_id"), quote("strand"),
                                     quote("count"))
@@ -62,8 +63,19 @@ def _free_head(conn, tenant_id: int) -> Head | None:
                   f"WHERE seen.{tenant} = %s)")
     lock = " FOR UPDATE SKIP LOCKED" if conn.features.has_select_for_update_skip_locked else ""
     columns = ", ".join(f"{table}.{quote(ChainHead._meta.get_field(name).column)}" for name in _HEAD_FIELDS)
-    sql = (f"SELECT {columns}, {counts} FROM {table} WHERE {table}.{tenant} = %s "  # noqa: S608
-           f"ORDER BY {table}.{strand} LIMIT 1{lock}")
+    found = _free_head_statements[conn.vendor] = (
+        f"SELECT {columns}, {counts} FROM {table} WHERE {table}.{tenant} = %s "  # noqa: S608
+        f"ORDER BY {table}.{strand} LIMIT 1{lock}")
+    return found
+
+
+def _free_head(conn, tenant_id: int) -> Head | None:
+    """A strand's head that no other transaction holds, now held (FOR UPDATE) until this one ends; the
+    lowest such, read with every strand's count. A head this transaction already holds is never skipped, so
+    a transaction that holds a strand finds one here, and only one that holds none ever waits
+    (`_locked_head`): no two wait on each other. SQLite's single writer already serialises appends: there,
+    strand 0."""
+    sql = _free_head_statement(conn)
     with conn.cursor() as cursor:
         cursor.execute(sql, [tenant_id, tenant_id])
         row = cursor.fetchone()
