@@ -3,6 +3,8 @@
 `world.a` and `world.b` have the same shape: users of every role, API keys of every scope,
 groups, a bound argument, a session with calls and events, audit events.
 """
+import contextlib
+import os
 from dataclasses import dataclass, field
 
 import pytest
@@ -138,3 +140,48 @@ def _close_stray_connections(django_db_setup, django_db_blocker):
                                "WHERE datname = current_database() AND pid <> pg_backend_pid()")
         except OperationalError:
             pass  # nothing to end
+
+
+if os.environ.get("TOOLKEEPER_MUTATION_DB") == "1":
+    MUTATION_TEMPLATE = "test_toolkeeper_mutation"
+
+    @pytest.fixture(scope="session")
+    def django_db_setup(django_test_environment, django_db_blocker):
+        """`make mutate` runs the tests once per mutant, each time in a new process: migrating a database
+        there would cost more than most mutants' tests. The first run migrates a template (PostgreSQL);
+        every run, this one included, works on its own copy of it, dropped at the end."""
+        import fcntl
+        from pathlib import Path
+
+        from django.conf import settings
+        from django.db import DatabaseError, connection
+        from django.test.utils import setup_databases
+
+        if connection.vendor != "postgresql":
+            raise RuntimeError("make mutate needs PostgreSQL (TEST_DATABASE_URL or 127.0.0.1:5432)")
+        data_dir = Path(settings.DATA_DIR)
+        ready = data_dir / "mutation-template.ready"  # removed by `make mutate`, so each run migrates afresh
+        clone = f"{MUTATION_TEMPLATE}_{os.getpid()}"
+        with django_db_blocker.unblock(), open(data_dir / "mutation-template.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # runs of two mutants at once: one migrates, the other waits
+            connection.settings_dict["TEST"]["NAME"] = MUTATION_TEMPLATE
+            if ready.exists():
+                connection.settings_dict["NAME"] = MUTATION_TEMPLATE
+            else:
+                with connection._nodb_cursor() as cursor:  # copies a killed run could not drop
+                    cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
+                                   [f"{MUTATION_TEMPLATE}\\_%"])
+                    for (name,) in cursor.fetchall():
+                        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                setup_databases(verbosity=0, interactive=False, serialized_aliases=[])
+                ready.touch()
+            connection.creation.clone_test_db(suffix=str(os.getpid()), verbosity=0)
+        connection.close()
+        connection.settings_dict["NAME"] = settings.DATABASES["default"]["NAME"] = clone
+        yield
+        # An error here would fail the run and count the mutant as caught: the copy left behind is
+        # dropped by the next `make mutate` instead.
+        with django_db_blocker.unblock(), contextlib.suppress(DatabaseError):
+            connection.close()
+            with connection._nodb_cursor() as cursor:
+                cursor.execute(f'DROP DATABASE IF EXISTS "{clone}" WITH (FORCE)')

@@ -40,6 +40,7 @@ logger = logging.getLogger("toolkeeper.calls")
 
 LEASE_S = 15.0
 WATCH_S = 0.25
+REAP_BATCH = 500  # lapsed calls settled per pass of the reaper; the next pass takes the rest
 
 
 class ClaimOutcome:
@@ -186,7 +187,8 @@ def calls_reap() -> dict:
     dispatching (the distributed runtime does that next)."""
     counts = {"requeued": 0, "failed": 0}
     now = timezone.now()
-    stale = ToolCall.all_tenants.select_related("tool").filter(status=CallStatus.RUNNING, lease_until__lt=now)[:500]
+    stale = ToolCall.all_tenants.select_related("tool").filter(
+        status=CallStatus.RUNNING, lease_until__lt=now)[:REAP_BATCH]
     for call in stale:
         outcome = call_settle_orphan(call, "the worker running this call stopped", lease_lapsed_by=now)
         if outcome in counts:

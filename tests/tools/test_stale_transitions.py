@@ -115,3 +115,36 @@ def test_the_periodic_reaper_reads_then_moves_only_what_is_still_lapsed(world, m
     monkeypatch.setattr(worker, "call_settle_orphan", renewed_first)
     assert calls_reap() == {"requeued": 0, "failed": 0}
     assert (read(call).status, read(call).error) == (CallStatus.RUNNING, None)
+
+
+def test_the_reaper_hands_on_only_running_calls_whose_lease_lapsed(world, monkeypatch):
+    """Settled calls keep their last lease: were they read too, they would fill the reaper's batch, and a
+    batch full of calls with live leases would do the same, so the orphans behind them would wait."""
+    lapsed, alive = timezone.now() - timedelta(seconds=1), timezone.now() + timedelta(seconds=60)
+    orphan = a_call(world.a, status=CallStatus.RUNNING, tool_name="slow_write", lease_until=lapsed, attempts=1)
+    a_call(world.a, status=CallStatus.SUCCEEDED, call_id="settled", lease_until=lapsed, attempts=1)
+    a_call(world.b, status=CallStatus.RUNNING, call_id="alive", lease_until=alive, attempts=1)
+    handed = []
+    settle = worker.call_settle_orphan
+
+    def handed_on(call, *args, **kwargs):
+        handed.append(call.pk)
+        return settle(call, *args, **kwargs)
+
+    monkeypatch.setattr(worker, "call_settle_orphan", handed_on)
+    assert calls_reap() == {"requeued": 0, "failed": 1}
+    assert handed == [orphan.pk]
+    failed = read(orphan)
+    assert (failed.status, failed.error["errorType"], failed.error["error"]) == (
+        CallStatus.FAILED, "WorkerLost", "the worker running this call stopped")
+
+
+def test_the_reaper_settles_a_batch_per_pass(world, monkeypatch):
+    monkeypatch.setattr(worker, "REAP_BATCH", 1)
+    lapsed = timezone.now() - timedelta(seconds=1)
+    calls = [a_call(world.a, status=CallStatus.RUNNING, tool_name="slow_write", call_id=f"o{i}", lease_until=lapsed,
+                    attempts=1) for i in range(2)]
+    assert calls_reap() == {"requeued": 0, "failed": 1}
+    assert calls_reap() == {"requeued": 0, "failed": 1}
+    assert calls_reap() == {"requeued": 0, "failed": 0}
+    assert {read(call).status for call in calls} == {CallStatus.FAILED}

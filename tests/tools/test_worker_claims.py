@@ -123,6 +123,8 @@ def test_one_watch_renews_every_lease_and_stops_what_was_cancelled(world, fast_w
     poll(stops[1].is_set, message="the cancel noticed")
     assert not stops[0].is_set() and not stops[2].is_set()
     assert set(fast_watch._calls) == {str(calls[0].pk), str(calls[2].pk)}
+    fast_watch.remove(calls[1])  # the run's own `finally`, after the watch already let the call go
+    assert set(fast_watch._calls) == {str(calls[0].pk), str(calls[2].pk)}
 
 
 def test_the_watch_times_a_call_out(world, fast_watch):
@@ -133,6 +135,19 @@ def test_the_watch_times_a_call_out(world, fast_watch):
     call.refresh_from_db()
     assert call.status == CallStatus.TIMED_OUT
     assert call.error["errorType"] == "TimedOut"
+
+
+def test_a_watch_whose_thread_is_gone_starts_another(world, fast_watch):
+    """A forked worker process inherits the watch, but not its thread."""
+    gone = threading.Thread(target=lambda: None)
+    gone.start()
+    gone.join()
+    fast_watch._thread = gone
+    call, = claimed(world.a, 1)
+    stop = CallStop()
+    fast_watch.add(call, stop, 0.1)
+    poll(stop.is_set, message="the timeout, seen by a new thread")
+    assert fast_watch._thread is not gone and fast_watch._thread.is_alive()
 
 
 def test_the_claim_does_not_lock_the_tenant_row(world):
