@@ -127,7 +127,8 @@ def chunks_search(*, tenant, query: str, datasets=ALL_DATASETS, filters=None, to
     return rows
 
 
-def _scope_sql(vendor: str, tenant_id: int, dataset_ids, filters: dict) -> tuple[str, list]:
+def _scope_sql(equals, tenant_id: int, dataset_ids, filters: dict) -> tuple[str, list]:
+    """The WHERE clause of the search scope; `equals(key, value)` is the vendor's metadata test."""
     clauses, params = ["c.tenant_id = %s"], [tenant_id]
     if dataset_ids is not None:
         clauses.append(f"c.dataset_id IN ({', '.join(['%s'] * len(dataset_ids))})")
@@ -139,7 +140,7 @@ def _scope_sql(vendor: str, tenant_id: int, dataset_ids, filters: dict) -> tuple
             continue
         parts = []
         for option in options:
-            sql, option_params = (_pg_equals if vendor == "postgresql" else _sqlite_equals)(key, option)
+            sql, option_params = equals(key, option)
             parts.append(sql)
             params.extend(option_params)
         clauses.append("(" + " OR ".join(parts) + ")")
@@ -221,7 +222,7 @@ def _bitmap_scans_only(cursor):
 
 
 def _search_postgres(connection, tenant_id, terms, dataset_ids, filters, top_k) -> list[SearchHit]:
-    scope, params = _scope_sql("postgresql", tenant_id, dataset_ids, filters)
+    scope, params = _scope_sql(_pg_equals, tenant_id, dataset_ids, filters)
     config = fts.PG_CONFIG
     headline_options = (f"StartSel={HL_START}, StopSel={HL_STOP}, MaxWords=45, MinWords=20, "
                         "MaxFragments=2, FragmentDelimiter=\" … \"")
@@ -266,13 +267,13 @@ def _search_postgres(connection, tenant_id, terms, dataset_ids, filters, top_k) 
         rows = cursor.fetchall()
     return [
         SearchHit(chunk_id=r[0], document_id=r[1], dataset=r[2], title=r[3], ordinal=r[4], score=float(r[5]),
-                  metadata=r[6] if isinstance(r[6], dict) else json.loads(r[6] or "{}"), snippet_marked=r[7])
+                  metadata=json.loads(r[6]), snippet_marked=r[7])  # Django reads jsonb as text; never NULL
         for r in rows
     ]
 
 
 def _search_sqlite(connection, tenant_id, terms, dataset_ids, filters, top_k) -> list[SearchHit]:
-    scope, params = _scope_sql("sqlite", tenant_id, dataset_ids, filters)
+    scope, params = _scope_sql(_sqlite_equals, tenant_id, dataset_ids, filters)
     table = fts.sqlite_table(tenant_id)  # the tenant's own: bm25()'s statistics are the tenant's
     with connection.cursor() as cursor:
         if not fts.sqlite_table_exists(cursor, tenant_id):
@@ -305,18 +306,18 @@ def _search_sqlite(connection, tenant_id, terms, dataset_ids, filters, top_k) ->
         limit = CANDIDATE_CAP if capped else CANDIDATE_CAP * len(terms)
         cursor.execute(sql, [match, *params, limit, top_k * CANDIDATES_PER_RESULT, tenant_id, top_k])
         rows = cursor.fetchall()
-        snippets = {}
-        if rows:
-            ids = [r[0] for r in rows]
-            cursor.execute(
-                f"SELECT rowid, snippet({table}, 1, %s, %s, '…', 32) FROM {table} "  # noqa: S608
-                f"WHERE {table} MATCH %s AND rowid IN ({', '.join(['%s'] * len(ids))})",
-                [HL_START, HL_STOP, match, *ids],
-            )
-            snippets = dict(cursor.fetchall())
+        if not rows:
+            return []
+        ids = [r[0] for r in rows]
+        cursor.execute(
+            f"SELECT rowid, snippet({table}, 1, %s, %s, '…', 32) FROM {table} "  # noqa: S608
+            f"WHERE {table} MATCH %s AND rowid IN ({', '.join(['%s'] * len(ids))})",
+            [HL_START, HL_STOP, match, *ids],
+        )
+        snippets = dict(cursor.fetchall())
     return [
         SearchHit(chunk_id=r[0], document_id=r[1], dataset=r[2], title=r[3], ordinal=r[4], score=float(r[5]),
-                  metadata=json.loads(r[6] or "{}") if isinstance(r[6], str) else (r[6] or {}),
+                  metadata=json.loads(r[6]),  # JSON text, never NULL
                   snippet_marked=snippets.get(r[0], ""))
         for r in rows
     ]

@@ -50,6 +50,8 @@ class EventStream(AsyncJsonWebsocketConsumer):
     call_filter: str | None = None
     explain_refusal = False
     grant: Grant | None = None  # set by authorize()
+    grant_handle: int | None = None  # set once the grant is held
+    joined = False  # set once the stream is in its groups
     ended = False
 
     async def connect(self):
@@ -92,9 +94,9 @@ class EventStream(AsyncJsonWebsocketConsumer):
         await self.close(code=CLOSE_UNAUTHORIZED)
 
     async def disconnect(self, code):
-        if hasattr(self, "grant_handle"):
+        if self.grant_handle is not None:
             grant_watch.release(self.grant_handle)
-        if getattr(self, "joined", False):
+        if self.joined:
             for group in self.groups_to_join():
                 await self.channel_layer.group_discard(group, self.channel_name)
 

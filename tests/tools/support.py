@@ -73,3 +73,38 @@ def install_tool(tenant, name: str, group: str = "basic") -> Tool:
     tool = Tool.objects.for_tenant(tenant).get(name=name)
     ToolGroup.objects.for_tenant(tenant).get(name=group).tools.add(tool)
     return tool
+
+
+@contextlib.contextmanager
+def claim_lock_held_elsewhere(tenant_id: int, *, lock_timeout: str):
+    """Another worker's claim holds the tenant's claim lock (in a thread of its own) while the block runs; this
+    connection waits at most `lock_timeout` for a lock meanwhile (PostgreSQL)."""
+    import threading
+
+    from django.db import connections, transaction
+
+    from tools.call_statements import tenant_claims_serialise
+
+    held, done = threading.Event(), threading.Event()
+
+    def hold_claim_lock():
+        try:
+            with transaction.atomic():
+                tenant_claims_serialise(tenant_id)
+                held.set()
+                done.wait(10)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_claim_lock)
+    holder.start()
+    try:
+        assert held.wait(10)
+        with connections["default"].cursor() as cursor:
+            cursor.execute(f"SET lock_timeout = '{lock_timeout}'")
+        yield
+    finally:
+        done.set()
+        holder.join()
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")

@@ -6,16 +6,15 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import connections
 from django.utils import timezone
 
 from tools import worker
-from tools.call_statements import tenant_claims_serialise
 from tools.isolation import CallStop
 from tools.models import CallEvent, CallStatus, ToolCall
 from tools.worker import CallWatch, ClaimOutcome, call_claim_limited
 
-from .support import poll
+from .support import claim_lock_held_elsewhere, poll
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -155,31 +154,11 @@ def test_the_claim_does_not_lock_the_tenant_row(world):
     if not settings.USING_POSTGRES:
         pytest.skip("row locks: PostgreSQL")
     call, = queued_calls(world.a, 1)
-    held, done = threading.Event(), threading.Event()
-
-    def hold_claim_lock():
-        try:
-            with transaction.atomic():
-                tenant_claims_serialise(world.a.tenant.pk)
-                held.set()
-                done.wait(10)
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=hold_claim_lock)
-    holder.start()
-    try:
-        assert held.wait(10)
-        with connections["default"].cursor() as cursor:
-            cursor.execute("SET lock_timeout = '5s'")  # blocked, the writes below fail instead of hanging
+    # blocked, the writes below would fail instead of hanging
+    with claim_lock_held_elsewhere(world.a.tenant.pk, lock_timeout="5s"):
         CallEvent.objects.create(tenant=world.a.tenant, call=call, seq=1, kind="output", data={"text": "x"},
                                  at=timezone.now())
         ToolCall.objects.for_tenant(world.a.tenant).filter(pk=call.pk).update(status=CallStatus.CANCELLED)
-    finally:
-        done.set()
-        holder.join()
-        with connections["default"].cursor() as cursor:
-            cursor.execute("SET lock_timeout = 0")
 
 
 def test_a_claim_opens_a_connection_lost_between_tasks_again(world):
