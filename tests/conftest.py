@@ -3,7 +3,6 @@
 `world.a` and `world.b` have the same shape: users of every role, API keys of every scope,
 groups, a bound argument, a session with calls and events, audit events.
 """
-import contextlib
 import os
 from dataclasses import dataclass, field
 
@@ -144,44 +143,90 @@ def _close_stray_connections(django_db_setup, django_db_blocker):
 
 if os.environ.get("TOOLKEEPER_MUTATION_DB") == "1":
     MUTATION_TEMPLATE = "test_toolkeeper_mutation"
+    MUTATION_SLOTS = 8  # more than mutmut ever runs at once on this kind of machine
+    _slot_lock = None  # held for the life of the process: the kernel frees the slot when it ends, however it ends
+
+    def _claim_slot(data_dir) -> int:
+        import fcntl
+
+        global _slot_lock
+        for slot in range(MUTATION_SLOTS):
+            lock = open(data_dir / f"mutation-slot-{slot}.lock", "w")  # noqa: SIM115 - held until exit
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
+                continue
+            _slot_lock = lock
+            return slot
+        raise RuntimeError(f"all {MUTATION_SLOTS} mutation databases are in use")
 
     @pytest.fixture(scope="session")
     def django_db_setup(django_test_environment, django_db_blocker):
         """`make mutate` runs the tests once per mutant, each time in a new process: migrating a database
-        there would cost more than most mutants' tests. The first run migrates a template (PostgreSQL);
-        every run, this one included, works on its own copy of it, dropped at the end."""
+        there would cost more than most mutants' tests, and copying one (CREATE DATABASE … TEMPLATE, then
+        DROP) costs PostgreSQL a checkpoint each, seconds a mutant. So the first run migrates a template;
+        each process claims one of a few copies of it (a file lock, freed when the process ends) and
+        empties it, as pytest-django does after every transactional test: whatever the last mutant's
+        run left there, interrupted or not, never reaches the next."""
         import fcntl
         from pathlib import Path
 
         from django.conf import settings
-        from django.db import DatabaseError, connection
+        from django.core.management import call_command
+        from django.db import connection
         from django.test.utils import setup_databases
 
         if connection.vendor != "postgresql":
             raise RuntimeError("make mutate needs PostgreSQL (TEST_DATABASE_URL or 127.0.0.1:5432)")
         data_dir = Path(settings.DATA_DIR)
         ready = data_dir / "mutation-template.ready"  # removed by `make mutate`, so each run migrates afresh
-        clone = f"{MUTATION_TEMPLATE}_{os.getpid()}"
-        with django_db_blocker.unblock(), open(data_dir / "mutation-template.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # runs of two mutants at once: one migrates, the other waits
-            connection.settings_dict["TEST"]["NAME"] = MUTATION_TEMPLATE
-            if ready.exists():
-                connection.settings_dict["NAME"] = MUTATION_TEMPLATE
-            else:
-                with connection._nodb_cursor() as cursor:  # copies a killed run could not drop
-                    cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
-                                   [f"{MUTATION_TEMPLATE}\\_%"])
-                    for (name,) in cursor.fetchall():
-                        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                setup_databases(verbosity=0, interactive=False, serialized_aliases=[])
-                ready.touch()
-            connection.creation.clone_test_db(suffix=str(os.getpid()), verbosity=0)
-        connection.close()
-        connection.settings_dict["NAME"] = settings.DATABASES["default"]["NAME"] = clone
-        yield
-        # An error here would fail the run and count the mutant as caught: the copy left behind is
-        # dropped by the next `make mutate` instead.
-        with django_db_blocker.unblock(), contextlib.suppress(DatabaseError):
+        slot = _claim_slot(data_dir)
+        name = f"{MUTATION_TEMPLATE}_{slot}"
+        copied = data_dir / f"mutation-slot-{slot}.copied"  # this slot's copy is of the current template
+        with django_db_blocker.unblock():
+            with open(data_dir / "mutation-template.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # runs of two mutants at once: one migrates, the other waits
+                connection.settings_dict["TEST"]["NAME"] = MUTATION_TEMPLATE
+                if not ready.exists():
+                    with connection._nodb_cursor() as cursor:  # the copies of the template before
+                        cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
+                                       [f"{MUTATION_TEMPLATE}\\_%"])
+                        for (old,) in cursor.fetchall():
+                            cursor.execute(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)')
+                    for stale in data_dir.glob("mutation-slot-*.copied"):
+                        stale.unlink()
+                    setup_databases(verbosity=0, interactive=False, serialized_aliases=[])
+                    ready.touch()
+                if not copied.exists():
+                    connection.settings_dict["NAME"] = MUTATION_TEMPLATE
+                    connection.creation.clone_test_db(suffix=str(slot), verbosity=0)
+                    copied.touch()
             connection.close()
-            with connection._nodb_cursor() as cursor:
-                cursor.execute(f'DROP DATABASE IF EXISTS "{clone}" WITH (FORCE)')
+            connection.settings_dict["NAME"] = settings.DATABASES["default"]["NAME"] = name
+            call_command("flush", interactive=False, verbosity=0, database="default")
+        yield
+
+    def _collecting_stats() -> bool:
+        from mutmut.mutation.trampoline import get_mutant_under_test
+
+        return get_mutant_under_test() == "stats"
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(item):
+        """mutmut runs a mutant against the tests that reached its function. Counted from the test's own
+        call, not its fixtures': a test whose only contact was building the shared world kills a mutant by
+        crashing, not by checking it, and would cost every survivor of the call path a thousand runs."""
+        from mutmut.state import state
+
+        if _collecting_stats():
+            state()._stats.clear()
+
+    def pytest_runtest_makereport(item, call):
+        """mutmut times a test by its call alone and gives a mutant's run a multiple of its tests' time before
+        calling it a timeout (a kill); the fixtures' time counts here too, or slow set-ups would look like hangs."""
+        from mutmut.state import state
+
+        if call.when != "call" and _collecting_stats():
+            durations = state().duration_by_test
+            durations[item.nodeid] = durations.get(item.nodeid, 0) + call.duration
