@@ -32,6 +32,7 @@ from .models import (
 from .selectors import approvals_of, approved_edit, evaluate
 
 PERMISSION_STEP = "permission"
+EXPIRE_BATCH = 500  # requests (and external calls) the periodic job settles per pass, most overdue first
 RULE_FIELDS = ("behavior", "tool_pattern", "arg_match", "agents", "users", "queue", "priority", "enabled", "note")
 
 
@@ -388,12 +389,13 @@ def requests_expire_due(*, now=None) -> int:
     now = now or timezone.now()
     expired = 0
     due = ApprovalRequest.all_tenants.filter(status=RequestStatus.PENDING, expires_at__lte=now).select_related(
-        "call", "call__tenant")[:500]
+        "call", "call__tenant").order_by("expires_at")[:EXPIRE_BATCH]
     for request in due:
         with transaction.atomic():
             expired += request_expire(request=request)
-    escalate = ApprovalRequest.all_tenants.filter(status=RequestStatus.PENDING, escalate_at__lte=now,
-                                                  escalated_at__isnull=True).select_related("tenant", "queue")[:500]
+    escalate = ApprovalRequest.all_tenants.filter(
+        status=RequestStatus.PENDING, escalate_at__lte=now, escalated_at__isnull=True,
+    ).select_related("tenant", "queue").order_by("escalate_at")[:EXPIRE_BATCH]
     for request in escalate:
         request_escalate(request=request, now=now)
     expired += external_calls_expire(now=now)
@@ -419,7 +421,7 @@ def external_calls_expire(*, now) -> int:
         cutoff = now - queue.expires_after
         calls = ToolCall.objects.for_tenant(queue.tenant).filter(
             Q(tool__source=ToolSource.EXTERNAL) | Q(declared_tool__isnull=False), status=CallStatus.AWAITING_EXTERNAL,
-            created_at__lte=cutoff)[:500]
+            created_at__lte=cutoff).order_by("created_at")[:EXPIRE_BATCH]
         for call in calls:
             with transaction.atomic():
                 if call_fail(call=call, error_type="ExternalExpired", message="no result arrived before the deadline",

@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from approvals import services as approval_services
 from approvals.models import ApprovalRequest, PermissionRule, Queue, RequestStatus, Vote
 from approvals.services import (
     _exact_arg_spec,
@@ -182,6 +183,30 @@ def test_the_periodic_job_runs_at_the_time_it_is_given(world, ask, gov_queue):
     assert requests_expire_due(now=timezone.now() + timedelta(hours=2)) == 1
     assert pending_state(world, [request]) == [(RequestStatus.EXPIRED, None, CallStatus.EXPIRED)]
 
+
+
+@pytest.mark.usefixtures("ticket_tool")
+def test_a_pass_of_the_periodic_job_is_not_filled_by_what_is_settled_already(world, ask, gov_queue, monkeypatch):
+    """Like the reaper: settled rows keep their deadlines, and a batch that took them would leave the due ones
+    (most overdue first) behind for ever once there are as many settled as the batch holds."""
+    monkeypatch.setattr(approval_services, "EXPIRE_BATCH", 1)
+    start = timezone.now()
+    queue_save(tenant=world.a.tenant, queue=default_queue(world.a.tenant), expires_after=timedelta(hours=1))
+    decided, expiring = ask(2, queue=gov_queue(name="expiring", expires_after=timedelta(minutes=10)))
+    settled, escalated, escalating = ask(3, queue=gov_queue(name="escalating", escalate_after=timedelta(minutes=10)),
+                                         agent="night-bot")
+    requests = ApprovalRequest.objects.for_tenant(world.a.tenant)
+    requests.filter(pk__in=[decided.pk, settled.pk]).update(status=RequestStatus.APPROVED)
+    requests.filter(pk=escalated.pk).update(escalated_at=start)
+    answered, waiting = (open_ticket(world, title=f"ticket {n}") for n in range(2))
+    ToolCall.objects.for_tenant(world.a.tenant).filter(pk=answered.pk).update(status=CallStatus.SUCCEEDED)
+
+    assert requests_expire_due(now=start + timedelta(minutes=61)) == 2  # one request, one external call
+    assert pending_state(world, [expiring, escalating]) == [
+        (RequestStatus.EXPIRED, None, CallStatus.EXPIRED),
+        (RequestStatus.PENDING, start + timedelta(minutes=61), CallStatus.AWAITING_APPROVAL)]
+    assert call_now(world, waiting).status == CallStatus.EXPIRED
+    assert call_now(world, answered).status == CallStatus.SUCCEEDED
 
 # --- a reviewer's edit: how the rules decide it ---------------------------------------------------
 
