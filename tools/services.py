@@ -1,4 +1,6 @@
 """Writes for the catalog, groups, bindings and sessions. Calls are submitted and cancelled in `tools.calls`."""
+import functools
+import json
 import logging
 import re
 
@@ -64,12 +66,30 @@ def _definition_usable(definition, tenant) -> bool:
     """A source's tool enters or changes the catalog only with a schema that passes the check; a broken one
     is logged and left out (a stored version stays as it was), so one bad tool does not stop the sync."""
     try:
-        schema_check(definition.input_schema)
-    except SchemaProblem as exc:
+        text = json.dumps(definition.input_schema, sort_keys=True)
+    except (TypeError, ValueError):
+        text = None  # not JSON at all: schema_check says why
+    problem = _schema_problem(text) if text is not None else _schema_problem_of(definition.input_schema)
+    if problem is not None:
         logger.error("tool %s (%s) not synced for tenant %s: its input schema %s",
-                     definition.name, definition.source_ref or definition.source, tenant.pk, exc)
+                     definition.name, definition.source_ref or definition.source, tenant.pk, problem)
         return False
     return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _schema_problem(schema_text: str) -> str | None:
+    """Every new tenant syncs the same source schemas: checking one (the metaschema walk) costs more than
+    the rest of seeding a tool, and its verdict depends on the schema alone."""
+    return _schema_problem_of(json.loads(schema_text))
+
+
+def _schema_problem_of(schema) -> str | None:
+    try:
+        schema_check(schema)
+    except SchemaProblem as exc:
+        return str(exc)
+    return None
 
 
 def tenant_seed_catalog(sender, tenant, **kwargs):

@@ -234,9 +234,13 @@ def test_catalog_sync_leaves_out_a_source_tool_with_an_unusable_schema(world, re
                           source=ToolSource.EXTERNAL, default_groups=("basic",))
     with offered(bad), offered(good):
         synced = {tool.name for tool in catalog_sync(tenant=world.a.tenant)}
-    assert "synced_fine" in synced and "current_time" in synced
-    assert "synced_fetcher" not in synced
+        # the verdict on a schema is kept for the next tenant's sync: it is still a refusal there
+        synced_b = {tool.name for tool in catalog_sync(tenant=world.b.tenant)}
+    for names in (synced, synced_b):
+        assert "synced_fine" in names and "current_time" in names
+        assert "synced_fetcher" not in names
     assert not Tool.objects.for_tenant(world.a.tenant).filter(name="synced_fetcher").exists()
+    assert not Tool.objects.for_tenant(world.b.tenant).filter(name="synced_fetcher").exists()
     assert remote.hits == []
 
 
