@@ -136,6 +136,22 @@ def test_the_watch_times_a_call_out(world, fast_watch):
     assert call.error["errorType"] == "TimedOut"
 
 
+
+def test_a_watch_built_in_the_test_starts_watching_with_its_first_call(world, monkeypatch):
+    """The watch made here, not by a fixture: its construction is part of what this test checks."""
+    monkeypatch.setattr(worker, "WATCH_S", 0.02)
+    watch = CallWatch()
+    call, = claimed(world.a, 1)
+    stop = CallStop()
+    try:
+        watch.add(call, stop, 0.1)
+        poll(stop.is_set, message="the timeout")
+        assert watch._thread.is_alive()
+    finally:
+        with watch._lock:
+            watch._calls.clear()
+            watch._has_calls.clear()
+
 def test_a_watch_whose_thread_is_gone_starts_another(world, fast_watch):
     """A forked worker process inherits the watch, but not its thread."""
     gone = threading.Thread(target=lambda: None)

@@ -4,6 +4,7 @@ leases are renewed, cancels noticed and timeouts enforced is exact, not left to 
 itself (claim, run, settle) in this process, and the reaper's counts."""
 import logging
 import threading
+import time
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -43,17 +44,22 @@ class RestingEvent(threading.Event):
 
 class ScriptedClock:
     """`time` for the worker module: each sleep of the watch moves to the next (instant, action) and runs the
-    action there, before the watch looks."""
+    action there, before the watch looks. Only for the test's thread: the process's own watch, started by an
+    earlier test, keeps the real clock (a script's end would kill its thread)."""
 
     def __init__(self, steps):
         self.now = START
         self.steps = list(steps)
         self.sleeps = []
+        self.owner = threading.current_thread()
 
     def monotonic(self) -> float:
-        return self.now
+        return self.now if threading.current_thread() is self.owner else time.monotonic()
 
     def sleep(self, seconds: float) -> None:
+        if threading.current_thread() is not self.owner:
+            time.sleep(seconds)
+            return
         self.sleeps.append(seconds)
         if not self.steps:
             raise ScriptEnded
