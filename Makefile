@@ -57,9 +57,10 @@ test: install install-node
 	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 # The mutation score of the guard modules ([tool.mutmut] in pyproject.toml): not part of `make test`,
-# the first run takes hours on two cores. Needs PostgreSQL. Results are kept in var/mutation/: a second run
-# only tests the mutants of changed functions, and MUTANTS='<names or globs>' tries those again (after new
-# tests); `rm -rf var/mutation` starts over.
+# a full run takes hours on two cores. Needs PostgreSQL. Verdicts are kept in var/mutation/ and recorded in
+# tests/mutation_record/ when the run ends or is interrupted (Ctrl-C), so a run in a new checkout goes on
+# where the last stopped; only the mutants of changed functions are tried again, and MUTANTS='<names or
+# globs>' tries those (after new tests). `rm -rf var/mutation tests/mutation_record` starts over.
 MUTATE_STAMP := $(VENV)/.installed-mutate
 $(MUTATE_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e ".[dev,mutate]"
@@ -67,7 +68,8 @@ $(MUTATE_STAMP): $(STAMP)
 
 mutate: $(MUTATE_STAMP)
 	$(BIN)/python tests/mutation.py prepare
-	cd var/mutation && TOOLKEEPER_MUTATION_DB=1 $(CURDIR)/$(BIN)/mutmut run $(MUTANTS)
+	trap : INT; cd var/mutation && TOOLKEEPER_MUTATION_DB=1 $(CURDIR)/$(BIN)/mutmut run $(MUTANTS); \
+		status=$$?; cd $(CURDIR) && $(BIN)/python tests/mutation.py record && exit $$status
 	$(BIN)/python tests/mutation.py report
 
 lint: install

@@ -7,6 +7,11 @@ prefix mutmut drops (and under its own name as an unmutated copy, for the tests 
 everything else is linked as it is. mutmut keeps a verdict until the mutated function changes: after adding
 tests, `make mutate MUTANTS='<names or globs>'` tries those mutants again.
 
+A full run takes hours on two cores, longer than one sitting: `record` keeps mutmut's verdicts and its map of
+tests to functions in `tests/mutation_record/` (committed), and `prepare` puts them back in a new checkout, so
+the next `make mutate` goes on where the last stopped. mutmut keeps a recorded verdict only while the mutated
+function's code is unchanged, and maps only new tests again.
+
 `report` reads mutmut's results (`mutants/<module>.meta`). A surviving mutant is either killed by a test or
 named in `tests/mutation_equivalents.toml` with the reason no test can tell it from the original; the
 report shows each survivor's change and exits non-zero while the score is under the target or a survivor
@@ -14,8 +19,10 @@ is unexplained.
 """
 import argparse
 import fnmatch
+import gzip
 import json
 import os
+import shutil
 import sys
 import tomllib
 from collections import Counter
@@ -26,6 +33,8 @@ WORK = ROOT / "var" / "mutation"
 MUTANTS = WORK / "mutants"
 LINKED = ("platform", "tools", "approvals", "knowledge", "skills", "tests", "templates", "examples", "manage.py")
 EQUIVALENTS = ROOT / "tests" / "mutation_equivalents.toml"
+RECORD = ROOT / "tests" / "mutation_record"
+STATS = "mutmut-stats.json"  # mutmut's map of tests to the functions they reach, and the tests' durations
 TARGET = 0.90
 CAUGHT = {"killed", "timeout", "segfault"}  # a mutant that hangs or crashes the tests is caught too
 
@@ -59,6 +68,35 @@ def prepare() -> None:
         config = config.replace(before, after)
     (WORK / "pyproject.toml").write_text(config)
     (MUTANTS / "var" / "mutation-template.ready").unlink(missing_ok=True)  # migrate the template afresh
+    restore()
+
+
+def restore() -> None:
+    """Put the recorded verdicts and stats where mutmut looks, unless this checkout has its own already."""
+    if not RECORD.is_dir():
+        return
+    for recorded in RECORD.rglob("*.meta"):
+        target = MUTANTS / recorded.relative_to(RECORD)
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(recorded, target)
+    stats = RECORD / f"{STATS}.gz"
+    if stats.exists() and not (MUTANTS / STATS).exists():
+        (MUTANTS / STATS).write_bytes(gzip.decompress(stats.read_bytes()))
+
+
+def record() -> None:
+    """Keep this checkout's verdicts and stats in the repository, for the next run to go on from."""
+    if not MUTANTS.is_dir():
+        raise SystemExit("nothing to record: run `make mutate`")
+    shutil.rmtree(RECORD, ignore_errors=True)
+    for meta in _meta_files():
+        target = RECORD / meta.relative_to(MUTANTS)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(meta, target)
+    if (MUTANTS / STATS).exists():
+        # mtime=0: the same stats make the same bytes, so an unchanged map is no change to commit
+        (RECORD / f"{STATS}.gz").write_bytes(gzip.compress((MUTANTS / STATS).read_bytes(), mtime=0))
 
 
 def _change(name: str, path: str) -> list[str]:
@@ -121,9 +159,10 @@ def report() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=["prepare", "report"])
-    if parser.parse_args().step == "prepare":
-        prepare()
+    parser.add_argument("step", choices=["prepare", "record", "report"])
+    step = parser.parse_args().step
+    if step in ("prepare", "record"):
+        {"prepare": prepare, "record": record}[step]()
         return 0
     os.chdir(WORK)  # mutmut reads its files relative to the directory it ran in
     return report()

@@ -208,6 +208,27 @@ def test_a_pass_of_the_periodic_job_is_not_filled_by_what_is_settled_already(wor
     assert call_now(world, waiting).status == CallStatus.EXPIRED
     assert call_now(world, answered).status == CallStatus.SUCCEEDED
 
+
+@pytest.mark.usefixtures("ticket_tool")
+def test_an_external_call_answered_while_the_job_runs_keeps_its_answer(world, monkeypatch):
+    """The job reads the overdue calls first and settles them one by one: one answered in between (by the app,
+    from another process) is left with its answer, not expired from the job's stale copy."""
+    start = timezone.now()
+    queue_save(tenant=world.a.tenant, queue=default_queue(world.a.tenant), expires_after=timedelta(hours=1))
+    first, answered = (open_ticket(world, title=f"ticket {n}") for n in range(2))
+    audit = approval_services.audit_record
+
+    def answer_the_other(**kwargs):
+        ToolCall.objects.for_tenant(world.a.tenant).filter(pk=answered.pk).update(status=CallStatus.SUCCEEDED)
+        return audit(**kwargs)
+
+    monkeypatch.setattr(approval_services, "audit_record", answer_the_other)
+    assert requests_expire_due(now=start + timedelta(minutes=61)) == 1
+    assert call_now(world, first).status == CallStatus.EXPIRED
+    assert call_now(world, answered).status == CallStatus.SUCCEEDED
+    assert events(world, "call.expired") == [
+        ("call.expired", f"call:{first.pk}", {"reason": "no external result before the deadline"}, None)]
+
 # --- a reviewer's edit: how the rules decide it ---------------------------------------------------
 
 def refusal(request, reviewer, new_input) -> dict:

@@ -16,6 +16,8 @@ from django.utils import timezone
 
 from tenancy import versions
 from tools import worker
+from tools.calls import call_cancel
+from tools.decorators import CallCancelled, ToolContext
 from tools.isolation import CallStop
 from tools.models import CallStatus, ToolCall
 from tools.worker import CallWatch, ClaimOutcome, call_claim_limited, calls_reap, worker_run_call
@@ -273,6 +275,35 @@ def test_the_worker_task_has_its_call_timed_out_by_the_watch_at_the_tool_s_timeo
     assert (timed_out.status, timed_out.error["error"]) == (
         CallStatus.TIMED_OUT, "the tool did not finish within 2 s")
 
+
+
+def test_the_worker_task_hands_the_tool_the_stop_its_watch_sets(world, watch, make_tool, monkeypatch):
+    """A cancel the watch notices reaches the running tool: the task gives both the same stop."""
+    monkeypatch.setattr(worker, "call_watch", watch)
+    ended, woken = [], []
+
+    def cancellable(ctx: ToolContext) -> dict:
+        """Wait to be cancelled."""
+
+        def cancel() -> None:  # as the API does, from another process
+            call_cancel(call=ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk))
+
+        ended.append(run(watch, [(START + 1, cancel)]))
+        try:
+            ctx.sleep(3)  # raises at once once stopped
+        except CallCancelled:
+            woken.append(True)
+            raise
+        return {"done": True}
+
+    tool = make_tool(cancellable, timeout=60)
+    call = ToolCall.objects.create(tenant=world.a.tenant, session=world.a.session, call_id="cancellable", tool=tool,
+                                   tool_name=tool.name, effective_input={}, status=CallStatus.QUEUED)
+    assert worker_run_call(call_id=call.pk) == ClaimOutcome.CLAIMED
+    assert ended == ["rests"]
+    stopped = row(call)
+    assert woken == [True]
+    assert (stopped.status, stopped.result["state"]) == (CallStatus.INTERRUPTED, "interrupted")
 
 def test_the_worker_task_reads_the_tenant_s_versions_only_with_its_call(world, monkeypatch):
     """The after-execution steps check their caches against the versions read in the call's own statement."""
