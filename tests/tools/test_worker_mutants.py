@@ -94,11 +94,12 @@ def run(watch, steps) -> str:
     raise AssertionError("the watch's loop returned")
 
 
-def queued(tenant_world, call_id: str, *, tool_name: str = "current_time", **fields) -> ToolCall:
+def queued(tenant_world, call_id: str, *, tool_name: str = "current_time", tool=None, **fields) -> ToolCall:
+    """A call row as the pipeline leaves it for a worker: of the world's tool by that name, or of `tool`."""
+    tool = tool or tenant_world.tools[tool_name]
     fields = {"status": CallStatus.QUEUED, **fields}
     return ToolCall.objects.create(tenant=tenant_world.tenant, session=tenant_world.session, call_id=call_id,
-                                   tool=tenant_world.tools[tool_name], tool_name=tool_name, effective_input={},
-                                   **fields)
+                                   tool=tool, tool_name=tool.name, effective_input={}, **fields)
 
 
 def claimed(tenant_world, call_id: str) -> ToolCall:
@@ -267,14 +268,12 @@ def test_the_worker_task_has_its_call_timed_out_by_the_watch_at_the_tool_s_timeo
         return {"done": True}
 
     tool = make_tool(patient, timeout=2)
-    call = ToolCall.objects.create(tenant=world.a.tenant, session=world.a.session, call_id="patient", tool=tool,
-                                   tool_name=tool.name, effective_input={}, status=CallStatus.QUEUED)
+    call = queued(world.a, "patient", tool=tool)
     assert worker_run_call(call_id=call.pk) == ClaimOutcome.CLAIMED
     assert ended == ["rests"]
     timed_out = row(call)
     assert (timed_out.status, timed_out.error["error"]) == (
         CallStatus.TIMED_OUT, "the tool did not finish within 2 s")
-
 
 
 def test_the_worker_task_hands_the_tool_the_stop_its_watch_sets(world, watch, make_tool, monkeypatch):
@@ -297,8 +296,7 @@ def test_the_worker_task_hands_the_tool_the_stop_its_watch_sets(world, watch, ma
         return {"done": True}
 
     tool = make_tool(cancellable, timeout=60)
-    call = ToolCall.objects.create(tenant=world.a.tenant, session=world.a.session, call_id="cancellable", tool=tool,
-                                   tool_name=tool.name, effective_input={}, status=CallStatus.QUEUED)
+    call = queued(world.a, "cancellable", tool=tool)
     assert worker_run_call(call_id=call.pk) == ClaimOutcome.CLAIMED
     assert ended == ["rests"]
     stopped = row(call)
