@@ -344,7 +344,7 @@ def call_respond(*, call: ToolCall, actor, message: str = "", structured=None, s
     result = tool_result({"state": state, "content": content if content is not None else (
         [{"type": "text", "text": message}] if message else []), "structured": structured})
     waiting = [CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_EXTERNAL]
-    responder = {"responder": getattr(actor, "username", str(actor))}
+    responder = {"responder": str(actor)}  # a user and a key principal both show as their username
     result, kept = result_finish(call=call, result=result)  # redacted and capped like an executed call's result
     if state == "success" and result["state"] == "success":
         moved = call_transition(call=call, from_statuses=waiting, to_status=CallStatus.SUCCEEDED, result=result,

@@ -5,6 +5,7 @@ import json
 import pytest
 from django.test import override_settings
 
+from tools import aftercare
 from tools.calls import calls_submit
 from tools.models import CallStatus, EventKind, ToolCall
 from tools.redaction import redaction_rule_create
@@ -66,3 +67,32 @@ def test_no_rules_and_a_small_result_add_no_events(world, ticket_tool):  # noqa:
     [call] = calls_submit(session=world.a.session, calls=[{"name": "open_ticket", "input": {"title": "t"}}])
     post_result(world.a.client("external"), call, {"state": "success", "content": [{"type": "text", "text": "ok"}]})
     assert log_events(ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk)) == []
+
+
+def test_an_external_result_keeps_its_original_where_every_rule_allows(world, ticket_tool):  # noqa: F811
+    redaction_rule_create(tenant=world.a.tenant, name="phones-kept", pattern=r"\+\d{2} \d{2} \d{7}",
+                          replacement="[phone]", tool_pattern="open_*", keep_original=True)
+    call = open_ticket(world)
+    posted = {"state": "success", "content": [{"type": "text", "text": f"caller {PHONE}"}], "structured": None}
+    assert post_result(world.a.client("external"), call, posted).status_code == 200
+    stored = ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk)
+    assert stored.status == CallStatus.SUCCEEDED
+    assert stored.result["content"] == [{"type": "text", "text": "caller [phone]"}]
+    assert stored.unredacted_result == posted
+
+
+def test_a_successful_answer_that_a_step_refuses_fails_the_call(world, ticket_tool):  # noqa: F811
+    from approvals.services import call_respond
+
+    call = open_ticket(world)
+    aftercare.result_steps.cache_clear()
+    try:
+        with override_settings(TOOLKEEPER_RESULT_MIDDLEWARE=["tests.tools.test_result_steps.RefuseSecret"]):
+            call_respond(call=call, actor=world.a.users["operator"], message="the SECRET is out")
+    finally:
+        aftercare.result_steps.cache_clear()
+    stored = ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk)
+    assert stored.status == CallStatus.FAILED
+    assert stored.result == {"state": "error", "content": [
+        {"type": "text", "text": "Refused: the result said a secret"}], "structured": None}
+    assert stored.error["errorType"] == "ExternalError"

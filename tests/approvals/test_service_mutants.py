@@ -23,7 +23,7 @@ from approvals.services import (
 )
 from audit.models import Event
 from toolkeeper.errors import Conflict, ServiceError
-from tools.calls import calls_submit
+from tools.calls import call_cancel, calls_submit
 from tools.models import CallEvent, CallStatus, ToolCall, ToolGroup
 
 from .test_external import open_ticket, ticket_tool  # noqa: F401 - ticket_tool: a fixture
@@ -228,6 +228,15 @@ def test_an_external_call_answered_while_the_job_runs_keeps_its_answer(world, mo
     assert call_now(world, answered).status == CallStatus.SUCCEEDED
     assert events(world, "call.expired") == [
         ("call.expired", f"call:{first.pk}", {"reason": "no external result before the deadline"}, None)]
+
+
+def test_a_cancelled_call_takes_its_own_request_out_of_the_inbox_and_no_other(world, ask):
+    earlier, cancelled = ask(2)
+    call_cancel(call=call_now(world, cancelled.call))
+    assert pending_state(world, [earlier, cancelled]) == [
+        (RequestStatus.PENDING, None, CallStatus.AWAITING_APPROVAL),
+        (RequestStatus.CANCELLED, None, CallStatus.CANCELLED)]
+
 
 # --- a reviewer's edit: how the rules decide it ---------------------------------------------------
 
