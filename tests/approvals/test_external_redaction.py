@@ -69,15 +69,15 @@ def test_no_rules_and_a_small_result_add_no_events(world, ticket_tool):  # noqa:
     assert log_events(ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk)) == []
 
 
-def test_an_external_result_keeps_its_original_where_every_rule_allows(world, ticket_tool):  # noqa: F811
+@pytest.mark.parametrize(("state", "status"), [("success", CallStatus.SUCCEEDED), ("error", CallStatus.FAILED)])
+def test_an_external_answer_keeps_its_original_where_every_rule_allows(world, ticket_tool, state, status):  # noqa: F811
     redaction_rule_create(tenant=world.a.tenant, name="phones-kept", pattern=r"\+\d{2} \d{2} \d{7}",
                           replacement="[phone]", tool_pattern="open_*", keep_original=True)
     call = open_ticket(world)
-    posted = {"state": "success", "content": [{"type": "text", "text": f"caller {PHONE}"}], "structured": None}
+    posted = {"state": state, "content": [{"type": "text", "text": f"caller {PHONE}"}], "structured": None}
     assert post_result(world.a.client("external"), call, posted).status_code == 200
     stored = ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk)
-    assert stored.status == CallStatus.SUCCEEDED
-    assert stored.result["content"] == [{"type": "text", "text": "caller [phone]"}]
+    assert (stored.status, stored.result["content"]) == (status, [{"type": "text", "text": "caller [phone]"}])
     assert stored.unredacted_result == posted
 
 

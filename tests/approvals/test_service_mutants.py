@@ -492,3 +492,14 @@ def test_a_suggested_rule_for_a_tool_no_longer_shown_narrows_to_the_input_alone(
     ToolGroup.objects.for_tenant(world.a.tenant).get(name="basic").tools.remove(gov_shell.tool)
     rule = rule_from_approval(request=request, actor=world.a.users["admin"], narrow_to_input=True)
     assert PermissionRule.objects.for_tenant(world.a.tenant).get(pk=rule.pk).arg_match == {"command": "ls"}
+
+
+@pytest.mark.usefixtures("ticket_tool")
+def test_an_error_answer_from_a_stale_copy_leaves_a_cancelled_call_cancelled(world):
+    """The answer was read while the call waited; the call was cancelled before it is written."""
+    stale = open_ticket(world)
+    call_cancel(call=call_now(world, stale))
+    with pytest.raises(Conflict):
+        call_respond(call=stale, actor=world.a.users["operator"], state="error", message="could not open it")
+    cancelled = call_now(world, stale)
+    assert (cancelled.status, cancelled.error) == (CallStatus.CANCELLED, None)
