@@ -15,11 +15,12 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tenancy import versions
+from tenancy.models import Tenant
 from tools import worker
 from tools.calls import call_cancel
 from tools.decorators import CallCancelled, ToolContext
 from tools.isolation import CallStop
-from tools.models import CallStatus, ToolCall
+from tools.models import AgentSession, CallStatus, Tool, ToolCall
 from tools.worker import CallWatch, ClaimOutcome, call_claim_limited, calls_reap, worker_run_call
 
 from .support import claim_lock_held_elsewhere
@@ -408,3 +409,20 @@ def test_a_claim_says_so_when_it_opens_a_lost_connection_again(world, caplog):
         assert call_claim_limited(call_id=call.pk)[0] == ClaimOutcome.CLAIMED
     assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "toolkeeper.calls"] == [
         ("WARNING", "the database connection was lost between tasks: opening it again")]
+
+
+def test_a_claim_of_a_call_that_is_gone_is_gone(world):
+    call = queued(world.a, "deleted")
+    ToolCall.all_tenants.filter(pk=call.pk).delete()
+    assert call_claim_limited(call_id=call.pk) == (ClaimOutcome.GONE, None)
+
+
+def test_a_claim_reads_the_call_with_its_session_tool_and_tenant_in_its_first_statement(world):
+    call = queued(world.a, "joined")
+    with CaptureQueriesContext(connections["default"]) as queries:
+        outcome, claimed_call = call_claim_limited(call_id=call.pk)
+    assert outcome == ClaimOutcome.CLAIMED
+    tables = [model._meta.db_table for model in (AgentSession, Tool, Tenant)]
+    reading = [n for n, query in enumerate(queries.captured_queries)
+               if query["sql"].startswith("SELECT") and any(f'"{table}"' in query["sql"] for table in tables)]
+    assert reading == [0]
