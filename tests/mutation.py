@@ -46,7 +46,8 @@ def _status(exit_code) -> str:
 
 
 def _meta_files() -> list[Path]:
-    return sorted(MUTANTS.rglob("*.py.meta"))
+    # not the record's copies that mutmut copies into mutants/ along with the tests
+    return sorted(m for m in MUTANTS.rglob("*.py.meta") if m.relative_to(MUTANTS).parts[0] != "tests")
 
 
 def _source_path(meta: Path) -> str:
