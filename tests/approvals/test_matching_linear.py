@@ -72,6 +72,8 @@ text_strategy = st.lists(st.sampled_from(PIECES[:-1]), max_size=12).map("".join)
 @example(pattern="a\tb*", text="a b")
 @example(pattern=" *", text="")
 @example(pattern="* ", text=" ")
+@example(pattern="a **", text="a")  # a run of stars: only the last may stand for nothing
+@example(pattern="a **b", text="a b")
 def test_matches_like_the_reference(pattern, text):
     assert compile_glob(pattern)(text) is reference(pattern, text)
 
