@@ -48,7 +48,6 @@ class _Literal:
     needle: str  # what is looked for in spaced text: the literal, with the spaces its stars demand around it
     head: int  # 1 when the needle starts with a space the star before demands
     shift: int  # where the needle may start, relative to the end of the previous literal
-    reach: int  # 1 when the needle's trailing space may be the padding after the text
 
 
 class Glob:
@@ -87,30 +86,32 @@ class Glob:
                 shift = 0
             self.literals.append(_Literal(
                 text=literal, needle=SPACE * before.right + literal.translate(_TO_SPACE) + SPACE * after.left,
-                head=int(before.right), shift=shift, reach=int(after.optional and after.left),
+                head=int(before.right), shift=shift,
             ))
 
     def match_padded(self, spaced: str, padded: str | None = None) -> bool:
         """`spaced`: `" " + text + " "` with every white space character a space. `padded`: the same without
         the replacement, when the text may hold white space other than single spaces (then literals
         holding white space are checked against it)."""
+        # A needle may run into the padding after the text only by its last character, the space a star after it
+        # asks for; what follows that star must then start past the padding, so it cannot match unless the star
+        # may stand for nothing and ends the pattern: no bound is needed on where a needle ends.
         first, *middle, last = self.literals
-        high = len(spaced) - 1  # the padding after the text
-        if not spaced.startswith(first.needle, 1, high + first.reach) or not self._fits(padded, first, 1):
+        if not spaced.startswith(first.needle, 1) or not self._fits(padded, first, 1):
             return False
         end = 1 + len(first.text)
         for literal in middle:
             start = end + literal.shift
             while True:
-                at = spaced.find(literal.needle, start, high + literal.reach)
+                at = spaced.find(literal.needle, start)
                 if at < 0:
                     return False
                 if self._fits(padded, literal, at):
                     break
                 start = at + 1  # the pattern's own white space differs from the text's there
             end = at + literal.head + len(literal.text)
-        at = high - len(last.needle)
-        return at >= end + last.shift and spaced.startswith(last.needle, at, high) and self._fits(padded, last, at)
+        at = len(spaced) - 1 - len(last.needle)  # the last needle ends where the padding after the text starts
+        return at >= end + last.shift and spaced.startswith(last.needle, at) and self._fits(padded, last, at)
 
     @staticmethod
     def _fits(padded: str | None, literal: _Literal, at: int) -> bool:
