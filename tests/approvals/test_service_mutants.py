@@ -71,6 +71,44 @@ def test_the_default_queue_cannot_be_deleted(world):
     assert events(world, "queue.deleted") == []
 
 
+def test_a_tenant_without_a_default_queue_gets_one_that_says_what_it_is_for(world):
+    Queue.objects.for_tenant(world.a.tenant).filter(is_default=True).delete()
+    queue = default_queue(world.a.tenant)
+    assert (queue.tenant_id, queue.name, queue.is_default, queue.description) == (
+        world.a.tenant.pk, "default", True, "Requests no rule routes elsewhere.")
+    assert Queue.objects.for_tenant(world.a.tenant).get(is_default=True).pk == queue.pk
+
+
+def test_an_existing_default_queue_is_read_in_one_statement(world, django_assert_num_queries):
+    """Never an attempt to create one that the unique constraint then refuses."""
+    existing = Queue.objects.for_tenant(world.a.tenant).get(is_default=True)
+    with django_assert_num_queries(1):
+        assert default_queue(world.a.tenant).pk == existing.pk
+
+
+def test_a_default_queue_made_elsewhere_between_the_read_and_the_create_is_the_one_returned(world):
+    """The stale read written out: another process creates the default queue right after ours found none."""
+    from django.db import connection
+
+    tenant = world.a.tenant
+    Queue.objects.for_tenant(tenant).filter(is_default=True).delete()
+    Queue.objects.create(tenant=tenant, name="night-shift")  # not the default: a lookup that lost its filter finds it
+    Queue.objects.create(tenant=world.b.tenant, name="elsewhere")
+    made = {}
+
+    def create_after_first_read(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if not made and sql.startswith("SELECT") and '"approvals_queue"' in sql:
+            made["queue"] = Queue.objects.create(tenant=tenant, name="made-elsewhere", is_default=True)
+        return result
+
+    with connection.execute_wrapper(create_after_first_read):
+        queue = default_queue(tenant)
+    assert queue.pk == made["queue"].pk
+    assert list(Queue.objects.for_tenant(tenant).filter(is_default=True).values_list("name", flat=True)) == [
+        "made-elsewhere"]
+
+
 def test_deleting_a_queue_audits_it_by_name(world, gov_queue):
     queue = gov_queue(name="night-shift")
     admin = world.a.users["admin"]
@@ -459,6 +497,18 @@ def test_a_settled_call_takes_no_answer(world):
                      message="again")
     assert refused.value.detail == "the call is succeeded, not waiting for a result"
     assert len(audited_answers(world)) == 1
+
+
+def test_a_second_vote_of_the_same_reviewer_is_refused_and_says_why(world, gov_queue, gov_member, ask):
+    queue = gov_queue(name="pairs", required_approvals=2)
+    [request] = ask(queue=queue)
+    reviewer = gov_member()
+    request_decide(request=request, reviewer=reviewer, decision="approve")
+    with pytest.raises(Conflict) as refused:
+        request_decide(request=request, reviewer=reviewer, decision="approve")
+    assert refused.value.detail == "you have already voted on this request"
+    assert list(Vote.objects.for_tenant(world.a.tenant).filter(request=request).values_list("decision", flat=True)) == [
+        "approve"]
 
 
 def test_an_approval_of_a_standing_edit_is_decided_even_after_the_tool_left_the_sessions_surface(
