@@ -18,11 +18,12 @@ from approvals.services import (
     request_escalate,
     request_expire,
     requests_expire_due,
+    reviewer_may_decide,
     rule_from_approval,
     rule_update,
 )
 from audit.models import Event
-from toolkeeper.errors import Conflict, ServiceError
+from toolkeeper.errors import Conflict, NotPermitted, ServiceError
 from tools.calls import call_cancel, calls_submit
 from tools.models import CallEvent, CallStatus, ToolCall, ToolGroup
 
@@ -274,6 +275,76 @@ def test_a_cancelled_call_takes_its_own_request_out_of_the_inbox_and_no_other(wo
     assert pending_state(world, [earlier, cancelled]) == [
         (RequestStatus.PENDING, None, CallStatus.AWAITING_APPROVAL),
         (RequestStatus.CANCELLED, None, CallStatus.CANCELLED)]
+
+
+# --- who may decide, and what a decision leaves behind -----------------------------------------
+
+@pytest.mark.parametrize("who", ["viewer", "operator without review", "other tenant's reviewer", "no member"])
+def test_only_a_member_who_reviews_this_tenant_may_decide(world, ask, gov_member, who):
+    """Checked by the service itself, whatever the view in front of it checked."""
+    from django.contrib.auth import get_user_model
+
+    from tenancy.models import Role
+
+    [request] = ask()
+    gov_member()  # a reviewer of the tenant exists: a lookup that lost its user would find them
+    user = {
+        "viewer": lambda: world.a.users[Role.VIEWER],
+        "operator without review": lambda: gov_member(role=Role.VIEWER, tenant=world.b.tenant),
+        "other tenant's reviewer": lambda: world.b.users[Role.REVIEWER],
+        "no member": lambda: get_user_model().objects.create_user(username="drifter", password="x" * 12),
+    }[who]()
+    assert reviewer_may_decide(request=request, user=user) is False
+    with pytest.raises(NotPermitted) as refused:
+        request_decide(request=request, reviewer=user, decision="approve")
+    assert refused.value.detail == "you are not a reviewer of this request's queue"
+    assert ApprovalRequest.objects.for_tenant(world.a.tenant).get(pk=request.pk).status == RequestStatus.PENDING
+    assert reviewer_may_decide(request=request, user=world.a.users[Role.REVIEWER]) is True
+
+
+def test_escalation_adds_its_reviewers_to_the_named_ones_and_no_one_else(world, ask, gov_queue, gov_member):
+    named, escalation, bystander = gov_member(), gov_member(), gov_member()
+    queue = gov_queue(name="oncall", reviewers=[named], escalation_reviewers=[escalation],
+                      escalate_after=timedelta(minutes=5))
+    [request] = ask(queue=queue)
+    may = {user.username: reviewer_may_decide(request=request, user=user) for user in (named, escalation, bystander)}
+    assert may == {named.username: True, escalation.username: False, bystander.username: False}
+    assert request_escalate(request=request, now=timezone.now()) is True
+    may = {user.username: reviewer_may_decide(request=request, user=user) for user in (named, escalation, bystander)}
+    assert may == {named.username: True, escalation.username: True, bystander.username: False}
+
+
+def test_an_unknown_decision_is_refused_naming_the_choices(world, ask, gov_member):
+    [request] = ask()
+    with pytest.raises(ServiceError) as refused:
+        request_decide(request=request, reviewer=gov_member(), decision="maybe")
+    assert refused.value.detail == {"decision": ["one of approve, edit, reject, respond"]}
+
+
+def test_a_decision_is_stamped_and_announced_to_open_inboxes_with_the_new_status(
+        world, ask, gov_member, django_capture_on_commit_callbacks):
+    import asyncio
+
+    from channels.layers import get_channel_layer
+
+    from realtime.groups import inbox_group
+
+    [request] = ask()
+    layer = get_channel_layer()
+    channel = "specific.inprocess!inboxwatch"  # no inbox yet: what the group is sent waits for the receive below
+    asyncio.run(layer.group_add(inbox_group(world.a.tenant.pk), channel))
+    before = timezone.now()
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            request_decide(request=request, reviewer=gov_member(), decision="reject", message="not today")
+        message = asyncio.run(asyncio.wait_for(layer.receive(channel), timeout=5))
+    finally:
+        asyncio.run(layer.group_discard(inbox_group(world.a.tenant.pk), channel))
+    stored = ApprovalRequest.objects.for_tenant(world.a.tenant).get(pk=request.pk)
+    assert stored.status == RequestStatus.REJECTED
+    assert before <= stored.decided_at <= timezone.now()
+    assert (message["type"], message["change"], message["status"], message["request"]) == (
+        "inbox.event", "rejected", "rejected", request.pk)
 
 
 # --- a reviewer's edit: how the rules decide it ---------------------------------------------------
