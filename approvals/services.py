@@ -236,54 +236,62 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
         call = request.call
         if request.status != RequestStatus.PENDING:
             raise Conflict(f"the request is already {request.status}")
-        if call.status != CallStatus.AWAITING_APPROVAL:
-            # The call moved on without a decision (cancelled): the request is moot.
-            _finish(request, RequestStatus.CANCELLED)
-            raise Conflict(f"the call is already {call.status}")
-        if not reviewer_may_decide(request=request, user=reviewer):
-            raise NotPermitted("you are not a reviewer of this request's queue")
-        if request.queue and request.queue.four_eyes and _same_person(reviewer, call.session.user):
-            raise NotPermitted("four-eyes: you cannot decide a call made in your own session")
-        if decision == VoteDecision.EDIT:
-            problems = input_problems(session=call.session, tool_name=call.tool_name, new_input=new_input, call=call)
-            if problems:
-                raise ServiceError({"input": problems})
-        if decision == VoteDecision.RESPOND and not (message or new_input is not None):
-            raise ServiceError({"message": ["respond with a message or a structured answer"]})
-        approving = decision in (VoteDecision.APPROVE, VoteDecision.EDIT)
-        # What this vote approves: the edit it makes, or the edit that stands (None: the model's input).
-        approved_input = new_input if decision == VoteDecision.EDIT else approved_edit(request)
-        policy = None
-        if approving and approved_input is not None:
-            policy = _edit_decision(request=request, edited_input=approved_input)
-        vote_input = new_input if decision == VoteDecision.RESPOND else None
-        _vote_record(request=request, reviewer=reviewer, decision=decision, message=message,
-                     vote_input=approved_input if approving else vote_input)
-        audit_record(tenant=call.session.tenant, actor=reviewer, verb=f"approval.{decision}", target=f"call:{call.pk}",
-                     data={"message": message, "edited": decision == VoteDecision.EDIT,
-                           **({"edited_input_decision": policy.as_dict()} if policy is not None else {})})
-        if approving:
-            approvals = approvals_of(request, approved_input)
-            required = request.queue.required_approvals if request.queue else 1
-            if len(approvals) < required:
-                return request
-            if not _finish(request, RequestStatus.APPROVED):
-                raise Conflict("another decision settled the request first")
-            if request.kind == RequestKind.APPROVAL:
-                if policy is not None:
-                    _record_edit_decision(call, policy, approvals)
-                pipeline_resume(call=call, after=PERMISSION_STEP, new_input=approved_input)
-        elif decision == VoteDecision.REJECT:
-            if not _finish(request, RequestStatus.REJECTED):
-                raise Conflict("another decision settled the request first")
-            call_fail(call=call, error_type="Rejected", message=message or "a reviewer rejected this call",
-                      status=CallStatus.REJECTED, from_statuses=[call.status],
-                      event_data={"reviewer": str(reviewer.username)})
-        else:
-            if not _finish(request, RequestStatus.RESPONDED):
-                raise Conflict("another decision settled the request first")
-            call_respond(call=call, actor=reviewer, message=message, structured=new_input)
-    return request
+        if call.status == CallStatus.AWAITING_APPROVAL:
+            _decide_locked(request=request, call=call, reviewer=reviewer, decision=decision, new_input=new_input,
+                  message=message)
+            return request
+        # The call moved on without a decision (cancelled): the request is moot and leaves the inbox. The 409
+        # comes after the commit, which raising it here would undo.
+        _finish(request, RequestStatus.CANCELLED)
+    raise Conflict(f"the call is already {call.status}")
+
+
+def _decide_locked(*, request: ApprovalRequest, call: ToolCall, reviewer, decision: str, new_input,
+                   message: str) -> None:
+    """`request_decide` with the request locked, pending, and its call waiting for it."""
+    if not reviewer_may_decide(request=request, user=reviewer):
+        raise NotPermitted("you are not a reviewer of this request's queue")
+    if request.queue and request.queue.four_eyes and _same_person(reviewer, call.session.user):
+        raise NotPermitted("four-eyes: you cannot decide a call made in your own session")
+    if decision == VoteDecision.EDIT:
+        problems = input_problems(session=call.session, tool_name=call.tool_name, new_input=new_input, call=call)
+        if problems:
+            raise ServiceError({"input": problems})
+    if decision == VoteDecision.RESPOND and not (message or new_input is not None):
+        raise ServiceError({"message": ["respond with a message or a structured answer"]})
+    approving = decision in (VoteDecision.APPROVE, VoteDecision.EDIT)
+    # What this vote approves: the edit it makes, or the edit that stands (None: the model's input).
+    approved_input = new_input if decision == VoteDecision.EDIT else approved_edit(request)
+    policy = None
+    if approving and approved_input is not None:
+        policy = _edit_decision(request=request, edited_input=approved_input)
+    vote_input = new_input if decision == VoteDecision.RESPOND else None
+    _vote_record(request=request, reviewer=reviewer, decision=decision, message=message,
+                 vote_input=approved_input if approving else vote_input)
+    audit_record(tenant=call.session.tenant, actor=reviewer, verb=f"approval.{decision}", target=f"call:{call.pk}",
+                 data={"message": message, "edited": decision == VoteDecision.EDIT,
+                       **({"edited_input_decision": policy.as_dict()} if policy is not None else {})})
+    if approving:
+        approvals = approvals_of(request, approved_input)
+        required = request.queue.required_approvals if request.queue else 1
+        if len(approvals) < required:
+            return
+        if not _finish(request, RequestStatus.APPROVED):
+            raise Conflict("another decision settled the request first")
+        if request.kind == RequestKind.APPROVAL:
+            if policy is not None:
+                _record_edit_decision(call, policy, approvals)
+            pipeline_resume(call=call, after=PERMISSION_STEP, new_input=approved_input)
+    elif decision == VoteDecision.REJECT:
+        if not _finish(request, RequestStatus.REJECTED):
+            raise Conflict("another decision settled the request first")
+        call_fail(call=call, error_type="Rejected", message=message or "a reviewer rejected this call",
+                  status=CallStatus.REJECTED, from_statuses=[call.status],
+                  event_data={"reviewer": str(reviewer.username)})
+    else:
+        if not _finish(request, RequestStatus.RESPONDED):
+            raise Conflict("another decision settled the request first")
+        call_respond(call=call, actor=reviewer, message=message, structured=new_input)
 
 
 def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:

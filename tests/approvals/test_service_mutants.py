@@ -347,6 +347,30 @@ def test_a_decision_is_stamped_and_announced_to_open_inboxes_with_the_new_status
         "inbox.event", "rejected", "rejected", request.pk)
 
 
+def test_a_request_is_expired_from_the_instant_its_deadline_is_reached(world, ask, gov_member, monkeypatch):
+    [request] = ask()
+    instant = timezone.now()
+    ApprovalRequest.objects.for_tenant(world.a.tenant).filter(pk=request.pk).update(expires_at=instant)
+    request.expires_at = instant
+    monkeypatch.setattr(approval_services.timezone, "now", lambda: instant)
+    with pytest.raises(Conflict) as refused:
+        request_decide(request=request, reviewer=gov_member(), decision="approve")
+    assert refused.value.detail == "the request has expired"
+    assert ApprovalRequest.objects.for_tenant(world.a.tenant).get(pk=request.pk).status == RequestStatus.EXPIRED
+    assert call_now(world, request.call).status == CallStatus.EXPIRED
+
+
+def test_a_decision_on_a_call_that_moved_on_takes_the_moot_request_out_of_the_inbox(world, ask, gov_member):
+    """The call left its wait without the request hearing of it (another process cancelled it)."""
+    [request] = ask()
+    ToolCall.objects.for_tenant(world.a.tenant).filter(pk=request.call_id).update(status=CallStatus.CANCELLED)
+    with pytest.raises(Conflict) as refused:
+        request_decide(request=request, reviewer=gov_member(), decision="approve")
+    assert refused.value.detail == "the call is already cancelled"
+    assert ApprovalRequest.objects.for_tenant(world.a.tenant).get(pk=request.pk).status == RequestStatus.CANCELLED
+    assert not Vote.objects.for_tenant(world.a.tenant).filter(request=request).exists()
+
+
 # --- a reviewer's edit: how the rules decide it ---------------------------------------------------
 
 def refusal(request, reviewer, new_input) -> dict:
