@@ -200,7 +200,7 @@ def test_four_eyes_refuses_the_sessions_own_user(world, gov_shell, gov_queue, go
     request = ApprovalRequest.objects.for_tenant(world.a.tenant).get(call=call)
     response = decide(reviewer_client(reviewer, world), request.pk, "approve")
     assert response.status_code == 403, response.content
-    assert "four-eyes" in response.json()["error"]["message"]
+    assert response.json()["error"]["message"] == "four-eyes: you cannot decide a call made in your own session"
     assert status_of(call) == CallStatus.AWAITING_APPROVAL
     assert not Vote.objects.for_tenant(world.a.tenant).filter(request=request).exists()
     # anyone else may decide

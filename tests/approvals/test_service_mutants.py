@@ -371,6 +371,15 @@ def test_a_decision_on_a_call_that_moved_on_takes_the_moot_request_out_of_the_in
     assert not Vote.objects.for_tenant(world.a.tenant).filter(request=request).exists()
 
 
+def test_an_edit_of_a_call_whose_tool_left_the_session_is_refused_naming_the_tool(world, gov_shell, gov_member, ask):
+    [request] = ask()
+    ToolGroup.objects.for_tenant(world.a.tenant).get(name="basic").tools.remove(gov_shell.tool)
+    with pytest.raises(ServiceError) as refused:
+        request_decide(request=request, reviewer=gov_member(), decision="edit", new_input={"command": "ls"})
+    assert refused.value.detail == {"input": [f"{gov_shell.name!r} is no longer available in this session"]}
+    assert not Vote.objects.for_tenant(world.a.tenant).filter(request=request).exists()
+
+
 # --- a reviewer's edit: how the rules decide it ---------------------------------------------------
 
 def refusal(request, reviewer, new_input) -> dict:
