@@ -380,6 +380,14 @@ def test_an_edit_of_a_call_whose_tool_left_the_session_is_refused_naming_the_too
     assert not Vote.objects.for_tenant(world.a.tenant).filter(request=request).exists()
 
 
+def test_a_response_needs_a_message_or_a_structured_answer(world, ask, gov_member):
+    [request] = ask()
+    with pytest.raises(ServiceError) as refused:
+        request_decide(request=request, reviewer=gov_member(), decision="respond", message="")
+    assert refused.value.detail == {"message": ["respond with a message or a structured answer"]}
+    assert ApprovalRequest.objects.for_tenant(world.a.tenant).get(pk=request.pk).status == RequestStatus.PENDING
+
+
 # --- a reviewer's edit: how the rules decide it ---------------------------------------------------
 
 def refusal(request, reviewer, new_input) -> dict:
