@@ -388,6 +388,26 @@ def test_a_response_needs_a_message_or_a_structured_answer(world, ask, gov_membe
     assert ApprovalRequest.objects.for_tenant(world.a.tenant).get(pk=request.pk).status == RequestStatus.PENDING
 
 
+@pytest.mark.parametrize(("decision", "given", "kept"), [
+    ("respond", {"ticket": 42}, {"ticket": 42}),  # a response's vote keeps its structured answer
+    ("reject", {"ticket": 42}, None),  # a rejection has no input, whatever came with it
+])
+def test_a_vote_keeps_the_input_its_decision_gives(world, ask, gov_member, decision, given, kept):
+    [request] = ask()
+    request_decide(request=request, reviewer=gov_member(), decision=decision, new_input=given, message="done")
+    assert Vote.objects.for_tenant(world.a.tenant).get(request=request).input == kept
+
+
+def test_a_request_whose_queue_was_deleted_needs_one_approval(world, ask, gov_queue, gov_member):
+    queue = gov_queue(name="pairs", required_approvals=2)
+    [request] = ask(queue=queue)
+    Queue.objects.for_tenant(world.a.tenant).filter(pk=queue.pk).delete()
+    request.refresh_from_db()
+    assert request.queue is None
+    assert request_decide(request=request, reviewer=gov_member(), decision="approve").status == RequestStatus.APPROVED
+    assert call_now(world, request.call).status != CallStatus.AWAITING_APPROVAL
+
+
 # --- a reviewer's edit: how the rules decide it ---------------------------------------------------
 
 def refusal(request, reviewer, new_input) -> dict:
