@@ -408,6 +408,38 @@ def test_a_request_whose_queue_was_deleted_needs_one_approval(world, ask, gov_qu
     assert call_now(world, request.call).status != CallStatus.AWAITING_APPROVAL
 
 
+def test_a_rejection_names_its_reviewer_in_the_calls_status_event(world, ask, gov_member):
+    [request] = ask()
+    reviewer = gov_member()
+    request_decide(request=request, reviewer=reviewer, decision="reject", message="too risky")
+    data = last_status_event(request.call)
+    assert (data["status"], data["reviewer"], data["error"]["errorType"], data["error"]["error"]) == (
+        "rejected", reviewer.username, "Rejected", "too risky")
+
+
+def test_a_rejection_never_overwrites_a_call_cancelled_after_the_request_was_read(world, ask, gov_member):
+    """The stale copy written out: the call is cancelled by another process right after the decision locked the
+    request; the rejection settles the request but leaves the call as the cancel left it."""
+    from django.db import connection
+
+    [request] = ask()
+    cancelled = []
+
+    def cancel_after_the_lock(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if not cancelled and "FOR UPDATE" in sql and '"approvals_approvalrequest"' in sql:
+            cancelled.append(ToolCall.objects.for_tenant(world.a.tenant).filter(pk=request.call_id).update(
+                status=CallStatus.CANCELLED))
+        return result
+
+    with connection.execute_wrapper(cancel_after_the_lock):
+        request_decide(request=request, reviewer=gov_member(), decision="reject")
+    assert cancelled == [1]
+    assert call_now(world, request.call).status == CallStatus.CANCELLED
+    assert not CallEvent.objects.for_tenant(world.a.tenant).filter(call_id=request.call_id,
+                                                                   data__status="rejected").exists()
+
+
 # --- a reviewer's edit: how the rules decide it ---------------------------------------------------
 
 def refusal(request, reviewer, new_input) -> dict:
