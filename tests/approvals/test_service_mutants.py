@@ -408,13 +408,14 @@ def test_a_request_whose_queue_was_deleted_needs_one_approval(world, ask, gov_qu
     assert call_now(world, request.call).status != CallStatus.AWAITING_APPROVAL
 
 
-def test_a_rejection_names_its_reviewer_in_the_calls_status_event(world, ask, gov_member):
+@pytest.mark.parametrize(("message", "error"), [("too risky", "too risky"), ("", "a reviewer rejected this call")])
+def test_a_rejection_names_its_reviewer_in_the_calls_status_event(world, ask, gov_member, message, error):
     [request] = ask()
     reviewer = gov_member()
-    request_decide(request=request, reviewer=reviewer, decision="reject", message="too risky")
+    request_decide(request=request, reviewer=reviewer, decision="reject", message=message)
     data = last_status_event(request.call)
     assert (data["status"], data["reviewer"], data["error"]["errorType"], data["error"]["error"]) == (
-        "rejected", reviewer.username, "Rejected", "too risky")
+        "rejected", reviewer.username, "Rejected", error)
 
 
 def test_a_rejection_never_overwrites_a_call_cancelled_after_the_request_was_read(world, ask, gov_member):
