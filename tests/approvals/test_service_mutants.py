@@ -509,6 +509,37 @@ def test_an_edit_approved_in_its_own_queue_records_how_the_rules_decided_it(worl
     assert call.effective_input == {"command": "git push"}
 
 
+# --- a rule's values, checked by the service whatever the form or the API checked -----------------
+
+ARG_MATCH_SHAPE = ('an object of argument name → glob, → list of globs, → {"equals": exact value} '
+                   'or → {"absent": true}')
+
+
+@pytest.mark.parametrize(("values", "errors"), [
+    ({"arg_match": "git *"}, {"arg_match": [ARG_MATCH_SHAPE]}),
+    ({"arg_match": {"command": 7}}, {"arg_match": [ARG_MATCH_SHAPE]}),
+    ({"agents": "ops-bot"}, {"agents": ["a list of names"]}),
+    ({"agents": [7]}, {"agents": ["a list of names"]}),
+    ({"users": ["alice", ""]}, {"users": ["a list of names"]}),
+    ({"users": "alice", "agents": [""]}, {"users": ["a list of names"], "agents": ["a list of names"]}),
+    ({"tool_pattern": "  "}, {"tool_pattern": ["name a tool, or a pattern such as mcp__github__*"]}),
+])
+def test_a_rule_with_malformed_values_is_refused_naming_each_field(world, values, errors):
+    before = PermissionRule.objects.for_tenant(world.a.tenant).count()
+    with pytest.raises(ServiceError) as refused:
+        approval_services.rule_create(tenant=world.a.tenant, **{"behavior": "ask", "tool_pattern": "calculate",
+                                                                 **values})
+    assert refused.value.detail == errors
+    assert PermissionRule.objects.for_tenant(world.a.tenant).count() == before
+
+
+def test_a_rule_may_name_agents_and_users(world):
+    rule = approval_services.rule_create(tenant=world.a.tenant, behavior="ask", tool_pattern="calculate",
+                                         agents=["ops-bot"], users=["alice@example.com"], arg_match={"x": "1 *"})
+    stored = PermissionRule.objects.for_tenant(world.a.tenant).get(pk=rule.pk)
+    assert (stored.agents, stored.users, stored.arg_match) == (["ops-bot"], ["alice@example.com"], {"x": "1 *"})
+
+
 # --- rule_from_approval -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value,spec", [
