@@ -277,6 +277,26 @@ def test_a_cancelled_call_takes_its_own_request_out_of_the_inbox_and_no_other(wo
         (RequestStatus.CANCELLED, None, CallStatus.CANCELLED)]
 
 
+def heard_in_inbox(world, capture_on_commit, act):
+    """Run `act`, its on-commit work included, with a listener on tenant A's inbox group; returns what `act` returned
+    and the first message the listener heard."""
+    import asyncio
+
+    from channels.layers import get_channel_layer
+
+    from realtime.groups import inbox_group
+
+    layer, group = get_channel_layer(), inbox_group(world.a.tenant.pk)
+    channel = "specific.inprocess!inboxwatch"  # no inbox yet: what the group is sent waits for the receive below
+    asyncio.run(layer.group_add(group, channel))
+    try:
+        with capture_on_commit(execute=True):
+            returned = act()
+        return returned, asyncio.run(asyncio.wait_for(layer.receive(channel), timeout=5))
+    finally:
+        asyncio.run(layer.group_discard(group, channel))
+
+
 # --- who may decide, and what a decision leaves behind -----------------------------------------
 
 @pytest.mark.parametrize("who", ["viewer", "operator without review", "other tenant's reviewer", "no member"])
@@ -323,23 +343,10 @@ def test_an_unknown_decision_is_refused_naming_the_choices(world, ask, gov_membe
 
 def test_a_decision_is_stamped_and_announced_to_open_inboxes_with_the_new_status(
         world, ask, gov_member, django_capture_on_commit_callbacks):
-    import asyncio
-
-    from channels.layers import get_channel_layer
-
-    from realtime.groups import inbox_group
-
     [request] = ask()
-    layer = get_channel_layer()
-    channel = "specific.inprocess!inboxwatch"  # no inbox yet: what the group is sent waits for the receive below
-    asyncio.run(layer.group_add(inbox_group(world.a.tenant.pk), channel))
     before = timezone.now()
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            request_decide(request=request, reviewer=gov_member(), decision="reject", message="not today")
-        message = asyncio.run(asyncio.wait_for(layer.receive(channel), timeout=5))
-    finally:
-        asyncio.run(layer.group_discard(inbox_group(world.a.tenant.pk), channel))
+    _, message = heard_in_inbox(world, django_capture_on_commit_callbacks, lambda: request_decide(
+        request=request, reviewer=gov_member(), decision="reject", message="not today"))
     stored = ApprovalRequest.objects.for_tenant(world.a.tenant).get(pk=request.pk)
     assert stored.status == RequestStatus.REJECTED
     assert before <= stored.decided_at <= timezone.now()
@@ -507,6 +514,19 @@ def test_an_edit_approved_in_its_own_queue_records_how_the_rules_decided_it(worl
     assert call.decision == {"behavior": "ask", "rule": git.id, "reason": (
         f"a reviewer's edit, approved by {first.username}, {second.username}; the edited input: {reason}")}
     assert call.effective_input == {"command": "git push"}
+
+
+def test_an_opened_request_is_audited_and_announced_to_open_inboxes(world, ask, gov_queue,
+                                                                      django_capture_on_commit_callbacks):
+    queue = gov_queue(name="night-shift")
+    [request], message = heard_in_inbox(world, django_capture_on_commit_callbacks, lambda: ask(queue=queue))
+    assert message == {"type": "inbox.event", "change": "opened", "request": request.pk, "status": "pending",
+                       "tool": request.tool_name, "agent": "ops-bot", "queue": "night-shift",
+                       "call": str(request.call_id)}
+    [opened] = events(world, "approval.opened")
+    assert opened == ("approval.opened", f"call:{request.call_id}",
+                      {"queue": "night-shift", "rule": request.rule_id, "reason": request.reason}, None)
+    assert request.rule_id is not None and request.reason
 
 
 # --- a rule's values, checked by the service whatever the form or the API checked -----------------
