@@ -74,6 +74,9 @@ text_strategy = st.lists(st.sampled_from(PIECES[:-1]), max_size=12).map("".join)
 @example(pattern="* ", text=" ")
 @example(pattern="a **", text="a")  # a run of stars: only the last may stand for nothing
 @example(pattern="a **b", text="a b")
+@example(pattern="** ", text="")  # a star that may stand for nothing ends or starts the pattern: these do neither
+@example(pattern="* * ", text="")
+@example(pattern=" **", text="")
 @example(pattern="*a\tb*", text="xa bx")  # a literal's own white space is matched exactly, inside a pattern
 @example(pattern="*a\tb*", text="a b a\tb")  # and a misfit is passed over for a later place that fits
 @example(pattern="*a\tb", text="xa b")  # at its end
