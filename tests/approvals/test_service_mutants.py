@@ -299,7 +299,7 @@ def heard_in_inbox(world, capture_on_commit, act):
 
 # --- who may decide, and what a decision leaves behind -----------------------------------------
 
-@pytest.mark.parametrize("who", ["viewer", "operator without review", "other tenant's reviewer", "no member"])
+@pytest.mark.parametrize("who", ["viewer", "other tenant's viewer", "other tenant's reviewer", "no member"])
 def test_only_a_member_who_reviews_this_tenant_may_decide(world, ask, gov_member, who):
     """Checked by the service itself, whatever the view in front of it checked."""
     from django.contrib.auth import get_user_model
@@ -310,7 +310,7 @@ def test_only_a_member_who_reviews_this_tenant_may_decide(world, ask, gov_member
     gov_member()  # a reviewer of the tenant exists: a lookup that lost its user would find them
     user = {
         "viewer": lambda: world.a.users[Role.VIEWER],
-        "operator without review": lambda: gov_member(role=Role.VIEWER, tenant=world.b.tenant),
+        "other tenant's viewer": lambda: gov_member(role=Role.VIEWER, tenant=world.b.tenant),
         "other tenant's reviewer": lambda: world.b.users[Role.REVIEWER],
         "no member": lambda: get_user_model().objects.create_user(username="drifter", password="x" * 12),
     }[who]()
