@@ -238,7 +238,7 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
             raise Conflict(f"the request is already {request.status}")
         if call.status == CallStatus.AWAITING_APPROVAL:
             _decide_locked(request=request, call=call, reviewer=reviewer, decision=decision, new_input=new_input,
-                  message=message)
+                           message=message)
             return request
         # The call moved on without a decision (cancelled): the request is moot and leaves the inbox. The 409
         # comes after the commit, which raising it here would undo.

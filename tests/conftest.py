@@ -222,11 +222,12 @@ if os.environ.get("TOOLKEEPER_MUTATION_DB") == "1":
         if get_mutant_under_test() in (None, "", "stats", "fail"):
             return
         durations = state().duration_by_test
+        module = {item.nodeid: item.nodeid.split("::", 1)[0] for item in items}
         quickest = {}
         for item in items:
-            module = item.nodeid.split("::", 1)[0]
-            quickest[module] = min(quickest.get(module, float("inf")), durations.get(item.nodeid, float("inf")))
-        items.sort(key=lambda item: (quickest[item.nodeid.split("::", 1)[0]], item.nodeid.split("::", 1)[0],
+            duration = durations.get(item.nodeid, float("inf"))
+            quickest[module[item.nodeid]] = min(quickest.get(module[item.nodeid], float("inf")), duration)
+        items.sort(key=lambda item: (quickest[module[item.nodeid]], module[item.nodeid],
                                      durations.get(item.nodeid, float("inf"))))
 
     @pytest.hookimpl(tryfirst=True)
