@@ -98,6 +98,19 @@ def periodic_jobs() -> dict:
     return dict(_periodic)
 
 
+# Work an app hands to the background after a commit (`runtime().run_soon(name, *args)`): a thread of the
+# server process in the embedded mode, a Celery task in the distributed mode. Arguments are JSON values (ids).
+_background: dict = {}
+
+
+def register_background(name: str, func) -> None:
+    _background[name] = func
+
+
+def background_job(name: str):
+    return _background.get(name)
+
+
 class MetaToolProvider(Protocol):
     """Another app's meta tool (a name of RESERVED_TOOL_NAMES), which `tools` shows and runs without knowing
     the app: skills provide `load_skill_through_path`."""

@@ -14,6 +14,7 @@ A runtime owns what differs between the modes:
 Apps register periodic jobs (`tools.registry.register_periodic`); the runtime runs them.
 """
 import logging
+import queue
 import threading
 import time
 
@@ -24,13 +25,26 @@ from django.utils.module_loading import import_string
 from .decorators import tool_processes_warm
 from .execution import call_settle_orphan
 from .models import CallStatus, ToolCall
-from .registry import periodic_jobs
+from .registry import background_job, periodic_jobs
 from .waiting import ChannelLayerWaiter, InProcessWaiter, Waiter
 from .worker import calls_reap
 
 logger = logging.getLogger("toolkeeper.calls")
 
 PERIODIC_TASK = "tools.periodic"
+BACKGROUND_TASK = "tools.background"
+
+
+def background_run(name: str, args) -> None:
+    """Run a registered background job (`tools.registry.register_background`); an unknown name does nothing."""
+    job = background_job(name)
+    if job is None:
+        logger.warning("no background job named %s", name)
+        return
+    try:
+        job(*args)
+    finally:
+        close_old_connections()
 
 
 class Runtime:
@@ -58,6 +72,10 @@ class Runtime:
         """name → (function, every_s): what the apps registered, and this mode's own."""
         return periodic_jobs()
 
+    def run_soon(self, name: str, *args) -> None:
+        """Hand a registered background job to this mode's workers; call it after commit."""
+        raise NotImplementedError
+
     def start(self) -> None:
         """Called once by the server process (toolkeeper.asgi) when it starts."""
 
@@ -73,6 +91,36 @@ class EmbeddedRuntime(Runtime):
 
     name = "embedded"
     waiter = InProcessWaiter()
+    BACKGROUND_THREADS = 2
+    _background: queue.SimpleQueue | None = None
+    _waiting: set = set()  # (name, args) of jobs handed over and not started yet
+    _waiting_lock = threading.Lock()
+
+    def run_soon(self, name: str, *args) -> None:
+        """A job already waiting to start is not handed over again: it has not yet read what this one would read
+        (a burst of kicks while a slow receiver holds the threads makes one more run, not one per kick). The
+        threads are daemons: stopping the server does not wait for a slow receiver."""
+        job = (name, repr(args))
+        with self._waiting_lock:
+            if job in self._waiting:
+                return
+            self._waiting.add(job)
+            if EmbeddedRuntime._background is None:
+                EmbeddedRuntime._background = queue.SimpleQueue()
+                for n in range(self.BACKGROUND_THREADS):
+                    threading.Thread(target=self._serve_background, name=f"toolkeeper-background-{n}",
+                                     daemon=True).start()
+        self._background.put((job, name, args))
+
+    def _serve_background(self) -> None:
+        while True:
+            job, name, args = self._background.get()
+            with self._waiting_lock:
+                self._waiting.discard(job)
+            try:
+                background_run(name, args)
+            except Exception:
+                logger.exception("background job %s failed", name)
 
     def calls_recover(self) -> dict:
         """Running calls are re-run if idempotent, else failed (WorkerLost); queued calls go to the executor."""
@@ -126,6 +174,14 @@ class DistributedRuntime(Runtime):
 
     name = "distributed"
     waiter = ChannelLayerWaiter()
+
+    def run_soon(self, name: str, *args) -> None:
+        from celery import current_app
+
+        try:
+            current_app.send_task(BACKGROUND_TASK, args=(name, list(args)), ignore_result=True)
+        except Exception:  # the broker is down: the app's periodic job picks the work up
+            logger.exception("could not hand background job %s to the workers", name)
 
     def periodic_jobs(self) -> dict:
         return {"tools.reap": (self.calls_reap, 5), "tools.dispatch_pending": (self.calls_dispatch_pending, 5),

@@ -4,7 +4,7 @@ from celery import shared_task
 from celery.signals import worker_process_init
 
 from .executors import RUN_CALL_TASK
-from .runtime import PERIODIC_TASK, runtime
+from .runtime import BACKGROUND_TASK, PERIODIC_TASK, background_run, runtime
 from .worker import ClaimOutcome, worker_run_call
 
 WAIT_RETRY_S = 0.2
@@ -23,6 +23,11 @@ def run_periodic(name: str) -> None:
     job = runtime().periodic_jobs().get(name)
     if job is not None:
         job[0]()
+
+
+@shared_task(name=BACKGROUND_TASK, ignore_result=True)
+def run_background(name: str, args: list) -> None:
+    background_run(name, args)
 
 
 @worker_process_init.connect
