@@ -6,16 +6,28 @@ class ApprovalsConfig(AppConfig):
 
     def ready(self):
         from tenancy.signals import tenant_created
-        from tools.registry import register_call_annotator, register_exposure_filter, register_periodic
+        from tools.registry import (
+            register_background,
+            register_call_annotator,
+            register_exposure_filter,
+            register_periodic,
+        )
+        from tools.runtime import runtime
         from tools.signals import call_cancelled
 
         from .exposure import tools_always_denied
+        from .notifications import DELIVER_JOB, DIGEST_JOB, deliveries_send, expiry_digest
         from .selectors import approvals_for_calls, ever_asked
         from .services import default_queue, request_cancel_for_call, requests_expire_due
 
         register_call_annotator(approvals_for_calls, describes=ever_asked)
         register_periodic("approvals.expire", lambda: requests_expire_due(), every_s=5)
         register_exposure_filter(tools_always_denied)
+        register_background(DELIVER_JOB, lambda: deliveries_send())
+        # the periodic pass only hands the sending to the background workers: a slow receiver must not hold the
+        # embedded runner's one thread, which runs every other periodic job too
+        register_periodic(DELIVER_JOB, lambda: runtime().run_soon(DELIVER_JOB), every_s=5)
+        register_periodic(DIGEST_JOB, lambda: expiry_digest(), every_s=60)
         call_cancelled.connect(request_cancel_for_call, dispatch_uid="approvals.cancel_request")
         tenant_created.connect(lambda sender, tenant, **kw: default_queue(tenant), weak=False,
                                dispatch_uid="approvals.default_queue")

@@ -14,7 +14,8 @@ from tenancy.models import Behavior, Membership
 from tenancy.web import TenantForm
 from toolkeeper.json_values import json_parse
 
-from .models import Queue, VoteDecision
+from .models import ChannelKind, NotifyEvent, Queue, VoteDecision
+from .notifications import CHANNEL_EVENTS
 
 JSON_ROWS = 10
 
@@ -251,3 +252,30 @@ class QueueForm(TenantForm):
             "escalate_after_minutes": minutes(queue.escalate_after),
             "escalation_reviewers": list(queue.escalation_reviewers.all()), "is_default": queue.is_default,
         }
+
+
+class ChannelForm(forms.Form):
+    """A queue's notification channel. The URL and the secret are write-only: left empty, they stay as they are."""
+
+    name = forms.SlugField(max_length=64)
+    kind = forms.ChoiceField(choices=ChannelKind.choices)
+    url = forms.CharField(required=False, max_length=2000, label="URL",
+                          help_text="webhooks only; never shown again (a Slack URL holds its token)")
+    signing_secret = forms.CharField(required=False, max_length=200, widget=forms.PasswordInput,
+                                     help_text="webhooks sign each body with it (HMAC-SHA256); never shown again")
+    events = forms.MultipleChoiceField(choices=[(e, NotifyEvent(e).label) for e in CHANNEL_EVENTS],
+                                       widget=forms.CheckboxSelectMultiple)
+    quiet_from = forms.TimeField(required=False, help_text="quiet hours (server time): messages wait until they end")
+    quiet_until = forms.TimeField(required=False)
+    action_links = forms.BooleanField(required=False, label="one-time approve and reject links in messages")
+    enabled = forms.BooleanField(required=False, initial=True)
+
+
+class ReviewerNotifyForm(forms.Form):
+    muted = forms.BooleanField(required=False, label="mute every notification to me")
+    excluded = forms.ModelMultipleChoiceField(queryset=None, required=False, widget=forms.CheckboxSelectMultiple,
+                                              label="no email from these channels")
+
+    def __init__(self, *args, channels, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["excluded"].queryset = channels

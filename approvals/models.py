@@ -3,6 +3,7 @@ from django.db import models
 
 from tenancy.models import Behavior
 from tenancy.scoping import TenantOwned
+from toolkeeper.secrets import EncryptedJSONField
 
 
 class PermissionRule(TenantOwned):
@@ -92,6 +93,7 @@ class ApprovalRequest(TenantOwned):
     escalate_at = models.DateTimeField(null=True, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    expiry_noticed_at = models.DateTimeField(null=True, blank=True, help_text="listed in an expiry digest")
     # Denormalised from the call so the inbox filters and sorts without joins.
     agent = models.CharField(max_length=100, blank=True, default="")
     tool_name = models.CharField(max_length=128, blank=True, default="")
@@ -132,3 +134,103 @@ class Vote(TenantOwned):
 
     def __str__(self):
         return f"{self.reviewer_label}: {self.decision}"
+
+
+# --- notifications (approvals.notifications) ---------------------------------------------------
+
+class NotifyEvent(models.TextChoices):
+    REQUESTED = "requested", "new request"
+    ESCALATED = "escalated", "escalation"
+    EXPIRING = "expiring", "expiry soon (digest)"
+    DECIDED = "decided", "decided"
+    EXTERNAL = "external", "external task waiting"
+    TEST = "test", "test notification"
+
+
+class ChannelKind(models.TextChoices):
+    WEBHOOK = "webhook", "webhook (signed JSON)"
+    SLACK = "slack", "Slack-compatible webhook"
+    EMAIL = "email", "email to the queue's reviewers"
+
+
+class NotificationChannel(TenantOwned):
+    """Where a queue's events are sent. A webhook's URL and signing secret are credentials (a Slack URL holds its
+    token): stored encrypted in `target`, never shown back; `host` is what the console shows of the URL."""
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="channels")
+    name = models.SlugField(max_length=64)
+    kind = models.CharField(max_length=8, choices=ChannelKind.choices)
+    target = EncryptedJSONField(null=True, blank=True)
+    host = models.CharField(max_length=255, blank=True, default="")
+    events = models.JSONField(default=list, help_text="which of the queue's events this channel is sent")
+    quiet_from = models.TimeField(null=True, blank=True, help_text="quiet hours start (server time)")
+    quiet_until = models.TimeField(null=True, blank=True, help_text="quiet hours end (server time)")
+    action_links = models.BooleanField(default=False, help_text="one-time approve and reject links in messages")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["queue", "name"], name="channel_name_per_queue")]
+
+    def __str__(self):
+        return self.name
+
+
+class ReviewerNotifySetting(TenantOwned):
+    """A reviewer's own choice: no messages at all, or none from some of their queues' email channels."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notify_settings")
+    muted = models.BooleanField(default=False)
+    excluded = models.ManyToManyField(NotificationChannel, blank=True, related_name="excluded_by")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "user"], name="one_notify_setting_per_member")]
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending"
+    SENDING = "sending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class Notification(TenantOwned):
+    """One message to one channel (and, for email, one address): written with the change it tells of, sent after
+    commit, retried with backoff. The queue's delivery log."""
+
+    channel = models.ForeignKey(NotificationChannel, on_delete=models.CASCADE, related_name="deliveries")
+    request = models.ForeignKey(ApprovalRequest, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="notifications")
+    event = models.CharField(max_length=10, choices=NotifyEvent.choices)
+    key = models.CharField(max_length=200, help_text="what this message tells of: written once per channel")
+    recipient = models.CharField(max_length=254, blank=True, default="")
+    payload = models.JSONField(default=dict)
+    status = models.CharField(max_length=8, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    lease_until = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["channel", "key", "recipient"], name="one_message_per_key")]
+        indexes = [models.Index(fields=["status", "next_attempt_at"])]
+
+    def __str__(self):
+        return f"{self.event} → {self.channel} ({self.status})"
+
+
+class DecisionLink(TenantOwned):
+    """A one-time approve or reject link sent in a message. The link carries a signed token whose nonce is
+    stored hashed; it acts only for a logged-in reviewer allowed to decide, while the request is pending."""
+
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="links")
+    decision = models.CharField(max_length=8, choices=[("approve", "approve"), ("reject", "reject")])
+    nonce_hash = models.CharField(max_length=64)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+                             help_text="the only reviewer it acts for (email); empty: any reviewer (shared channels)")
+    created_at = models.DateTimeField(auto_now_add=True)
+    used_at = models.DateTimeField(null=True, blank=True)

@@ -1,7 +1,9 @@
 """The permission step of the call chain (settings.TOOLKEEPER_CALL_MIDDLEWARE)."""
 from tools.models import CallStatus
 from tools.pipeline import CallContext, Step
+from tools.pipeline import External as ExternalStep
 
+from .notifications import notify_external_task
 from .selectors import evaluate
 from .services import request_open
 
@@ -28,3 +30,13 @@ class Permission(Step):
             request_open(call=ctx.call, session=session, decision=decision)
             return False
         return True
+
+
+class External(ExternalStep):
+    """The call chain's external step, telling the default queue's channels that an external task waits."""
+
+    def process(self, ctx: CallContext) -> bool:
+        proceed = super().process(ctx)
+        if not proceed and ctx.call.status == CallStatus.AWAITING_EXTERNAL:
+            notify_external_task(ctx.call)
+        return proceed

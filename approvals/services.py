@@ -29,6 +29,7 @@ from .models import (
     Vote,
     VoteDecision,
 )
+from .notifications import notify_request
 from .selectors import approvals_of, approved_edit, evaluate
 
 PERMISSION_STEP = "permission"
@@ -171,7 +172,9 @@ def request_open(*, call: ToolCall, session, decision) -> ApprovalRequest:
 
 
 def _announce(request: ApprovalRequest, change: str) -> None:
-    """Tell open inboxes (after commit) that a request appeared or was settled."""
+    """Tell open inboxes (after commit), and the queue's notification channels, that a request appeared or was
+    settled."""
+    notify_request(request, change)
     publish_on_commit([inbox_group(request.tenant_id)], {
         "type": "inbox.event", "change": change, "request": request.pk, "status": request.status,
         "tool": request.tool_name, "agent": request.agent, "queue": request.queue.name if request.queue else None,
@@ -420,6 +423,7 @@ def request_escalate(*, request: ApprovalRequest, now) -> bool:
         request.escalated_at = now
         audit_record(tenant=request.tenant, verb="approval.escalated", target=f"call:{request.call_id}",
                      data={"queue": request.queue.name if request.queue else None})
+        notify_request(request, "escalated")
     return True
 
 

@@ -10,7 +10,7 @@ from tenancy.web import register_url_objects
 from tools.models import ToolCall
 
 from . import views
-from .models import ApprovalRequest, PermissionRule, Queue
+from .models import ApprovalRequest, NotificationChannel, PermissionRule, Queue
 
 app_name = "inbox"
 
@@ -19,6 +19,7 @@ register_url_objects({
     "rule_id": (PermissionRule, "rule"),
     "queue_id": (Queue, "queue"),
     "call_id": (ToolCall, "call"),
+    "channel_id": (NotificationChannel, "channel"),
 })
 
 urlpatterns = [
@@ -27,6 +28,8 @@ urlpatterns = [
     path("inbox/external/", views.inbox_external, name="inbox_external"),
     path("inbox/external/<str:call_id>/", views.inbox_external_respond, name="inbox_external_respond"),
     path("inbox/<int:request_id>/", views.inbox_request, name="inbox_request"),
+    path("inbox/notifications/", views.my_notifications, name="my_notifications"),
+    path("inbox/act/", views.inbox_act, name="inbox_act"),
     path("rules/", views.rule_list, name="rule_list"),
     path("rules/new/", views.rule_create, name="rule_create"),
     path("rules/<int:rule_id>/", views.rule_edit, name="rule_edit"),
@@ -35,4 +38,8 @@ urlpatterns = [
     path("queues/new/", views.queue_create, name="queue_create"),
     path("queues/<int:queue_id>/", views.queue_edit, name="queue_edit"),
     path("queues/<int:queue_id>/delete/", views.queue_delete, name="queue_delete"),
+    path("queues/<int:queue_id>/notifications/", views.queue_notifications, name="queue_notifications"),
+    path("queues/<int:queue_id>/channels/<int:channel_id>/", views.channel_edit, name="channel_edit"),
+    path("queues/<int:queue_id>/channels/<int:channel_id>/delete/", views.channel_delete, name="channel_delete"),
+    path("queues/<int:queue_id>/channels/<int:channel_id>/test/", views.channel_test, name="channel_test"),
 ]

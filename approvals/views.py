@@ -11,6 +11,7 @@ import json
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Case, IntegerField, Prefetch, Q, Value, When
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -19,6 +20,7 @@ from tenancy.editing import ObjectDeleteView, ObjectFormView
 from tenancy.web import (
     INVALID_STATUS,
     MEMBER,
+    OPERATE,
     SERVICE_REFUSALS,
     acting_user,
     add_service_errors,
@@ -31,9 +33,31 @@ from toolkeeper.errors import Conflict, NotPermitted
 from tools.declared import call_exposed
 from tools.models import Tool
 
-from . import selectors, services
-from .forms import DecisionForm, ExternalResultForm, InboxFilterForm, QueueForm, RuleForm, SimulatorForm
-from .models import ApprovalRequest, PermissionRule, Queue, RequestStatus, Vote, VoteDecision
+from . import decision_links, notifications, selectors, services
+from .forms import (
+    ChannelForm,
+    DecisionForm,
+    ExternalResultForm,
+    InboxFilterForm,
+    QueueForm,
+    ReviewerNotifyForm,
+    RuleForm,
+    SimulatorForm,
+)
+from .models import (
+    ApprovalRequest,
+    ChannelKind,
+    DeliveryStatus,
+    Notification,
+    NotificationChannel,
+    NotifyEvent,
+    PermissionRule,
+    Queue,
+    RequestStatus,
+    ReviewerNotifySetting,
+    Vote,
+    VoteDecision,
+)
 
 BEHAVIOR_ORDER = Case(When(behavior="deny", then=Value(0)), When(behavior="ask", then=Value(1)),
                       default=Value(2), output_field=IntegerField())
@@ -296,3 +320,131 @@ queue_edit = QueueEdit.as_view(success_message="Queue {object.name} saved.", **_
 queue_delete = ObjectDeleteView.as_view(
     service=services.queue_delete, template_name="inbox/queue_delete.html", success_url="inbox:queue_list",
     success_message="Queue {object.name} deleted.")
+
+
+# --- notifications -----------------------------------------------------------------------------
+
+def _channel_of(queue, channel):
+    if channel.queue_id != queue.pk:
+        raise Http404("no such channel")
+    return channel
+
+
+def _channel_page(request, queue, form, *, channel=None, status=200):
+    tenant = request.tenant
+    deliveries = (Notification.objects.for_tenant(tenant).filter(channel__queue=queue)
+                  .select_related("channel", "request"))
+    return render(request, "inbox/queue_notifications.html", {
+        "queue": queue, "channel": channel, "form": form,
+        "channels": NotificationChannel.objects.for_tenant(tenant).filter(queue=queue),
+        "page": page_of(request, deliveries), "statuses": DeliveryStatus,
+    }, status=status)
+
+
+def _save_channel(request, queue, channel=None):
+    form = ChannelForm(request.POST)
+    if form.is_valid():
+        try:
+            saved = notifications.channel_save(queue=queue, channel=channel, actor=acting_user(request),
+                                               **form.cleaned_data)
+        except SERVICE_REFUSALS as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Channel {saved.name} saved.")
+            return tenant_redirect(request, "inbox:queue_notifications", queue_id=queue.pk)
+    return _channel_page(request, queue, form, channel=channel, status=INVALID_STATUS)
+
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def queue_notifications(request, queue):
+    """A queue's channels, a form for a new one, and the delivery log."""
+    if request.method == "POST":
+        return _save_channel(request, queue)
+    return _channel_page(request, queue, ChannelForm(initial={"events": [NotifyEvent.REQUESTED],
+                                                              "enabled": True}))
+
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def channel_edit(request, queue, channel):
+    channel = _channel_of(queue, channel)
+    if request.method == "POST":
+        return _save_channel(request, queue, channel)
+    initial = {name: getattr(channel, name) for name in
+               ("name", "kind", "events", "quiet_from", "quiet_until", "action_links", "enabled")}
+    return _channel_page(request, queue, ChannelForm(initial=initial), channel=channel)
+
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def channel_delete(request, queue, channel):
+    channel = _channel_of(queue, channel)
+    if request.method == "GET":
+        return render(request, "inbox/channel_delete.html", {"queue": queue, "channel": channel})
+    notifications.channel_delete(channel=channel, actor=acting_user(request))
+    messages.success(request, f"Channel {channel.name} deleted.")
+    return tenant_redirect(request, "inbox:queue_notifications", queue_id=queue.pk)
+
+
+@tenant_view(methods=("POST",))
+def channel_test(request, queue, channel):
+    channel = _channel_of(queue, channel)
+    try:
+        notifications.channel_test(channel=channel, actor=request.user)
+    except SERVICE_REFUSALS as exc:
+        for text in service_messages(exc):
+            messages.error(request, text)
+    else:
+        messages.success(request, f"A test notification to {channel.name} is on its way: see the log below.")
+    return tenant_redirect(request, "inbox:queue_notifications", queue_id=queue.pk)
+
+
+@tenant_view(methods=("GET", "POST"), write=MEMBER)
+def my_notifications(request):
+    """A reviewer's own notification settings."""
+    tenant = request.tenant
+    setting = ReviewerNotifySetting.objects.for_tenant(tenant).filter(user=request.user).first()
+    channels = NotificationChannel.objects.for_tenant(tenant).filter(kind=ChannelKind.EMAIL).select_related("queue")
+    status = 200
+    if request.method == "POST":
+        form = ReviewerNotifyForm(request.POST, channels=channels)
+        if form.is_valid():
+            notifications.reviewer_setting_save(tenant=tenant, user=request.user, muted=form.cleaned_data["muted"],
+                                                excluded=form.cleaned_data["excluded"])
+            messages.success(request, "Your notification settings are saved.")
+            return tenant_redirect(request, "inbox:my_notifications")
+        status = INVALID_STATUS
+    else:
+        form = ReviewerNotifyForm(channels=channels, initial={
+            "muted": setting.muted if setting else False,
+            "excluded": list(setting.excluded.all()) if setting else []})
+    return render(request, "inbox/my_notifications.html", {
+        "form": form, "email": request.user.email, "tab": "notifications", **_tabs(request)}, status=status)
+
+
+@tenant_view(methods=("GET", "POST"), write=MEMBER)
+def inbox_act(request):
+    """A decision link from a message (`?token=`): GET shows what it would do (mail scanners fetch links), POST
+    does it."""
+    tenant = request.tenant
+    token = request.GET.get("token", "")
+    try:
+        link = decision_links.link_open(tenant=tenant, token=token)
+    except decision_links.LinkRefused as exc:  # a page that says why (a POST through it is gone for good)
+        return render(request, "inbox/act.html", {"refused": str(exc)}, status=410 if request.method == "POST" else 200)
+    status = 200
+    refused = ""
+    if request.method == "POST":
+        try:
+            settled = decision_links.link_use(tenant=tenant, token=token, user=request.user)
+        except decision_links.LinkRefused as exc:
+            return render(request, "inbox/act.html", {"refused": str(exc)}, status=410)
+        except NotPermitted as exc:
+            refused, status = exc.message, 403
+        except Conflict as exc:
+            refused, status = exc.message, 409
+        except SERVICE_REFUSALS as exc:
+            refused, status = exc.message, 400
+        else:
+            messages.success(request, _decided_message(settled, link.decision))
+            return tenant_redirect(request, "inbox:inbox_request", request_id=settled.pk)
+    return render(request, "inbox/act.html", {"link": link, "approval": link.request, "refused": refused},
+                  status=status)

@@ -131,6 +131,16 @@ def _governance_rows(tw, note: str) -> None:
     calls_submit(session=session, calls=[{"name": "reset_tools", "input": {"ops": True}}])
     session.refresh_from_db()
     calls_submit(session=session, calls=[{"id": "ask_me", "name": "countdown", "input": {"seconds": 1}}])
+    from approvals.models import Queue
+    from approvals.notifications import channel_save, channel_test, reviewer_setting_save
+
+    # an email channel on the first queue, where the walker looks for one: its tests go to the locmem outbox
+    queue = Queue.objects.for_tenant(tw.tenant).order_by("pk").first()
+    channel = channel_save(queue=queue, name="walk", kind="email", events=["requested"])
+    tw.users["admin"].email = f"admin@{tw.tenant.slug}.example.com"
+    tw.users["admin"].save()
+    channel_test(channel=channel, actor=tw.users["admin"])
+    reviewer_setting_save(tenant=tw.tenant, user=tw.users["reviewer"], muted=True, excluded=[channel])
 
 
 def _knowledge_rows(tw, marker: str) -> None:
@@ -253,6 +263,7 @@ CONSOLE_PARAMS = ("tenant", "tool_id", "group_id", "binding_id", "key_id", "sess
 PARAM_MODELS = {
     "rule_id": "approvals.PermissionRule",
     "queue_id": "approvals.Queue",
+    "channel_id": "approvals.NotificationChannel",
     "request_id": "approvals.ApprovalRequest",
     "dataset_id": "knowledge.Dataset",
     "document_id": "knowledge.Document",

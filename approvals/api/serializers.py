@@ -4,7 +4,17 @@ from django.contrib.auth import get_user_model
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from approvals.models import ApprovalRequest, PermissionRule, Queue, VoteDecision
+from approvals.models import (
+    ApprovalRequest,
+    ChannelKind,
+    Notification,
+    NotificationChannel,
+    PermissionRule,
+    Queue,
+    ReviewerNotifySetting,
+    VoteDecision,
+)
+from approvals.notifications import CHANNEL_EVENTS
 from tenancy.models import Behavior, Membership
 from toolkeeper import serializers as strict
 
@@ -147,3 +157,47 @@ class ResultSerializer(strict.Serializer):
             if part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise serializers.ValidationError('each part is {"type": "text", "text": "..."}')
         return value
+
+
+class ChannelSerializer(strict.ModelSerializer):
+    """A queue's notification channel. `url` and `signing_secret` are write-only: never in a response; left out of
+    an update, they stay as they are."""
+
+    queue = TenantQueueField()
+    kind = serializers.ChoiceField(choices=ChannelKind.choices)
+    events = serializers.ListField(child=serializers.ChoiceField(choices=CHANNEL_EVENTS), min_length=1)
+    url = serializers.CharField(write_only=True, required=False, max_length=2000)
+    signing_secret = serializers.CharField(write_only=True, required=False, max_length=200,
+                                           style={"input_type": "password"})
+
+    class Meta:
+        model = NotificationChannel
+        fields = ["id", "queue", "name", "kind", "url", "signing_secret", "host", "events", "quiet_from",
+                  "quiet_until", "action_links", "enabled", "created_at"]
+        read_only_fields = ["host", "created_at"]
+        validators = []  # the service checks the name's uniqueness in the queue
+
+
+class DeliverySerializer(serializers.ModelSerializer):
+    channel = serializers.CharField(source="channel.name")
+    queue = serializers.CharField(source="channel.queue.name")
+
+    class Meta:
+        model = Notification
+        fields = ["id", "queue", "channel", "event", "request", "recipient", "status", "attempts", "next_attempt_at",
+                  "last_error", "created_at", "sent_at"]
+
+
+class TenantChannelField(serializers.PrimaryKeyRelatedField):
+    def get_queryset(self):
+        return NotificationChannel.objects.for_tenant(self.context["tenant"])
+
+
+class ReviewerNotifySerializer(strict.ModelSerializer):
+    user = MemberField()
+    excluded = TenantChannelField(many=True, required=False)
+
+    class Meta:
+        model = ReviewerNotifySetting
+        fields = ["id", "user", "muted", "excluded"]
+        validators = []  # one per member: the view refuses a second

@@ -7,6 +7,9 @@ router = SimpleRouter(trailing_slash=False)
 router.register("rules", views.RuleViewSet, basename="rule")
 router.register("queues", views.QueueViewSet, basename="queue")
 router.register("approvals", views.ApprovalViewSet, basename="approval")
+router.register("notify-channels", views.ChannelViewSet, basename="notify-channel")
+router.register("notify-deliveries", views.DeliveryViewSet, basename="notify-delivery")
+router.register("notify-settings", views.ReviewerNotifyViewSet, basename="notify-setting")
 
 urlpatterns = [
     path("calls/<str:call_id>/result", views.CallResultView.as_view(), name="call-result"),

@@ -6,8 +6,8 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from approvals import selectors, services
-from approvals.models import ApprovalRequest, RequestStatus, Vote
+from approvals import notifications, selectors, services
+from approvals.models import ApprovalRequest, RequestStatus, ReviewerNotifySetting, Vote
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.models import ApiKey, Scope
 from tenancy.web import acting_user
@@ -125,3 +125,82 @@ class CallResultView(APIView):
                                       structured=data["structured"])
         call.refresh_from_db()
         return Response(call_data(call))
+
+
+class ChannelViewSet(TenantModelViewSet):
+    """A queue's notification channels; `test` sends a test message (see the delivery log)."""
+
+    serializer_class = s.ChannelSerializer
+
+    def safely_get_queryset(self, queryset):
+        queryset = queryset.select_related("queue")
+        queue = self.request.query_params.get("queue")
+        return queryset.filter(queue__name=queue) if queue else queryset
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        serializer.instance = notifications.channel_save(queue=data.pop("queue"), actor=acting_user(self.request),
+                                                         **data)
+
+    def perform_update(self, serializer):
+        data = dict(serializer.validated_data)
+        queue = data.pop("queue", serializer.instance.queue)
+        if queue.pk != serializer.instance.queue_id:
+            raise ValidationError({"queue": ["a channel stays in its queue"]})
+        serializer.instance = notifications.channel_save(queue=queue, channel=serializer.instance,
+                                                         actor=acting_user(self.request), **data)
+
+    def perform_destroy(self, instance):
+        notifications.channel_delete(channel=instance, actor=acting_user(self.request))
+
+    @extend_schema(request=None, responses={202: s.DeliverySerializer})
+    @action(detail=True, methods=["post"])
+    def test(self, request, pk=None):
+        notification = notifications.channel_test(channel=self.get_object(), actor=request.user)
+        return Response(s.DeliverySerializer(notification).data, status=202)
+
+
+class DeliveryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    """The delivery log: every notification, newest first, with its status, attempts and last error."""
+
+    serializer_class = s.DeliverySerializer
+
+    @extend_schema(parameters=[OpenApiParameter(name, str) for name in ("queue", "channel", "status")])
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    def safely_get_queryset(self, queryset):
+        params = self.request.query_params
+        queryset = queryset.select_related("channel", "channel__queue")
+        for param, field in (("queue", "channel__queue__name"), ("channel", "channel__name"), ("status", "status")):
+            if params.get(param):
+                queryset = queryset.filter(**{field: params[param]})
+        return queryset
+
+
+class ReviewerNotifyViewSet(TenantModelViewSet):
+    """Reviewers' own notification settings (mute, channels opted out of), kept by an admin key."""
+
+    serializer_class = s.ReviewerNotifySerializer
+
+    def safely_get_queryset(self, queryset):
+        return queryset.select_related("user").prefetch_related("excluded")
+
+    def _save(self, serializer, user):
+        data = serializer.validated_data
+        instance = serializer.instance
+        serializer.instance = notifications.reviewer_setting_save(
+            tenant=self.tenant, user=user, muted=data.get("muted", instance.muted if instance else False),
+            excluded=data.get("excluded", list(instance.excluded.all()) if instance else []))
+
+    def perform_create(self, serializer):
+        user = serializer.validated_data["user"]
+        if ReviewerNotifySetting.objects.for_tenant(self.tenant).filter(user=user).exists():
+            raise ValidationError({"user": ["this member has settings already: change them"]})
+        self._save(serializer, user)
+
+    def perform_update(self, serializer):
+        user = serializer.validated_data.get("user", serializer.instance.user)
+        if user.pk != serializer.instance.user_id:
+            raise ValidationError({"user": ["settings stay with their member"]})
+        self._save(serializer, user)

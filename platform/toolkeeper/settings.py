@@ -245,6 +245,21 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# Notifications (approvals.notifications): links in messages start with the public URL; email goes through
+# Django's backend, the console by default, SMTP when EMAIL_HOST is set (EMAIL_PORT, EMAIL_HOST_USER,
+# EMAIL_HOST_PASSWORD, EMAIL_USE_TLS from the environment too).
+TOOLKEEPER_PUBLIC_URL = os.environ.get("TOOLKEEPER_PUBLIC_URL", "http://127.0.0.1:8000")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "toolkeeper@localhost")
+if os.environ.get("EMAIL_HOST"):
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_HOST = os.environ["EMAIL_HOST"]
+    EMAIL_PORT = int(os.environ.get("EMAIL_PORT", 587))
+    EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+    EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 
@@ -289,7 +304,7 @@ TOOLKEEPER_CALL_MIDDLEWARE = [
     "tools.pipeline.Validate",
     "tools.pipeline.Bind",
     "approvals.pipeline.Permission",
-    "tools.pipeline.External",
+    "approvals.pipeline.External",
     "tools.aftercare.ResultRules",
     "tools.calls.Dispatch",
 ]

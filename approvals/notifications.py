@@ -1,0 +1,503 @@
+"""Reviewers told where they work: a queue's events sent to its channels (signed webhooks, Slack-compatible
+webhooks, email), and one-time decision links in those messages.
+
+A message is a `Notification` row written in the transaction of the change it tells of, so a change that
+commits is told and one that rolls back is not. After commit the runtime's background workers send it
+(threads of the server embedded, a Celery task distributed); `deliveries_send`, also a periodic job, sends
+whatever is due, so a kick lost with its process only delays a message. Each send first claims the row by a
+conditional update with a lease, so two workers never send one message at once; a failure is retried with
+backoff, and the row keeps the attempts and the last error (the queue's delivery log). Nothing here runs in a
+request: a slow receiver holds a background thread, never a call.
+
+Webhook bodies are signed: `X-Toolkeeper-Signature: v1=<hex HMAC-SHA256 of "<timestamp>.<body>">` under the
+channel's secret, with the timestamp in `X-Toolkeeper-Timestamp`, so a receiver refuses a changed body and an
+old one replayed. Every URL goes through the outbound guard (`toolkeeper.outbound`), when it is saved and
+when each connection is made. Messages carry no call arguments: they name the tool, the agent and the reason,
+and link to the inbox, where a logged-in reviewer sees the rest.
+"""
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from datetime import datetime, timedelta
+from urllib.parse import urlencode, urlsplit
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core import signing
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+from audit.services import audit_record
+from tenancy.models import Role
+from toolkeeper.errors import ServiceError
+from toolkeeper.outbound import OutboundRefused, check_url, http_client
+from tools.models import ToolCall
+from tools.runtime import runtime
+
+from .models import (
+    ApprovalRequest,
+    ChannelKind,
+    DecisionLink,
+    DeliveryStatus,
+    Notification,
+    NotificationChannel,
+    NotifyEvent,
+    Queue,
+    RequestKind,
+    RequestStatus,
+    ReviewerNotifySetting,
+)
+
+logger = logging.getLogger("toolkeeper.notifications")
+
+DELIVER_JOB = "approvals.notify"
+DIGEST_JOB = "approvals.expiry_digest"
+BACKOFF_S = (10, 60, 300, 1800)  # the wait after each failed attempt; after the last, the message has failed
+SEND_TIMEOUT_S = 10.0
+LEASE_S = 60  # a message claimed this long ago by a worker that vanished is sent again
+SEND_BATCH = 100
+EXPIRING_WITHIN = timedelta(minutes=15)  # the digest lists pending requests that expire within this
+LINK_MAX_AGE_S = 7 * 24 * 3600  # a decision link of a request without an expiry still ends
+LINK_SALT = "toolkeeper.decision-link"
+CHANNEL_EVENTS = [event for event in NotifyEvent.values if event != NotifyEvent.TEST]
+MIN_SECRET_CHARS = 16
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+def _check_channel(values: dict, *, creating: bool, url, secret) -> dict:
+    errors = {}
+    kind = values.get("kind")
+    if kind not in ChannelKind.values:
+        errors["kind"] = [f"one of {', '.join(ChannelKind.values)}"]
+    events = values.get("events")
+    if not isinstance(events, list) or not events or not all(e in CHANNEL_EVENTS for e in events):
+        errors["events"] = [f"a list of one or more of {', '.join(CHANNEL_EVENTS)}"]
+    if (values.get("quiet_from") is None) != (values.get("quiet_until") is None):
+        errors["quiet_until"] = ["quiet hours need both a start and an end"]
+    target = {}
+    if kind in (ChannelKind.WEBHOOK, ChannelKind.SLACK):
+        if url:
+            try:
+                check_url(url)
+            except OutboundRefused as exc:
+                errors["url"] = [str(exc)]
+            target["url"] = url
+        elif creating:
+            errors["url"] = ["a webhook needs a URL"]
+        if secret:
+            if len(secret) < MIN_SECRET_CHARS:
+                errors["signing_secret"] = [f"at least {MIN_SECRET_CHARS} characters"]
+            target["secret"] = secret
+        elif creating and kind == ChannelKind.WEBHOOK:
+            errors["signing_secret"] = ["a webhook's messages are signed: give it a secret"]
+    elif url or secret:
+        errors["url"] = ["email goes to the queue's reviewers: no URL or secret"]
+    if errors:
+        raise ServiceError(errors)
+    return target
+
+
+@transaction.atomic
+def channel_save(*, queue: Queue, channel: NotificationChannel | None = None, actor=None, url: str = "",
+                 signing_secret: str = "", **values) -> NotificationChannel:
+    """Create a queue's channel, or change one. The URL and the secret are write-only: empty keeps them."""
+    creating = channel is None
+    fields = ("name", "kind", "events", "quiet_from", "quiet_until", "action_links", "enabled")
+    current = {} if creating else {name: getattr(channel, name) for name in fields}
+    merged = current | values
+    if not creating and merged["kind"] != channel.kind and not url:
+        raise ServiceError({"url": ["a channel that changes kind needs its URL again"]})
+    target = _check_channel(merged, creating=creating or merged["kind"] != channel.kind, url=url,
+                            secret=signing_secret)
+    if creating:
+        channel = NotificationChannel(tenant_id=queue.tenant_id, queue=queue)
+    for name, value in merged.items():
+        setattr(channel, name, value)
+    if merged["kind"] == ChannelKind.EMAIL:
+        channel.target, channel.host = None, ""
+    elif target:
+        channel.target = (channel.target or {}) | target if merged["kind"] == current.get("kind") else target
+        if "url" in target:
+            channel.host = _host_of(target["url"])
+    try:
+        with transaction.atomic():
+            channel.save()
+    except IntegrityError:
+        raise ServiceError({"name": ["this queue has a channel of that name"]}) from None
+    audit_record(tenant=queue.tenant, actor=actor, verb="notify.channel_saved", target=f"channel:{channel.pk}",
+                 data={"queue": queue.name, "name": channel.name, "kind": channel.kind, "events": channel.events,
+                       "url_changed": bool(url), "secret_changed": bool(signing_secret)})
+    return channel
+
+
+def _host_of(url: str) -> str:
+    return urlsplit(url).hostname or ""
+
+
+@transaction.atomic
+def channel_delete(*, channel: NotificationChannel, actor=None) -> None:
+    audit_record(tenant=channel.queue.tenant, actor=actor, verb="notify.channel_deleted",
+                 target=f"channel:{channel.pk}", data={"name": channel.name})
+    channel.delete()
+
+
+@transaction.atomic
+def reviewer_setting_save(*, tenant, user, muted: bool, excluded=()) -> ReviewerNotifySetting:
+    """A reviewer's own choice. `excluded`: channels of this tenant they want nothing from."""
+    excluded = list(excluded)
+    if any(channel.tenant_id != tenant.pk for channel in excluded):
+        raise ServiceError({"excluded": ["no such channel"]})
+    setting, _ = ReviewerNotifySetting.objects.for_tenant(tenant).get_or_create(tenant=tenant, user=user)
+    setting.muted = muted
+    setting.save(update_fields=["muted"])
+    setting.excluded.set(excluded)
+    return setting
+
+
+# --- what is sent, and to whom -----------------------------------------------------------------
+
+def _absolute(path: str) -> str:
+    return settings.TOOLKEEPER_PUBLIC_URL.rstrip("/") + path
+
+
+def _request_data(request: ApprovalRequest) -> dict:
+    slug = request.tenant.slug
+    return {
+        "id": request.pk, "kind": request.kind, "status": request.status, "tool": request.tool_name,
+        "agent": request.agent, "reason": request.reason, "call": str(request.call_id),
+        "queue": request.queue.name if request.queue else None,
+        "opened_at": request.opened_at.isoformat() if request.opened_at else None,
+        "expires_at": request.expires_at.isoformat() if request.expires_at else None,
+        "url": _absolute(reverse("inbox:inbox_request", kwargs={"tenant": slug, "request_id": request.pk})),
+    }
+
+
+def _reviewers(queue: Queue, *, escalation: bool) -> list:
+    """Who reviews the queue's requests (its named reviewers, else every reviewing member); on escalation, its
+    escalation reviewers (if it names any)."""
+    users = get_user_model().objects.filter(memberships__tenant_id=queue.tenant_id,
+                                            memberships__role__in=[Role.ADMIN, Role.OPERATOR, Role.REVIEWER])
+    named = queue.escalation_reviewers.all() if escalation else queue.reviewers.all()
+    if escalation and not named.exists():
+        named = queue.reviewers.all()
+    if named.exists():
+        users = users.filter(pk__in=named.values("pk"))
+    return list(users.exclude(email="").order_by("pk").distinct())
+
+
+def _recipients(channel: NotificationChannel, *, escalation: bool) -> list:
+    """(user, address) pairs of an email channel, without those who muted it or muted everything."""
+    quiet = ReviewerNotifySetting.objects.for_tenant(channel.tenant_id).filter(
+        Q(muted=True) | Q(excluded=channel)).values_list("user_id", flat=True)
+    silent = set(quiet)
+    return [(user, user.email) for user in _reviewers(channel.queue, escalation=escalation) if user.pk not in silent]
+
+
+def _links(request: ApprovalRequest, user) -> dict:
+    """Approve and reject links (ids: their tokens are made when the message is sent)."""
+    if request.kind != RequestKind.APPROVAL or request.status != RequestStatus.PENDING:
+        return {}
+    return {decision: DecisionLink.objects.create(tenant_id=request.tenant_id, request=request, decision=decision,
+                                                  user=user).pk
+            for decision in ("approve", "reject")}
+
+
+def _write(channel: NotificationChannel, *, event: str, key: str, body: dict, request=None, escalation=False,
+           now=None) -> int:
+    now = now or timezone.now()
+    email = channel.kind == ChannelKind.EMAIL
+    targets = _recipients(channel, escalation=escalation) if email else [(None, "")]
+    rows = []
+    for user, address in targets:
+        payload = dict(body)
+        if request is not None and channel.action_links and event in (NotifyEvent.REQUESTED, NotifyEvent.ESCALATED):
+            payload["link_ids"] = _links(request, user)
+        rows.append(Notification(tenant_id=channel.tenant_id, channel=channel, key=key, recipient=address,
+                                 request=request, event=event, payload=payload, next_attempt_at=now))
+    # one statement; a message this key already wrote is left as it is (the unique key)
+    Notification.objects.for_tenant(channel.tenant_id).bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+def _kick(written: int) -> None:
+    if written:
+        transaction.on_commit(lambda: runtime().run_soon(DELIVER_JOB), robust=True)
+
+
+def notify_request(request: ApprovalRequest, change: str) -> int:
+    """In the transaction of a request's change (`opened`, `escalated` or its new status): the messages of the
+    queue's channels that take it."""
+    if request.queue_id is None:
+        return 0
+    if change == "opened":
+        event = NotifyEvent.EXTERNAL if request.kind == RequestKind.EXTERNAL else NotifyEvent.REQUESTED
+    elif change == "escalated":
+        event = NotifyEvent.ESCALATED
+    elif change in (RequestStatus.APPROVED, RequestStatus.REJECTED, RequestStatus.RESPONDED,
+                    RequestStatus.EXPIRED, RequestStatus.CANCELLED):
+        event = NotifyEvent.DECIDED
+    else:
+        return 0
+    channels = NotificationChannel.objects.for_tenant(request.tenant_id).filter(queue_id=request.queue_id,
+                                                                                 enabled=True)
+    body = {"event": event, "tenant": request.tenant.slug, "request": _request_data(request)}
+    written = 0
+    for channel in channels:
+        if event in channel.events:
+            written += _write(channel, event=event, key=f"{event}:{request.pk}", body=body, request=request,
+                              escalation=event == NotifyEvent.ESCALATED)
+    _kick(written)
+    return written
+
+
+def notify_external_task(call: ToolCall) -> int:
+    """In the transaction that leaves an external tool's call waiting: the tenant's default queue's channels
+    that take external tasks (such tasks have no queue of their own; the default queue times them out too)."""
+    queue = Queue.objects.for_tenant(call.tenant_id).filter(is_default=True).first()
+    if queue is None:
+        return 0
+    slug = call.tenant.slug
+    body = {"event": NotifyEvent.EXTERNAL, "tenant": slug, "task": {
+        "call": str(call.pk), "tool": call.tool_name, "agent": call.session.agent if call.session_id else "",
+        "url": _absolute(reverse("inbox:inbox_external", kwargs={"tenant": slug})),
+    }}
+    written = 0
+    for channel in NotificationChannel.objects.for_tenant(call.tenant_id).filter(queue=queue, enabled=True):
+        if NotifyEvent.EXTERNAL in channel.events:
+            written += _write(channel, event=NotifyEvent.EXTERNAL, key=f"external:{call.pk}", body=body)
+    _kick(written)
+    return written
+
+
+@transaction.atomic
+def channel_test(*, channel: NotificationChannel, actor) -> Notification:
+    """A test message, sent like any other (and logged). An email channel's test goes to the one who asked."""
+    address = ""
+    if channel.kind == ChannelKind.EMAIL:
+        address = getattr(actor, "email", "") or ""
+        if not address:
+            raise ServiceError({"channel": ["a test email goes to you: your account has no email address"]})
+    notification = Notification.objects.create(
+        tenant_id=channel.tenant_id, channel=channel, event=NotifyEvent.TEST, key=f"test:{secrets.token_hex(8)}",
+        recipient=address, next_attempt_at=timezone.now(),
+        payload={"event": NotifyEvent.TEST, "tenant": channel.queue.tenant.slug, "queue": channel.queue.name,
+                 "channel": channel.name})
+    audit_record(tenant=channel.queue.tenant, actor=actor, verb="notify.test", target=f"channel:{channel.pk}")
+    _kick(1)
+    return notification
+
+
+def expiry_digest(*, now=None) -> int:
+    """The periodic job: per queue, one message listing its pending requests that expire soon, each listed once."""
+    now = now or timezone.now()
+    soon = ApprovalRequest.all_tenants.filter(status=RequestStatus.PENDING, expiry_noticed_at__isnull=True,
+                                              expires_at__isnull=False, expires_at__lte=now + EXPIRING_WITHIN,
+                                              expires_at__gt=now).select_related("tenant", "queue")
+    by_queue: dict = {}
+    for request in soon.order_by("expires_at")[:SEND_BATCH * 5]:
+        if request.queue_id is not None:
+            by_queue.setdefault(request.queue_id, []).append(request)
+    written = 0
+    for requests in by_queue.values():
+        with transaction.atomic():
+            ids = [r.pk for r in requests]
+            # the condition decides which requests this run lists, if two runs overlap
+            marked = set(ApprovalRequest.objects.for_tenant(requests[0].tenant_id).filter(
+                pk__in=ids, expiry_noticed_at__isnull=True).select_for_update().values_list("pk", flat=True))
+            requests = [r for r in requests if r.pk in marked]
+            if not requests:
+                continue
+            ApprovalRequest.objects.for_tenant(requests[0].tenant_id).filter(pk__in=marked).update(
+                expiry_noticed_at=now)
+            queue = requests[0].queue
+            body = {"event": NotifyEvent.EXPIRING, "tenant": queue.tenant.slug, "queue": queue.name,
+                    "requests": [_request_data(r) for r in requests]}
+            key = f"expiring:{now.isoformat()}:{min(marked)}"
+            count = 0
+            for channel in NotificationChannel.objects.for_tenant(queue.tenant_id).filter(queue=queue, enabled=True):
+                if NotifyEvent.EXPIRING in channel.events:
+                    count += _write(channel, event=NotifyEvent.EXPIRING, key=key, body=body, now=now)
+            _kick(count)
+            written += count
+    return written
+
+
+# --- sending -----------------------------------------------------------------------------------
+
+def in_quiet_hours(channel: NotificationChannel, at: datetime) -> datetime | None:
+    """When the quiet hours that hold `at` end, or None outside them (server time; a window may span midnight)."""
+    start, end = channel.quiet_from, channel.quiet_until
+    if start is None or end is None or start == end:
+        return None
+    local = timezone.localtime(at)
+    clock = local.time()
+    inside = start <= clock < end if start < end else clock >= start or clock < end
+    if not inside:
+        return None
+    ends = local.replace(hour=end.hour, minute=end.minute, second=end.second, microsecond=0)
+    if ends <= local:
+        ends += timedelta(days=1)
+    return ends
+
+
+def deliveries_send(*, now=None, limit: int = SEND_BATCH) -> int:
+    """The background and periodic job: send what is due. Returns how many were sent."""
+    now = now or timezone.now()
+    due = Notification.all_tenants.filter(
+        Q(status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
+        | Q(status=DeliveryStatus.SENDING, lease_until__lt=now)).order_by("next_attempt_at")
+    sent = 0
+    for pk in list(due.values_list("pk", flat=True)[:limit]):
+        sent += delivery_send(pk=pk, now=now)
+    return sent
+
+
+def _claim(pk: int, now: datetime) -> Notification | None:
+    notification = (Notification.all_tenants.select_related("channel", "channel__queue", "request", "tenant")
+                    .filter(pk=pk).first())
+    if notification is None:
+        return None
+    claimable = Q(status=DeliveryStatus.PENDING, next_attempt_at__lte=now) | Q(status=DeliveryStatus.SENDING,
+                                                                                lease_until__lt=now)
+    quiet_end = in_quiet_hours(notification.channel, now) if notification.event != NotifyEvent.TEST else None
+    if quiet_end is not None:  # held until the quiet hours end, without counting an attempt
+        Notification.all_tenants.filter(claimable, pk=pk).update(status=DeliveryStatus.PENDING,
+                                                                 next_attempt_at=quiet_end, lease_until=None)
+        return None
+    attempts = notification.attempts + 1
+    if not Notification.all_tenants.filter(claimable, pk=pk, attempts=notification.attempts).update(
+            status=DeliveryStatus.SENDING, lease_until=now + timedelta(seconds=LEASE_S), attempts=attempts):
+        return None
+    notification.attempts = attempts
+    return notification
+
+
+def delivery_send(*, pk: int, now=None) -> bool:
+    """Claim one message and send it once; record the outcome. True when it was sent."""
+    now = now or timezone.now()
+    notification = _claim(pk, now)
+    if notification is None:
+        return False
+    try:
+        _send(notification)
+    except Exception as exc:  # any failure of the receiver or of the way there is retried
+        error = _error_text(exc)
+        done = notification.attempts > len(BACKOFF_S)
+        Notification.all_tenants.filter(pk=pk, attempts=notification.attempts).update(
+            status=DeliveryStatus.FAILED if done else DeliveryStatus.PENDING, last_error=error, lease_until=None,
+            next_attempt_at=now if done else now + timedelta(seconds=BACKOFF_S[notification.attempts - 1]))
+        logger.info("notification %s failed (attempt %s): %s", pk, notification.attempts, error)
+        return False
+    Notification.all_tenants.filter(pk=pk, attempts=notification.attempts).update(
+        status=DeliveryStatus.SENT, sent_at=timezone.now(), last_error="", lease_until=None)
+    return True
+
+
+def _error_text(exc: Exception) -> str:
+    if isinstance(exc, (DeliveryRefused, OutboundRefused)):
+        return str(exc)[:500]
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+class DeliveryRefused(Exception):
+    """The receiver answered, but not with a 2xx."""
+
+
+def signature(secret: str, timestamp: int, body: bytes) -> str:
+    return "v1=" + hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+
+
+def _payload_with_links(notification: Notification) -> dict:
+    payload = dict(notification.payload)
+    link_ids = payload.pop("link_ids", None) or {}
+    links = {}
+    for decision in ("approve", "reject"):  # in this order: a JSON column may have sorted the keys
+        link_id = link_ids.get(decision)
+        if link_id is None:
+            continue
+        nonce = secrets.token_urlsafe(24)
+        # a new token each attempt: the one a failed attempt made was never seen
+        DecisionLink.all_tenants.filter(pk=link_id, used_at__isnull=True).update(nonce_hash=link_digest(nonce))
+        token = signing.TimestampSigner(salt=LINK_SALT).sign(f"{link_id}.{nonce}")
+        path = reverse("inbox:inbox_act", kwargs={"tenant": notification.tenant.slug})
+        links[decision] = _absolute(f"{path}?{urlencode({'token': token})}")
+    if links:
+        payload["links"] = links
+    return payload
+
+
+def _send(notification: Notification) -> None:
+    channel = notification.channel
+    payload = _payload_with_links(notification)
+    payload["delivery"] = notification.pk
+    if channel.kind == ChannelKind.EMAIL:
+        subject, text = _email(payload)
+        send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, [notification.recipient])
+        return
+    target = channel.target or {}
+    body_data = _slack(payload) if channel.kind == ChannelKind.SLACK else payload
+    body = json.dumps(body_data, separators=(",", ":"), ensure_ascii=False).encode()
+    timestamp = int(time.time())
+    headers = {"Content-Type": "application/json", "User-Agent": "Toolkeeper-Notify/1",
+               "X-Toolkeeper-Event": notification.event, "X-Toolkeeper-Delivery": str(notification.pk),
+               "X-Toolkeeper-Timestamp": str(timestamp)}
+    if target.get("secret"):
+        headers["X-Toolkeeper-Signature"] = signature(target["secret"], timestamp, body)
+    with http_client(timeout=SEND_TIMEOUT_S) as client:
+        response = client.post(target["url"], content=body, headers=headers)
+    if not 200 <= response.status_code < 300:
+        raise DeliveryRefused(f"the receiver answered HTTP {response.status_code}")
+
+
+def _lines(payload: dict) -> tuple[str, list[str]]:
+    """A subject and the lines of a message, for email and Slack."""
+    event = payload["event"]
+    if event == NotifyEvent.TEST:
+        return (f"Test notification from queue {payload['queue']}",
+                [f"This is a test of channel {payload['channel']} of queue {payload['queue']}."])
+    if event == NotifyEvent.EXPIRING:
+        lines = [f"{len(payload['requests'])} request(s) in queue {payload['queue']} expire soon:"]
+        lines += [f"- {r['tool']} by {r['agent'] or 'an agent'}, expires {r['expires_at']}: {r['url']}"
+                  for r in payload["requests"]]
+        return f"Requests expiring soon in {payload['queue']}", lines
+    if event == NotifyEvent.EXTERNAL:
+        task = payload["task"]
+        return (f"External task waiting: {task['tool']}",
+                [f"{task['tool']} (called by {task['agent'] or 'an agent'}) waits for a result.", task["url"]])
+    request = payload["request"]
+    heading = {NotifyEvent.REQUESTED: "Approval requested", NotifyEvent.ESCALATED: "Approval escalated",
+               NotifyEvent.DECIDED: f"Request {request['status']}"}[event]
+    lines = [f"{heading}: {request['tool']} called by {request['agent'] or 'an agent'} (queue {request['queue']}).",
+             f"Reason: {request['reason']}" if request["reason"] else "", f"Open it in the inbox: {request['url']}"]
+    for decision, url in payload.get("links", {}).items():
+        lines.append(f"{decision.capitalize()} (one use, login required): {url}")
+    return f"{heading}: {request['tool']}", [line for line in lines if line]
+
+
+def _email(payload: dict) -> tuple[str, str]:
+    subject, lines = _lines(payload)
+    return f"[Toolkeeper] {subject}", "\n".join(lines) + "\n"
+
+
+def _slack(payload: dict) -> dict:
+    """Slack's incoming-webhook shape: `text` (the fallback) and blocks, links as buttons."""
+    subject, lines = _lines(payload)
+    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "\n".join([f"*{subject}*", *lines])}}]
+    buttons = [{"type": "button", "text": {"type": "plain_text", "text": decision.capitalize()}, "url": url}
+               for decision, url in payload.get("links", {}).items()]
+    if buttons:
+        blocks.append({"type": "actions", "elements": buttons})
+    return {"text": subject, "blocks": blocks}
+
+
+# --- decision links ----------------------------------------------------------------------------
+
+def link_digest(nonce: str) -> str:
+    return hashlib.sha256(nonce.encode()).hexdigest()
