@@ -1,22 +1,19 @@
-"""One-time decision links in notifications (tokens are made by `approvals.notifications` when it sends).
+"""One-time decision links in notifications (their tokens are made by `approvals.notifications.link_token`).
 
-A token is `TimestampSigner`-signed `<link id>.<nonce>`; the link row keeps only the nonce's SHA-256, so neither
-a copy of the database nor the delivery log can act. A link acts only for a logged-in member who reviews (the
-one it was mailed to, for an email), while its request is pending and unexpired, and through the inbox's own
-`request_decide`, so reviewers, four-eyes and quorum hold exactly as in the inbox; it is spent in the transaction
-of the vote it records.
+A token is the link's id signed with the server's key (`TimestampSigner`, salted, at most a week old), so a
+copy of the database or of the delivery log cannot make one. A link acts only for a logged-in member who
+reviews (the one it was mailed to, for an email), while its request is pending and unexpired, and through
+the inbox's own `request_decide`, so reviewer lists, four-eyes and quorum hold exactly as in the inbox.
 """
-import hmac
-
 from django.core import signing
 from django.db import transaction
 from django.utils import timezone
 
 from tenancy.models import Membership
-from toolkeeper.errors import NotPermitted
+from toolkeeper.errors import Conflict, NotPermitted
 
 from .models import ApprovalRequest, DecisionLink, RequestStatus
-from .notifications import LINK_MAX_AGE_S, LINK_SALT, link_digest
+from .notifications import LINK_MAX_AGE_S, LINK_SALT
 from .services import request_decide
 
 
@@ -27,14 +24,12 @@ class LinkRefused(Exception):
 def link_open(*, tenant, token: str) -> DecisionLink:
     """The link a token names, if it is genuine, unused and its request still pending and unexpired."""
     try:
-        value = signing.TimestampSigner(salt=LINK_SALT).unsign(token, max_age=LINK_MAX_AGE_S)
-        link_id, nonce = value.split(".", 1)
-        link_pk = int(link_id)
+        link_pk = int(signing.TimestampSigner(salt=LINK_SALT).unsign(token, max_age=LINK_MAX_AGE_S))
     except (signing.BadSignature, ValueError):
         raise LinkRefused("this link is not valid or has expired") from None
     link = (DecisionLink.objects.for_tenant(tenant).select_related("request", "request__call", "request__queue")
             .filter(pk=link_pk).first())
-    if link is None or not link.nonce_hash or not hmac.compare_digest(link.nonce_hash, link_digest(nonce)):
+    if link is None:
         raise LinkRefused("this link is not valid or has expired")
     if link.used_at is not None:
         raise LinkRefused("this link was used already")
@@ -47,17 +42,29 @@ def link_open(*, tenant, token: str) -> DecisionLink:
 
 
 def link_use(*, tenant, token: str, user) -> ApprovalRequest:
-    """Decide a request through its link, as the logged-in `user`, exactly as the inbox would (reviewer, four-eyes,
-    quorum); the link is spent only if the vote is recorded."""
+    """Decide a request through its link, as the logged-in `user`, exactly as the inbox would.
+
+    The link is spent first, by a conditional update of its own, so two people using one link at once cast one
+    vote. The vote then goes through `request_decide` in its own transactions (some of its refusals commit what
+    they find, an expiry say, and must not be rolled back with the link); a refused vote gives the link back,
+    unless the refusal means the request is settled.
+    """
     link = link_open(tenant=tenant, token=token)
     if link.user_id is not None and link.user_id != user.pk:
         raise NotPermitted("this link was sent to another reviewer")
     membership = Membership.objects.filter(tenant=tenant, user=user).first()
     if membership is None or not membership.can_review:
         raise NotPermitted("only reviewers decide")
+    spent_at = timezone.now()
     with transaction.atomic():
         if not DecisionLink.objects.for_tenant(tenant).filter(pk=link.pk, used_at__isnull=True).update(
-                used_at=timezone.now()):
+                used_at=spent_at):
             raise LinkRefused("this link was used already")
+    try:
         return request_decide(request=link.request, reviewer=user, decision=link.decision, new_input=None,
                               message="decided through a link in a notification")
+    except Conflict:
+        raise
+    except Exception:
+        DecisionLink.objects.for_tenant(tenant).filter(pk=link.pk, used_at=spent_at).update(used_at=None)
+        raise

@@ -224,12 +224,11 @@ class Notification(TenantOwned):
 
 
 class DecisionLink(TenantOwned):
-    """A one-time approve or reject link sent in a message. The link carries a signed token whose nonce is
-    stored hashed; it acts only for a logged-in reviewer allowed to decide, while the request is pending."""
+    """A one-time approve or reject link sent in a message, as a signed token of its id (approvals.decision_links);
+    it acts only for a logged-in reviewer allowed to decide, while the request is pending."""
 
     request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="links")
     decision = models.CharField(max_length=8, choices=[("approve", "approve"), ("reject", "reject")])
-    nonce_hash = models.CharField(max_length=64)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
                              help_text="the only reviewer it acts for (email); empty: any reviewer (shared channels)")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -24,6 +24,7 @@ import time
 from datetime import datetime, timedelta
 from urllib.parse import urlencode, urlsplit
 
+import anyio
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
@@ -36,7 +37,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from tenancy.models import Role
 from toolkeeper.errors import ServiceError
-from toolkeeper.outbound import OutboundRefused, check_url, http_client
+from toolkeeper.outbound import OutboundRefused, async_http_client, check_url
 from tools.models import ToolCall
 from tools.runtime import runtime
 
@@ -59,8 +60,9 @@ logger = logging.getLogger("toolkeeper.notifications")
 DELIVER_JOB = "approvals.notify"
 DIGEST_JOB = "approvals.expiry_digest"
 BACKOFF_S = (10, 60, 300, 1800)  # the wait after each failed attempt; after the last, the message has failed
-SEND_TIMEOUT_S = 10.0
-LEASE_S = 60  # a message claimed this long ago by a worker that vanished is sent again
+SEND_TIMEOUT_S = 10.0  # each step of a send (connect, write, read)
+SEND_DEADLINE_S = 20.0  # a whole send
+LEASE_S = 60  # a message claimed this long ago by a sender that vanished is sent again (> SEND_DEADLINE_S)
 SEND_BATCH = 100
 EXPIRING_WITHIN = timedelta(minutes=15)  # the digest lists pending requests that expire within this
 LINK_MAX_AGE_S = 7 * 24 * 3600  # a decision link of a request without an expiry still ends
@@ -112,8 +114,8 @@ def channel_save(*, queue: Queue, channel: NotificationChannel | None = None, ac
     fields = ("name", "kind", "events", "quiet_from", "quiet_until", "action_links", "enabled")
     current = {} if creating else {name: getattr(channel, name) for name in fields}
     merged = current | values
-    if not creating and merged["kind"] != channel.kind and not url:
-        raise ServiceError({"url": ["a channel that changes kind needs its URL again"]})
+    if not creating and merged["kind"] != channel.kind and not url and merged["kind"] != ChannelKind.EMAIL:
+        raise ServiceError({"url": ["a channel that becomes a webhook needs its URL again"]})
     target = _check_channel(merged, creating=creating or merged["kind"] != channel.kind, url=url,
                             secret=signing_secret)
     if creating:
@@ -307,15 +309,12 @@ def expiry_digest(*, now=None) -> int:
     written = 0
     for requests in by_queue.values():
         with transaction.atomic():
-            ids = [r.pk for r in requests]
-            # the condition decides which requests this run lists, if two runs overlap
-            marked = set(ApprovalRequest.objects.for_tenant(requests[0].tenant_id).filter(
-                pk__in=ids, expiry_noticed_at__isnull=True).select_for_update().values_list("pk", flat=True))
-            requests = [r for r in requests if r.pk in marked]
+            # each request's own conditional update decides which run lists it, if two runs overlap
+            requests = [r for r in requests if ApprovalRequest.objects.for_tenant(r.tenant_id).filter(
+                pk=r.pk, expiry_noticed_at__isnull=True).update(expiry_noticed_at=now)]
             if not requests:
                 continue
-            ApprovalRequest.objects.for_tenant(requests[0].tenant_id).filter(pk__in=marked).update(
-                expiry_noticed_at=now)
+            marked = [r.pk for r in requests]
             queue = requests[0].queue
             body = {"event": NotifyEvent.EXPIRING, "tenant": queue.tenant.slug, "queue": queue.name,
                     "requests": [_request_data(r) for r in requests]}
@@ -366,6 +365,10 @@ def _claim(pk: int, now: datetime) -> Notification | None:
         return None
     claimable = Q(status=DeliveryStatus.PENDING, next_attempt_at__lte=now) | Q(status=DeliveryStatus.SENDING,
                                                                                 lease_until__lt=now)
+    if not notification.channel.enabled:  # switched off (a wrong or leaked URL): what it had not sent stays unsent
+        Notification.all_tenants.filter(claimable, pk=pk).update(
+            status=DeliveryStatus.FAILED, lease_until=None, last_error="not sent: the channel was disabled")
+        return None
     quiet_end = in_quiet_hours(notification.channel, now) if notification.event != NotifyEvent.TEST else None
     if quiet_end is not None:  # held until the quiet hours end, without counting an attempt
         Notification.all_tenants.filter(claimable, pk=pk).update(status=DeliveryStatus.PENDING,
@@ -380,8 +383,9 @@ def _claim(pk: int, now: datetime) -> Notification | None:
 
 
 def delivery_send(*, pk: int, now=None) -> bool:
-    """Claim one message and send it once; record the outcome. True when it was sent."""
-    now = now or timezone.now()
+    """Claim one message and send it once; record the outcome. True when it was sent. The lease and the backoff
+    count from the claim's own moment, never from a batch's start that earlier sends have left behind."""
+    now = max(now, timezone.now()) if now else timezone.now()
     notification = _claim(pk, now)
     if notification is None:
         return False
@@ -403,6 +407,8 @@ def delivery_send(*, pk: int, now=None) -> bool:
 def _error_text(exc: Exception) -> str:
     if isinstance(exc, (DeliveryRefused, OutboundRefused)):
         return str(exc)[:500]
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {SEND_DEADLINE_S:g} s"
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
@@ -414,20 +420,20 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
     return "v1=" + hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
 
 
+def link_token(link_id: int) -> str:
+    """A decision link's token: its id, signed (SECRET_KEY, salted) with the time it was made. A resend makes a
+    token of the same link again, so what an earlier attempt delivered still works."""
+    return signing.TimestampSigner(salt=LINK_SALT).sign(str(link_id))
+
+
 def _payload_with_links(notification: Notification) -> dict:
     payload = dict(notification.payload)
     link_ids = payload.pop("link_ids", None) or {}
     links = {}
+    path = reverse("inbox:inbox_act", kwargs={"tenant": notification.tenant.slug})
     for decision in ("approve", "reject"):  # in this order: a JSON column may have sorted the keys
-        link_id = link_ids.get(decision)
-        if link_id is None:
-            continue
-        nonce = secrets.token_urlsafe(24)
-        # a new token each attempt: the one a failed attempt made was never seen
-        DecisionLink.all_tenants.filter(pk=link_id, used_at__isnull=True).update(nonce_hash=link_digest(nonce))
-        token = signing.TimestampSigner(salt=LINK_SALT).sign(f"{link_id}.{nonce}")
-        path = reverse("inbox:inbox_act", kwargs={"tenant": notification.tenant.slug})
-        links[decision] = _absolute(f"{path}?{urlencode({'token': token})}")
+        if link_ids.get(decision) is not None:
+            links[decision] = _absolute(f"{path}?{urlencode({'token': link_token(link_ids[decision])})}")
     if links:
         payload["links"] = links
     return payload
@@ -450,10 +456,18 @@ def _send(notification: Notification) -> None:
                "X-Toolkeeper-Timestamp": str(timestamp)}
     if target.get("secret"):
         headers["X-Toolkeeper-Signature"] = signature(target["secret"], timestamp, body)
-    with http_client(timeout=SEND_TIMEOUT_S) as client:
-        response = client.post(target["url"], content=body, headers=headers)
-    if not 200 <= response.status_code < 300:
-        raise DeliveryRefused(f"the receiver answered HTTP {response.status_code}")
+    status = anyio.run(_post, target["url"], body, headers)
+    if not 200 <= status < 300:
+        raise DeliveryRefused(f"the receiver answered HTTP {status}")
+
+
+async def _post(url: str, body: bytes, headers: dict) -> int:
+    """The receiver's status, within SEND_DEADLINE_S in all (a receiver that trickles its answer byte by byte
+    would outlast any per-read timeout, and the lease); the body of the answer is not read."""
+    with anyio.fail_after(SEND_DEADLINE_S):
+        async with (async_http_client(timeout=SEND_TIMEOUT_S) as client,
+                    client.stream("POST", url, content=body, headers=headers) as response):
+            return response.status_code
 
 
 def _lines(payload: dict) -> tuple[str, list[str]]:
@@ -495,9 +509,3 @@ def _slack(payload: dict) -> dict:
     if buttons:
         blocks.append({"type": "actions", "elements": buttons})
     return {"text": subject, "blocks": blocks}
-
-
-# --- decision links ----------------------------------------------------------------------------
-
-def link_digest(nonce: str) -> str:
-    return hashlib.sha256(nonce.encode()).hexdigest()

@@ -352,6 +352,10 @@ def _save_channel(request, queue, channel=None):
         else:
             messages.success(request, f"Channel {saved.name} saved.")
             return tenant_redirect(request, "inbox:queue_notifications", queue_id=queue.pk)
+    form.errors  # noqa: B018  (checked before the credentials leave the form's data)
+    form.data = form.data.copy()
+    for name in ("url", "signing_secret"):  # never shown back: a Slack URL holds its token
+        form.data.pop(name, None)
     return _channel_page(request, queue, form, channel=channel, status=INVALID_STATUS)
 
 

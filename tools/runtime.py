@@ -47,6 +47,56 @@ def background_run(name: str, args) -> None:
         close_old_connections()
 
 
+class BackgroundThreads:
+    """A process's background threads (daemons: stopping the process does not wait for a slow receiver).
+
+    A job already waiting to start is not handed over again: it has not yet read what the new one would read,
+    so a burst of kicks while the threads are busy makes one more run, not one per kick.
+    """
+
+    def __init__(self, threads: int = 2):
+        self.threads = threads
+        self._jobs: queue.SimpleQueue | None = None
+        self._waiting: set = set()  # (name, args) of jobs handed over and not started yet
+        self._lock = threading.Lock()
+
+    def hand(self, name: str, args=()) -> None:
+        job = (name, repr(tuple(args)))
+        with self._lock:
+            if job in self._waiting:
+                return
+            self._waiting.add(job)
+            if self._jobs is None:  # started on first use: in a Celery worker, in the process that got the task
+                self._jobs = queue.SimpleQueue()
+                for n in range(self.threads):
+                    threading.Thread(target=self._serve, name=f"toolkeeper-background-{n}", daemon=True).start()
+        self._jobs.put((job, name, tuple(args)))
+
+    def _serve(self) -> None:
+        while True:
+            job, name, args = self._jobs.get()
+            with self._lock:
+                self._waiting.discard(job)
+            try:
+                background_run(name, args)
+            except Exception:
+                logger.exception("background job %s failed", name)
+
+
+_background_threads: BackgroundThreads | None = None
+_background_lock = threading.Lock()
+
+
+def background_threads() -> BackgroundThreads:
+    """This process's background threads (both modes: the server's embedded, each worker process's distributed)."""
+    global _background_threads
+    if _background_threads is None:
+        with _background_lock:
+            if _background_threads is None:
+                _background_threads = BackgroundThreads()
+    return _background_threads
+
+
 class Runtime:
     name = ""
     waiter: Waiter
@@ -91,36 +141,9 @@ class EmbeddedRuntime(Runtime):
 
     name = "embedded"
     waiter = InProcessWaiter()
-    BACKGROUND_THREADS = 2
-    _background: queue.SimpleQueue | None = None
-    _waiting: set = set()  # (name, args) of jobs handed over and not started yet
-    _waiting_lock = threading.Lock()
 
     def run_soon(self, name: str, *args) -> None:
-        """A job already waiting to start is not handed over again: it has not yet read what this one would read
-        (a burst of kicks while a slow receiver holds the threads makes one more run, not one per kick). The
-        threads are daemons: stopping the server does not wait for a slow receiver."""
-        job = (name, repr(args))
-        with self._waiting_lock:
-            if job in self._waiting:
-                return
-            self._waiting.add(job)
-            if EmbeddedRuntime._background is None:
-                EmbeddedRuntime._background = queue.SimpleQueue()
-                for n in range(self.BACKGROUND_THREADS):
-                    threading.Thread(target=self._serve_background, name=f"toolkeeper-background-{n}",
-                                     daemon=True).start()
-        self._background.put((job, name, args))
-
-    def _serve_background(self) -> None:
-        while True:
-            job, name, args = self._background.get()
-            with self._waiting_lock:
-                self._waiting.discard(job)
-            try:
-                background_run(name, args)
-            except Exception:
-                logger.exception("background job %s failed", name)
+        background_threads().hand(name, args)
 
     def calls_recover(self) -> dict:
         """Running calls are re-run if idempotent, else failed (WorkerLost); queued calls go to the executor."""
@@ -176,6 +199,8 @@ class DistributedRuntime(Runtime):
     waiter = ChannelLayerWaiter()
 
     def run_soon(self, name: str, *args) -> None:
+        """A Celery task whose worker hands the job to its process's background threads and returns at once, so
+        a slow job never holds a worker slot that calls need."""
         from celery import current_app
 
         try:

@@ -4,7 +4,7 @@ from celery import shared_task
 from celery.signals import worker_process_init
 
 from .executors import RUN_CALL_TASK
-from .runtime import BACKGROUND_TASK, PERIODIC_TASK, background_run, runtime
+from .runtime import BACKGROUND_TASK, PERIODIC_TASK, background_threads, runtime
 from .worker import ClaimOutcome, worker_run_call
 
 WAIT_RETRY_S = 0.2
@@ -27,7 +27,7 @@ def run_periodic(name: str) -> None:
 
 @shared_task(name=BACKGROUND_TASK, ignore_result=True)
 def run_background(name: str, args: list) -> None:
-    background_run(name, args)
+    background_threads().hand(name, args)  # returns at once: the job runs in this process's background threads
 
 
 @worker_process_init.connect

@@ -257,6 +257,7 @@ if os.environ.get("EMAIL_HOST"):
     EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
     EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
     EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+    EMAIL_TIMEOUT = int(os.environ.get("EMAIL_TIMEOUT", 15))  # a silent mail server must not hold a sender
 else:
     EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 

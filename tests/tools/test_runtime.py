@@ -183,7 +183,7 @@ def test_a_request_waits_through_the_waiter_of_the_runtime(world, use_runtime, m
     wait_terminal(call["id"], tenant=world.a.tenant)
 
 
-def test_background_jobs_run_in_the_embedded_pool_and_a_waiting_one_is_not_queued_twice():
+def test_background_jobs_run_in_daemon_threads_and_a_waiting_one_is_not_queued_twice():
     import threading
 
     from tools.registry import register_background
@@ -195,20 +195,20 @@ def test_background_jobs_run_in_the_embedded_pool_and_a_waiting_one_is_not_queue
         release.wait(10)
 
     register_background("test.block", block)
-    register_background("test.count", lambda: counted.append(threading.current_thread().name))
-    embedded = EmbeddedRuntime()
-    embedded.run_soon("test.block", 1)
-    embedded.run_soon("test.block", 2)  # other arguments: a job of its own, holding the other thread
+    register_background("test.count", lambda: counted.append(threading.current_thread()))
+    threads = runtime_module.BackgroundThreads(threads=2)  # its own, not the process's
+    threads.hand("test.block", (1,))
+    threads.hand("test.block", (2,))  # other arguments: a job of its own, holding the other thread
     assert started.acquire(timeout=5) and started.acquire(timeout=5)
     for _ in range(3):
-        embedded.run_soon("test.count")  # while both threads are held: one waits, the rest join it
+        threads.hand("test.count")  # while both threads are held: one waits, the rest join it
     release.set()
     deadline = time.monotonic() + 5
     while not counted and time.monotonic() < deadline:
         time.sleep(0.01)
     time.sleep(0.1)
-    assert len(counted) == 1 and counted[0].startswith("toolkeeper-background")
-    embedded.run_soon("test.count")  # once started, the job may be asked for again
+    assert len(counted) == 1 and counted[0].daemon and counted[0].name.startswith("toolkeeper-background")
+    threads.hand("test.count")  # once started, the job may be asked for again
     deadline = time.monotonic() + 5
     while len(counted) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
