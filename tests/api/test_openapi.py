@@ -216,3 +216,15 @@ def test_every_api_route_is_in_the_schema(schema):
         path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", path).replace("{pk}", "{id}")  # path converters
         path = "/" + path.replace("^", "").replace("$", "")
         assert path in documented, route
+
+
+def test_the_notification_routes_are_documented_and_credentials_only_written(schema):
+    for path in ("/api/v1/notify-channels", "/api/v1/notify-channels/{id}", "/api/v1/notify-channels/{id}/test",
+                 "/api/v1/notify-deliveries", "/api/v1/notify-deliveries/{id}", "/api/v1/notify-settings"):
+        assert path in schema["paths"], path
+    shown = body(schema, "/api/v1/notify-channels/{id}", "get", 200)["properties"]
+    assert "url" not in shown and "signing_secret" not in shown and "host" in shown
+    written = request(schema, "/api/v1/notify-channels", "post")["properties"]
+    assert {"url", "signing_secret"} <= set(written)
+    assert set(body(schema, "/api/v1/notify-deliveries/{id}", "get", 200)["properties"]) >= {
+        "status", "attempts", "last_error"}
