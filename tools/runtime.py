@@ -18,6 +18,7 @@ import queue
 import threading
 import time
 
+from celery import current_app
 from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils.module_loading import import_string
@@ -201,8 +202,6 @@ class DistributedRuntime(Runtime):
     def run_soon(self, name: str, *args) -> None:
         """A Celery task whose worker hands the job to its process's background threads and returns at once, so
         a slow job never holds a worker slot that calls need."""
-        from celery import current_app
-
         try:
             current_app.send_task(BACKGROUND_TASK, args=(name, list(args)), ignore_result=True)
         except Exception:  # the broker is down: the app's periodic job picks the work up
