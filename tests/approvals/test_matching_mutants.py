@@ -96,3 +96,15 @@ def test_an_argument_spec_compiles_to_its_kind_of_match():
 @pytest.mark.parametrize("pattern,prefix", [("mcp__*__read*", "mcp__"), ("*", ""), ("shell", "shell"), ("a*b", "a")])
 def test_a_pattern_is_filed_under_the_text_before_its_first_star(pattern, prefix):
     assert pattern_prefix(pattern) == prefix
+
+
+@pytest.mark.parametrize("pattern,text,matches", [
+    # a star that starts the pattern with white space on its right may stand for nothing (`* a` matches `a`);
+    # a star with white space on both sides stands for a word or more between word boundaries, never nothing
+    ("* a", "a", True),
+    ("* * a", "a", False),
+    ("* * a", "x a", True),
+    ("* * a", "xa", False),
+])
+def test_only_a_star_at_an_end_of_the_pattern_may_stand_for_nothing(pattern, text, matches):
+    assert compile_arg_glob(pattern).match(ArgumentText(text)) is matches

@@ -769,3 +769,14 @@ def test_an_error_answer_from_a_stale_copy_leaves_a_cancelled_call_cancelled(wor
         call_respond(call=stale, actor=world.a.users["operator"], state="error", message="could not open it")
     cancelled = call_now(world, stale)
     assert (cancelled.status, cancelled.error) == (CallStatus.CANCELLED, None)
+
+
+def test_a_reviewer_who_answers_instead_of_approving_is_the_answer_s_responder(world, gov_member, ask):
+    [request] = ask()
+    reviewer = gov_member()
+    request_decide(request=request, reviewer=reviewer, decision="respond", message="use the staging host")
+    call = call_now(world, request.call)
+    assert call.status == CallStatus.SUCCEEDED
+    assert last_status_event(call) == {"status": "succeeded", "responder": reviewer.username}
+    assert [(verb, actor) for verb, _, _, actor in events(world, "call.responded")] == [
+        ("call.responded", reviewer.pk)]

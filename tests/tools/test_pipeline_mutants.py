@@ -250,3 +250,15 @@ def test_a_chain_that_fails_in_a_caller_s_transaction_dooms_that_transaction(wor
         with pytest.raises(RuntimeError, match="could not be written"):
             pipeline_run(ctx)
         ToolCall.objects.for_tenant(world.a.tenant).count()
+
+
+def test_a_refused_input_fails_the_call_with_every_problem_in_one_message(world):
+    (call,) = calls_submit(session=world.a.session, calls=[{"id": "two_wrongs", "name": "calculate",
+                                                            "input": {"expression": 5, "unexpected": True}}])
+    from tools.declared import call_exposed
+
+    call = row(call)
+    assert call.status == CallStatus.FAILED and call.error["errorType"] == "InvalidInput"
+    error_type, problems = input_refusal(call_exposed(call.session, call), call.input)
+    assert error_type == "InvalidInput" and len(problems) == 2
+    assert call.error["error"] == f"{problems[0]}; {problems[1]}"
