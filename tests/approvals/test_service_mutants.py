@@ -543,6 +543,8 @@ ARG_MATCH_SHAPE = ('an object of argument name → glob, → list of globs, → 
     ({"users": ["alice", ""]}, {"users": ["a list of names"]}),
     ({"users": "alice", "agents": [""]}, {"users": ["a list of names"], "agents": ["a list of names"]}),
     ({"tool_pattern": "  "}, {"tool_pattern": ["name a tool, or a pattern such as mcp__github__*"]}),
+    ({"tool_pattern": ""}, {"tool_pattern": ["name a tool, or a pattern such as mcp__github__*"]}),
+    ({"tool_pattern": None}, {"tool_pattern": ["name a tool, or a pattern such as mcp__github__*"]}),
 ])
 def test_a_rule_with_malformed_values_is_refused_naming_each_field(world, values, errors):
     before = PermissionRule.objects.for_tenant(world.a.tenant).count()
@@ -780,3 +782,17 @@ def test_a_reviewer_who_answers_instead_of_approving_is_the_answer_s_responder(w
     assert last_status_event(call) == {"status": "succeeded", "responder": reviewer.username}
     assert [(verb, actor) for verb, _, _, actor in events(world, "call.responded")] == [
         ("call.responded", reviewer.pk)]
+
+
+def test_a_rule_cannot_route_to_another_tenant_s_queue(world):
+    theirs = default_queue(world.b.tenant)
+    with pytest.raises(ServiceError) as refused:
+        approval_services.rule_create(tenant=world.a.tenant, behavior="ask", tool_pattern="calculate", queue=theirs)
+    assert refused.value.detail == {"queue": ["no such queue"]}
+    rule = approval_services.rule_create(tenant=world.a.tenant, behavior="ask", tool_pattern="calculate",
+                                         queue=default_queue(world.a.tenant))
+    with pytest.raises(ServiceError) as moved:
+        rule_update(rule=rule, queue=theirs)
+    assert moved.value.detail == {"queue": ["no such queue"]}
+    rule.refresh_from_db()
+    assert rule.queue == default_queue(world.a.tenant)
