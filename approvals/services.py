@@ -210,6 +210,40 @@ def _same_person(reviewer, session_user: str) -> bool:
     return bool(claimed) and claimed in {reviewer.username.lower(), reviewer.email.lower()}
 
 
+def decide_refusals(*, requests, user) -> dict[int, str]:
+    """Why `user`, a member who reviews, cannot decide each of these pending requests ({pk: why}; a request
+    they can decide is absent), so that a page hides the buttons instead of refusing after the click.
+
+    The same checks as `request_decide`, made for a whole list page in three queries whatever its length: the
+    requests come as `selectors.request_rows` gives them (queue, call and session loaded, votes prefetched).
+    """
+    queue_ids = {r.queue_id for r in requests if r.queue_id}
+    named = Queue.reviewers.through.objects.filter(queue_id__in=queue_ids)
+    named_any = set(named.values_list("queue_id", flat=True))
+    named_me = set(named.filter(user_id=user.pk).values_list("queue_id", flat=True))
+    escalation_me = set(Queue.escalation_reviewers.through.objects.filter(
+        queue_id__in=queue_ids, user_id=user.pk).values_list("queue_id", flat=True))
+    refusals = {}
+    for request in requests:
+        queue = request.queue
+        listed = request.queue_id in named_me or (request.escalated_at is not None
+                                                   and request.queue_id in escalation_me)
+        if request.queue_id in named_any and not listed:
+            refusals[request.pk] = "you are not a reviewer of this request's queue"
+        elif queue is not None and queue.four_eyes and _same_person(user, request.call.session.user):
+            refusals[request.pk] = "four-eyes: you cannot decide a call made in your own session"
+        elif _vote_stands(request, user):
+            refusals[request.pk] = "you have voted; it waits for the other reviewers"
+    return refusals
+
+
+def _vote_stands(request: ApprovalRequest, user) -> bool:
+    """Whether the user's vote still counts: a later edit by someone else asks everyone again (`_vote_record`)."""
+    votes = list(request.votes.all())
+    mine = [i for i, vote in enumerate(votes) if vote.reviewer_id == user.pk]
+    return bool(mine) and not any(vote.decision == VoteDecision.EDIT for vote in votes[mine[-1] + 1:])
+
+
 def _finish(request: ApprovalRequest, status: str) -> bool:
     moved = ApprovalRequest.objects.for_tenant(request.tenant_id).filter(
         pk=request.pk, status=RequestStatus.PENDING).update(status=status, decided_at=timezone.now())

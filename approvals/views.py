@@ -96,9 +96,13 @@ def _filtered(request, *, statuses, offered_from):
 def inbox(request):
     pending = [RequestStatus.PENDING]
     form, filters, requests = _filtered(request, statuses=pending, offered_from=pending)
+    page = page_of(request, requests)
+    may_decide = request.membership.can_review
+    refusals = services.decide_refusals(requests=page, user=request.user) if may_decide else {}
     return render(request, "inbox/inbox.html", {
-        "form": form, "filters": filters, "page": page_of(request, requests), "tab": "pending",
-        "may_decide": request.membership.can_review, "return_to": request.get_full_path(), **_tabs(request),
+        "form": form, "filters": filters, "page": page, "tab": "pending",
+        "rows": [(item, refusals.get(item.pk)) for item in page],
+        "may_decide": may_decide, "return_to": request.get_full_path(), **_tabs(request),
     })
 
 
@@ -145,9 +149,14 @@ def inbox_request(request, approval):
                 .prefetch_related(_votes(tenant)).get(pk=approval.pk))
     call = approval.call
     status = 200
+    shown_input = json.dumps(call.input, indent=2, ensure_ascii=False)
     if request.method == "POST":
         _require_reviewer(request)
-        form = DecisionForm(request.POST, original_input=call.input)
+        posted = request.POST.copy()
+        if not posted.get("input", "").strip():
+            # "Approve as is" (the inbox list's button) sends no input: a refused decision shows the model's.
+            posted["input"] = shown_input
+        form = DecisionForm(posted, original_input=call.input)
         status = INVALID_STATUS
         if form.is_valid():
             data = form.cleaned_data
@@ -174,14 +183,13 @@ def inbox_request(request, approval):
                     .prefetch_related(_votes(tenant)).get(pk=approval.pk))
         call = approval.call
     else:
-        form = DecisionForm(initial={"input": json.dumps(call.input, indent=2, ensure_ascii=False)},
-                            original_input=call.input)
+        form = DecisionForm(initial={"input": shown_input}, original_input=call.input)
     pending = approval.status == RequestStatus.PENDING
     exposed = call_exposed(call.session, call) if pending else None
     queue = approval.queue
-    # Reviewers of another queue see the request but are told up front that it is not theirs to decide.
-    in_queue = pending and request.membership.can_review and services.reviewer_may_decide(
-        request=approval, user=request.user)
+    # A reviewer who cannot decide it (another queue's, four-eyes, a vote already cast) is told so up front.
+    reviewing = pending and request.membership.can_review
+    refusal = services.decide_refusals(requests=[approval], user=request.user).get(approval.pk) if reviewing else None
     return render(request, "inbox/request.html", {
         "approval": approval, "call": call, "session": call.session, "tool": call.tool, "form": form,
         "schema": exposed.schema if exposed is not None else (call.tool.input_schema if call.tool else None),
@@ -189,7 +197,7 @@ def inbox_request(request, approval):
         # Approvals of the input that would run now (an edit restarts the count).
         "counted": len(selectors.approvals_of(approval, selectors.approved_edit(approval))),
         "required": queue.required_approvals if queue else 1,
-        "may_decide": in_queue, "not_in_queue": pending and request.membership.can_review and not in_queue,
+        "may_decide": reviewing and refusal is None, "refusal": refusal,
         "may_add_rule": request.membership.can_operate and services.rule_suggestion_blocked_by(approval) is None,
         "position": _position(tenant, approval), "tab": "pending", **_tabs(request),
     }, status=status)

@@ -73,12 +73,13 @@ def chromium_context(origin: str, *, step_ms: int, height: int = 900):
             browser.close()
 
 
-def log_in(page, server, path: str) -> None:
-    """Open `path` on a live server as the demo operator, through the login page it redirects to."""
-    operator = server.credentials["operator"]
+def log_in(page, server, path: str, who: str = "operator") -> None:
+    """Open `path` on a live server as a demo member (`server.credentials[who]`), through the login page it
+    redirects to."""
+    member = server.credentials[who]
     page.goto(f"{server.url}{path}")
     page.wait_for_url("**/login/**")
-    page.fill("#id_username", operator["username"])
-    page.fill("#id_password", operator["password"])
+    page.fill("#id_username", member["username"])
+    page.fill("#id_password", member["password"])
     page.click("button[type=submit]")
     page.wait_for_url(f"**{path}")

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ..browser import chromium_context, chromium_or_skip
+from ..browser import chromium_context, chromium_or_skip, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 
@@ -21,21 +21,33 @@ STEP_MS = 15_000  # bound on each browser step
 
 
 
+def _submit_for_review(app, *, expression: str, user: str, context: dict | None = None) -> dict:
+    """The app's side: a session, the math group on, one `calculate` call, which waits for a reviewer."""
+    session = app.post("/api/v1/sessions", json={"agent": "support-bot", "user": user, "context": context or {}})
+    assert session.status_code == 201, session.text
+    calls = f"/api/v1/sessions/{session.json()['id']}/calls"
+    switched = app.post(calls, json={"name": "reset_tools", "input": {"math": True}, "wait": 10})
+    assert switched.json()["calls"][0]["status"] == "succeeded", switched.text
+    submitted = app.post(calls, json={"calls": [{"name": "calculate", "input": {"expression": expression}}],
+                                      "wait": WAIT_S})
+    assert submitted.status_code == 200, submitted.text
+    return submitted.json()["calls"][0]
+
+
+def _admin_asking_for_calculate(server, *, note: str) -> httpx.Client:
+    """The demo admin's API client, after adding a rule that holds support-bot's `calculate` for a reviewer."""
+    admin = httpx.Client(base_url=server.url, headers=server.headers(server.admin_api_key), timeout=30)
+    rule = admin.post("/api/v1/rules", json={"behavior": "ask", "tool_pattern": "calculate",
+                                             "agents": ["support-bot"], "note": note})
+    assert rule.status_code == 201, rule.text
+    return admin
+
+
 def _app_submits_and_waits(server, outcome: dict) -> None:
-    """The app: a session, the math group on, one `calculate` call; then it waits for the final result."""
+    """The app: one `calculate` call for a reviewer; then it waits for the final result."""
     try:
         with httpx.Client(base_url=server.url, headers=server.headers(), timeout=WAIT_S + 30) as app:
-            session = app.post("/api/v1/sessions", json={"agent": "support-bot", "user": "alice@example.com",
-                                                         "context": {"ticket": "T-1042"}})
-            assert session.status_code == 201, session.text
-            session_id = session.json()["id"]
-            switched = app.post(f"/api/v1/sessions/{session_id}/calls",
-                                json={"name": "reset_tools", "input": {"math": True}, "wait": 10})
-            assert switched.json()["calls"][0]["status"] == "succeeded", switched.text
-            submitted = app.post(f"/api/v1/sessions/{session_id}/calls", json={
-                "calls": [{"id": "call_sum", "name": "calculate", "input": {"expression": "1 + 1"}}], "wait": WAIT_S})
-            assert submitted.status_code == 200, submitted.text
-            call = submitted.json()["calls"][0]
+            call = _submit_for_review(app, expression="1 + 1", user="alice@example.com", context={"ticket": "T-1042"})
             outcome["submitted"] = call
             outcome["asked"].set()
             # The call waits for a human: hold a request open until it is final.
@@ -52,10 +64,7 @@ def test_reviewer_edits_and_approves_in_chromium_and_the_waiting_app_gets_the_re
     from playwright.sync_api import expect
 
     server = inbox_live_server
-    admin = httpx.Client(base_url=server.url, headers=server.headers(server.admin_api_key), timeout=30)
-    rule = admin.post("/api/v1/rules", json={"behavior": "ask", "tool_pattern": "calculate",
-                                             "agents": ["support-bot"], "note": "arithmetic by hand"})
-    assert rule.status_code == 201, rule.text
+    admin = _admin_asking_for_calculate(server, note="arithmetic by hand")
 
     outcome = {"asked": threading.Event()}
     app = threading.Thread(target=_app_submits_and_waits, args=(server, outcome), daemon=True)
@@ -68,12 +77,7 @@ def test_reviewer_edits_and_approves_in_chromium_and_the_waiting_app_gets_the_re
         reviewer = server.credentials["reviewer"]
         with chromium_context(server.url, step_ms=STEP_MS, height=1000) as (context, csp):
             page = context.new_page()
-            page.goto(f"{server.url}/t/demo/inbox/")
-            # Not logged in: the login page, then back to the inbox.
-            page.fill("#id_username", reviewer["username"])
-            page.fill("#id_password", reviewer["password"])
-            page.click("button[type=submit]")
-            page.wait_for_url("**/t/demo/inbox/")
+            log_in(page, server, "/t/demo/inbox/", who="reviewer")  # the login page, then back to the inbox
             rows = page.locator("#requests tr[data-href]")
             expect(rows).to_have_count(1)
             expect(rows.first).to_contain_text("calculate")
@@ -121,3 +125,63 @@ def test_reviewer_edits_and_approves_in_chromium_and_the_waiting_app_gets_the_re
     finally:
         admin.close()
         app.join(1)
+
+
+def test_typing_a_reason_never_decides_and_focused_buttons_ignore_the_letter_keys(inbox_live_server):
+    """`r` from the inbox opens the request to write a rejection: every letter typed goes into the message
+    (none of a, e, r, j acts), a focused decision button ignores the letters too, and Ctrl+Enter rejects."""
+    chromium_or_skip()
+    from playwright.sync_api import expect
+
+    server = inbox_live_server
+    admin = _admin_asking_for_calculate(server, note="typed by hand")
+    with httpx.Client(base_url=server.url, headers=server.headers(), timeout=WAIT_S) as app:
+        call = _submit_for_review(app, expression="2 + 2", user="bob@example.com")
+    assert call["status"] == "awaiting_approval", call
+    reason = "a rejection: never rerun jobs, ask Jane"
+
+    def status() -> str:
+        return admin.get(f"/api/v1/calls/{call['id']}").json()["status"]
+
+    try:
+        with chromium_context(server.url, step_ms=STEP_MS, height=1000) as (context, csp):
+            page = context.new_page()
+            log_in(page, server, "/t/demo/inbox/", who="reviewer")
+            rows = page.locator("#requests tr[data-href]")
+            expect(rows).to_have_count(1)
+            page.keyboard.press("r")
+            page.wait_for_url("**/t/demo/inbox/*/#reject")
+            message = page.locator("#id_message")
+            expect(message).to_be_focused()
+            page.keyboard.type(reason, delay=20)
+            expect(message).to_have_value(reason)
+            assert status() == "awaiting_approval"
+
+            # A decision button with focus (a Tab away, or a click elsewhere that landed on it) takes no letter.
+            page.locator("#decide-reject").focus()
+            for key in "aerj":
+                page.keyboard.press(key)
+            expect(page.locator("#decide-reject")).to_be_focused()
+            assert "/inbox/" in page.url and page.url.endswith("/#reject"), page.url
+            assert status() == "awaiting_approval"
+            expect(message).to_have_value(reason)
+
+            # With nothing focused, `e` and `r` move to the editor and the message; they decide nothing.
+            page.keyboard.press("Escape")
+            page.evaluate("document.activeElement.blur()")
+            page.keyboard.press("e")
+            expect(page.locator("#id_input")).to_be_focused()
+            page.keyboard.press("Escape")
+            page.keyboard.press("r")
+            expect(message).to_be_focused()
+            assert status() == "awaiting_approval"
+
+            page.keyboard.press("Control+Enter")  # on purpose: rejects with the whole reason
+            page.wait_for_url(lambda url: url.split("#")[0].endswith("/t/demo/inbox/"))  # the redirect keeps #reject
+            expect(page.locator(".messages")).to_contain_text("rejected")
+            csp.assert_clean()
+        final = admin.get(f"/api/v1/calls/{call['id']}").json()
+        assert final["status"] == "rejected", final
+        assert [(v["decision"], v["message"]) for v in final["approval"]["votes"]] == [("reject", reason)]
+    finally:
+        admin.close()

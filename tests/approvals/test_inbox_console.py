@@ -204,13 +204,74 @@ def test_four_eyes_refusal_is_shown_as_403(world, inbox_pending, gov_queue, gov_
     assert fresh(pending).status == RequestStatus.PENDING
 
 
+def _quick_approve_rows(page: str) -> int:
+    return page.count('class="inline quick-approve"')
+
+
+def test_a_four_eyes_request_says_so_to_the_sessions_own_user_and_hides_its_buttons(world, inbox_pending, gov_queue,
+                                                                                    gov_member):
+    queue = gov_queue(name="sensitive", four_eyes=True)
+    (own,) = inbox_pending(1, agent="ops-bot", user="carol@example.com", queue=queue, command="rm -rf /srv")
+    (other,) = inbox_pending(1, agent="ops-bot", user="dave@example.com", queue=queue)
+    carol = gov_member(Role.REVIEWER, username="carol", email="carol@example.com")
+    client = world.a.console()
+    client.force_login(carol)
+    listing = text(client.get(url("inbox", world.a.tenant)))
+    assert listing.count("Four-eyes: you cannot decide a call made in your own session") == 2  # title and text
+    assert _quick_approve_rows(listing) == 1  # dave's request only
+    page = text(client.get(url("inbox_request", world.a.tenant, request_id=own.pk)))
+    assert 'id="cannot-decide"' in page and 'id="decide"' not in page and "decide-approve" not in page
+    assert 'id="decide"' in text(client.get(url("inbox_request", world.a.tenant, request_id=other.pk)))
+
+
+def test_a_refused_approve_as_is_shows_the_input_it_would_have_run(world, inbox_pending, gov_queue, gov_member):
+    """The inbox list's Approve sends no input: the refusal must not come back with an empty editor."""
+    queue = gov_queue(name="sensitive", four_eyes=True)
+    (own,) = inbox_pending(1, agent="ops-bot", user="carol@example.com", queue=queue, command="rm -rf /srv")
+    carol = gov_member(Role.REVIEWER, username="carol", email="carol@example.com")
+    client = world.a.console()
+    client.force_login(carol)
+    target = url("inbox_request", world.a.tenant, request_id=own.pk)
+    refused = client.post(target, {"decision": "approve", "return_to": url("inbox", world.a.tenant)})
+    assert refused.status_code == 403
+    page = text(refused)
+    editor = re.search(r'<textarea id="id_input"[^>]*>(.*?)</textarea>', page, re.S)
+    assert editor is not None, page
+    assert json.loads(editor.group(1).replace("&quot;", '"')) == {"command": "rm -rf /srv"}
+    edited = client.post(target, {"decision": "edit", "input": '{"command": "ls"}', "message": "only look"})
+    page = text(edited)
+    assert "{&quot;command&quot;: &quot;ls&quot;}</textarea>" in page
+    assert ">only look</textarea>" in page
+    assert fresh(own).status == RequestStatus.PENDING
+
+
+def test_a_reviewer_who_voted_is_told_it_waits_for_the_others(world, inbox_pending, gov_queue):
+    queue = gov_queue(name="pair", required_approvals=2)
+    (pending,) = inbox_pending(1, queue=queue)
+    reviewer = world.a.console("reviewer")
+    target = url("inbox_request", world.a.tenant, request_id=pending.pk)
+    assert reviewer.post(target, {"decision": "approve"}).status_code == 302
+    assert fresh(pending).status == RequestStatus.PENDING
+    listing = text(reviewer.get(url("inbox", world.a.tenant)))
+    assert "You have voted; it waits for the other reviewers" in listing
+    assert _quick_approve_rows(listing) == 0
+    page = text(reviewer.get(target))
+    assert 'id="cannot-decide"' in page and 'id="decide"' not in page
+    operator = text(world.a.console("operator").get(target))  # not yet voted: may decide
+    assert 'id="decide"' in operator and 'id="cannot-decide"' not in operator
+    # an edit by someone else asks again: the first reviewer's approval no longer counts
+    world.a.console("operator").post(target, {"decision": "edit", "input": '{"command": "ls"}'})
+    assert 'id="decide"' in text(reviewer.get(target))
+
+
 def test_a_queue_with_named_reviewers_is_decided_by_them_only(world, inbox_pending, gov_queue):
     queue = gov_queue(name="payments", reviewers=[world.a.users["reviewer"]])
     (pending,) = inbox_pending(1, queue=queue)
     target = url("inbox_request", world.a.tenant, request_id=pending.pk)
     operator = world.a.console("operator")
     page = text(operator.get(target))
-    assert 'id="not-in-queue"' in page and 'id="decide"' not in page
+    assert 'id="cannot-decide"' in page and 'id="decide"' not in page
+    assert "not a reviewer of this request&#x27;s queue. Only the reviewers of the queue" in page
     response = operator.post(target, {"decision": "approve"})
     assert response.status_code == 403
     assert "not a reviewer of this request" in text(response)
