@@ -101,6 +101,12 @@ def inbox_count(*, tenant) -> int:
     return ApprovalRequest.objects.for_tenant(tenant).filter(status=RequestStatus.PENDING, kind="approval").count()
 
 
+def pending_request_of(call) -> ApprovalRequest | None:
+    """The call's approval request while it waits for a reviewer, with its queue."""
+    return (ApprovalRequest.objects.for_tenant(call.tenant_id).filter(call=call, status=RequestStatus.PENDING)
+            .select_related("queue").first())
+
+
 def request_rows(requests, *, tenant):
     """Approval requests as list rows show them (queue, session user, votes), without JSON payloads."""
     votes = Prefetch("votes", queryset=Vote.objects.for_tenant(tenant).defer("input").order_by("at", "id"))

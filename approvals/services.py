@@ -6,7 +6,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from realtime.broadcast import publish_on_commit
 from realtime.groups import inbox_group
-from tenancy.models import Membership
+from tenancy.models import REVIEW_ROLES, Membership
 from tenancy.versions import version_bump
 from toolkeeper.errors import Conflict, NotPermitted, ServiceError
 from tools.aftercare import result_finish
@@ -118,6 +118,8 @@ def queue_save(*, tenant, queue: Queue | None = None, actor=None, reviewers=None
         members = set(Membership.objects.filter(tenant=tenant, user__in=group or []).values_list("user_id", flat=True))
         if group and any(user.pk not in members for user in group):
             raise ServiceError({"reviewers": ["reviewers must be members of the tenant"]})
+    _check_quorum_reachable(tenant=tenant, queue=queue, reviewers=reviewers,
+                            escalation_reviewers=escalation_reviewers, values=values)
     name = values.get("name", queue.name if queue else "")
     clash = Queue.objects.for_tenant(tenant).filter(name=name)
     if queue is not None:
@@ -142,6 +144,36 @@ def queue_save(*, tenant, queue: Queue | None = None, actor=None, reviewers=None
     audit_record(tenant=tenant, actor=actor, verb=verb, target=f"queue:{queue.name}",
                  data={k: str(v) for k, v in values.items()})
     return queue
+
+
+def _check_quorum_reachable(*, tenant, queue, reviewers, escalation_reviewers, values) -> None:
+    """A queue must have the people its quorum needs, or its requests could never be approved: the members
+    who review among those it names (all of them when it names none; escalation reviewers when it escalates),
+    one more with four-eyes, since the session's own user may be one of them."""
+    def current(field, default):
+        return values.get(field, getattr(queue, field) if queue is not None else default)
+
+    if reviewers is None:
+        reviewers = list(queue.reviewers.all()) if queue is not None else []
+    if escalation_reviewers is None:
+        escalation_reviewers = list(queue.escalation_reviewers.all()) if queue is not None else []
+    voters = Membership.objects.filter(tenant=tenant, role__in=REVIEW_ROLES)
+    if reviewers:
+        named = {user.pk for user in reviewers}
+        if current("escalate_after", None) is not None:
+            named |= {user.pk for user in escalation_reviewers}
+        voters = voters.filter(user_id__in=named)
+    required, four_eyes = current("required_approvals", 1), current("four_eyes", False)
+    needed = required + (1 if four_eyes else 0)
+    eligible = voters.count()
+    if eligible < needed:
+        asked = f"{required} approval{'s' if required > 1 else ''}"
+        if four_eyes:
+            asked += " with four-eyes (which keeps out the session's own user)"
+        whom = "of the reviewers it names" if reviewers else "in the tenant"
+        raise ServiceError({"required_approvals": [
+            f"{asked} need {needed} members who review, and only {eligible} {whom} can: "
+            "name more reviewers or ask for fewer approvals"]})
 
 
 def queue_delete(*, queue: Queue, actor=None) -> None:

@@ -53,6 +53,7 @@ tenant_pages = [
     path("sessions/<str:session_id>/", views.session_detail, name="session_detail"),
     path("calls/", views.call_list, name="call_list"),
     path("calls/<str:call_id>/", views.call_detail, name="call_detail"),
+    path("calls/<str:call_id>/cancel/", views.call_cancel_page, name="call_cancel"),
     path("settings/", views.tenant_settings, name="tenant_settings"),
     path("tools/<int:tool_id>/result-steps/", redaction_pages.tool_result_steps, name="tool_result_steps"),
     path("redaction-rules/", redaction_pages.redaction_rule_list, name="redaction_rule_list"),

@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
+from approvals.selectors import pending_request_of
 from audit.selectors import audit_check_recent, audit_events
 from tenancy import services as tenancy_services
 from tenancy.editing import ObjectActionView, ObjectDeleteView, ObjectFormView
@@ -33,6 +34,7 @@ from tenancy.web import (
 )
 from tools import mcp_servers
 from tools import services as tool_services
+from tools.calls import call_cancel
 from tools.mcp_endpoint import AGENT_HEADER, SESSION_HEADER
 from tools.models import AgentSession, BoundArgument, CallStatus, McpServer, Tool, ToolCall, ToolGroup
 from tools.selectors import (
@@ -416,6 +418,19 @@ def _live_view(events) -> dict:
         "output_hidden": max(0, len(lines) - OUTPUT_LINES_MAX),
         "last_seq": events[-1].seq if events else 0,
     }
+
+
+class CallCancel(ObjectDeleteView):
+    """An operator stops a call that waits (for a reviewer, an external party or the executor) or runs: the
+    way out of a request nobody can decide. `call_cancel` records it in the audit trail."""
+
+    def context(self) -> dict:
+        return {"pending_request": pending_request_of(self.object)}
+
+
+call_cancel_page = CallCancel.as_view(
+    service=call_cancel, template_name="console/call_cancel.html", success_url="console:call_detail",
+    success_params=(("call_id", "pk"),), success_message="Call {object.call_id} stopped.")
 
 
 @tenant_view()

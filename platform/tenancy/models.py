@@ -51,6 +51,10 @@ class Role(models.TextChoices):
     VIEWER = "viewer"
 
 
+# The roles that may vote on approval requests.
+REVIEW_ROLES = (Role.ADMIN, Role.OPERATOR, Role.REVIEWER)
+
+
 class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
@@ -68,7 +72,7 @@ class Membership(models.Model):
 
     @property
     def can_review(self) -> bool:
-        return self.role in (Role.ADMIN, Role.OPERATOR, Role.REVIEWER)
+        return self.role in REVIEW_ROLES
 
 
 class Scope(models.TextChoices):

@@ -9,7 +9,8 @@ from django.urls import reverse
 
 from approvals.models import ApprovalRequest, PermissionRule, RequestStatus, Vote
 from approvals.services import request_decide
-from tenancy.models import Role
+from audit.models import Event as AuditEvent
+from tenancy.models import Membership, Role
 from tools.calls import calls_submit
 from tools.models import AgentSession, CallStatus, Tool, ToolCall, ToolGroup
 from tools.services import binding_set, tool_external_create
@@ -508,3 +509,41 @@ def test_inbox_lists_do_not_read_json_columns_they_do_not_show(world, inbox_pend
             assert client.get(url(name, world.a.tenant)).status_code == 200
         sql = "\n".join(query["sql"] for query in captured.captured_queries)
         assert not [column for column in names if column in sql], name
+
+
+# --- no dead ends -------------------------------------------------------------------------------
+
+def test_an_operator_stops_a_call_whose_request_nobody_can_decide(world, inbox_pending, gov_queue, gov_member):
+    """A queue can lose the reviewers its quorum needs after it was saved (here: one leaves the tenant). The
+    operator stops the call from its page: the request leaves the inbox, and the audit trail says who."""
+    first, second = gov_member(), gov_member()
+    queue = gov_queue(name="pair", required_approvals=2, reviewers=[first, second])
+    (pending,) = inbox_pending(1, queue=queue)
+    Membership.objects.filter(tenant=world.a.tenant, user=second).delete()
+    call = pending.call
+    operator = world.a.console("operator")
+    call_page = reverse("console:call_detail", kwargs={"tenant": world.a.tenant.slug, "call_id": call.pk})
+    stop_page = reverse("console:call_cancel", kwargs={"tenant": world.a.tenant.slug, "call_id": call.pk})
+    assert f'href="{stop_page}" id="stop-call"' in text(operator.get(call_page))
+    assert 'id="stop-call"' not in text(world.a.console("reviewer").get(call_page))
+    assert world.a.console("reviewer").post(stop_page).status_code == 403
+
+    confirm = text(operator.get(stop_page))
+    assert "It never runs; it ends as <strong>cancelled</strong>." in confirm
+    assert "Its approval request leaves the inbox of the queue <strong>pair</strong>" in confirm
+
+    response = operator.post(stop_page)
+    assert response.status_code == 302 and response["Location"] == call_page
+    assert ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk).status == CallStatus.CANCELLED
+    assert fresh(pending).status == RequestStatus.CANCELLED
+    assert pending.pk not in {r.pk for r in ApprovalRequest.objects.for_tenant(world.a.tenant).filter(
+        status=RequestStatus.PENDING)}
+    audit = AuditEvent.objects.for_tenant(world.a.tenant).filter( verb="call.cancelled", target=f"call:{call.pk}").get()
+    assert audit.actor == world.a.users["operator"]
+    page = text(operator.get(call_page))
+    assert "Call " in page and "stopped." in page and 'id="stop-call"' not in page
+
+    # Stopping it again changes nothing and says why.
+    again = operator.post(stop_page)
+    assert again.status_code == 400
+    assert "the call is already cancelled" in text(again)
