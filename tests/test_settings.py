@@ -34,6 +34,14 @@ def test_embedded_default_needs_no_configuration(tmp_path):
     assert loaded["executor"] == "local"
     assert loaded["data_dir"] == str(tmp_path / "data")
     assert (tmp_path / "data").is_dir()
+    assert loaded["debug"] is False  # friendly error pages, not Django's debug pages
+
+
+def test_a_developer_asks_for_the_debug_pages(tmp_path):
+    result = load_settings(tmp_path, DEBUG="1")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["debug"] is True
+    assert (tmp_path / "data" / "development-secrets.key").exists()  # still a development deployment
 
 
 def test_distributed_services_come_from_the_environment(tmp_path):

@@ -16,8 +16,8 @@ django_asgi_app = get_asgi_application()
 
 from django.conf import settings  # noqa: E402
 
-if settings.DEBUG:
-    # The development server serves static files (the Django admin's) itself.
+if settings.DEVELOPMENT:
+    # A development deployment serves static files (the Django admin's) itself.
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
     django_asgi_app = ASGIStaticFilesHandler(django_asgi_app)

@@ -27,9 +27,13 @@ def env_bool(name: str, default: bool) -> bool:
 
 
 DEV_SECRET_KEY = "toolkeeper-dev-secret-do-not-use-in-production"
-DEBUG = env_bool("DEBUG", True)
+# `DEBUG=0` marks a production deployment: it refuses the development secrets (here and below). Django's
+# debug pages (a traceback on a 500, every URL on a 404) are for a developer who asks with `DEBUG=1`; left
+# unset, a development deployment (`make run`) serves the friendly error pages too.
+DEVELOPMENT = env_bool("DEBUG", True)
+DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY") or DEV_SECRET_KEY
-if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
+if not DEVELOPMENT and SECRET_KEY == DEV_SECRET_KEY:
     raise ImproperlyConfigured("SECRET_KEY must be set to a secret value when DEBUG is off.")
 
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
@@ -88,7 +92,8 @@ def secrets_keys(value: str, *, debug: bool, data_dir: Path) -> list[str]:
     return keys
 
 
-TOOLKEEPER_SECRETS_KEYS = secrets_keys(os.environ.get("TOOLKEEPER_SECRETS_KEY", ""), debug=DEBUG, data_dir=DATA_DIR)
+TOOLKEEPER_SECRETS_KEYS = secrets_keys(os.environ.get("TOOLKEEPER_SECRETS_KEY", ""), debug=DEVELOPMENT,
+                                       data_dir=DATA_DIR)
 
 
 def mcp_stdio_servers(value: str) -> dict:

@@ -8,6 +8,7 @@ import asyncio
 import json
 import socket
 
+import httpx
 import pytest
 import websockets
 from websockets.exceptions import InvalidStatus
@@ -115,3 +116,12 @@ def test_a_malformed_call_on_a_stream_refuses_the_handshake_without_an_exception
     assert asyncio.run(refused("after=soon")) == 403
     log = toolkeeper_server.log_tail(200_000)
     assert "Traceback" not in log and "ValidationError" not in log
+
+
+def test_an_unknown_page_gets_the_friendly_404_not_the_url_list(toolkeeper_server):
+    """The server runs with the embedded default's settings (no DEBUG set): Django's debug page, which lists
+    every URL pattern, is for a developer who asks for it with DEBUG=1."""
+    response = httpx.get(f"{toolkeeper_server.url}/no-such-page/", timeout=ANSWER_TIMEOUT)
+    assert response.status_code == 404
+    assert "There is nothing here" in response.text, response.text[:500]
+    assert "URLconf" not in response.text and "api/v1/" not in response.text
