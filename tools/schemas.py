@@ -144,6 +144,33 @@ class InputValidator:
         return [f"{'/'.join(str(part) for part in error.path) or 'input'}: {error.message}" for error in found]
 
 
+def argument_choices(schema) -> list[tuple[str, str]]:
+    """The arguments an input schema names, each with a label saying its type and what it is for."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return []
+    choices = []
+    for name, spec in properties.items():
+        spec = spec if isinstance(spec, dict) else {}
+        kind = spec.get("type")
+        label = f"{name} ({'/'.join(map(str, kind)) if isinstance(kind, list) else kind})" if kind else name
+        if isinstance(spec.get("description"), str) and spec["description"].strip():
+            label += f": {_shorten(spec['description'].strip(), 80)}"
+        choices.append((name, label))
+    return choices
+
+
+def argument_problems(schema, name: str, value) -> list[str]:
+    """Why `value` cannot be the argument `name` of a tool with this input schema ([] when it can): checked
+    against the whole schema with nothing else required, so that references and the other keywords that
+    apply to the argument hold, and only what concerns `name` counts."""
+    validator = InputValidator({**schema, "required": []} if isinstance(schema, dict) else schema)
+    if validator.problem is not None:
+        return [validator.problem]
+    return [problem for problem in validator.errors({name: value})
+            if problem.startswith((f"{name}: ", f"{name}/"))]
+
+
 def _shorten(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 

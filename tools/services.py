@@ -13,7 +13,7 @@ from toolkeeper.errors import ServiceError
 
 from .models import RESERVED_GROUP, AgentSession, BoundArgument, Tool, ToolGroup, ToolSource
 from .registry import sources
-from .schemas import SchemaProblem, declared_object_schema, schema_check, tool_name_reserved
+from .schemas import SchemaProblem, argument_problems, declared_object_schema, schema_check, tool_name_reserved
 from .selectors import default_group_names, groups_of
 
 logger = logging.getLogger(__name__)
@@ -246,6 +246,11 @@ def binding_set(*, tenant, tool: Tool, name: str, value, agent: str = "", actor=
     properties = (tool.input_schema or {}).get("properties", {})
     if properties and name not in properties:
         raise ServiceError({"name": [f"{tool.name} has no argument {name!r}"]})
+    if properties:
+        # A value the schema refuses would fail every call of the tool, on an argument the model cannot see.
+        problems = argument_problems(tool.input_schema, name, value)
+        if problems:
+            raise ServiceError({"value": [f"{tool.name} refuses it: {problem}" for problem in problems]})
     binding, _ = BoundArgument.objects.update_or_create(
         tenant=tenant, tool=tool, agent=agent, name=name, defaults={"value": value},
     )

@@ -8,6 +8,7 @@ from tenancy.web import TenantForm
 from toolkeeper.json_values import JSONValueField, json_parse
 from tools.mcp_servers import SERVER_NAME_RULE, TIMEOUT_RANGE, stdio_servers
 from tools.models import CallStatus, McpTransport, Tool, ToolCall
+from tools.schemas import argument_choices
 
 
 def _tools_of(tenant):
@@ -75,6 +76,20 @@ class BindingForm(TenantForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["tool"].queryset = _tools_of(self.tenant)
+        self.chosen_tool = self._chosen_tool()
+        arguments = argument_choices(self.chosen_tool.input_schema) if self.chosen_tool else []
+        if arguments:  # the argument is picked from the tool's schema, not typed
+            self.fields["name"] = forms.ChoiceField(choices=[("", "— choose an argument —"), *arguments],
+                                                    label="Argument", help_text="From the tool's input schema.")
+
+    def _chosen_tool(self):
+        """The tool the form is about: the one posted, else the one the page was opened for (`?tool=`)."""
+        chosen = self.data.get("tool") if self.is_bound else self.initial.get("tool")
+        if isinstance(chosen, Tool):
+            return chosen
+        if isinstance(chosen, str) and chosen.isdigit():
+            return self.fields["tool"].queryset.filter(pk=chosen).first()
+        return None
 
     def clean_agent(self):
         return self.cleaned_data["agent"].strip()

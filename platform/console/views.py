@@ -257,6 +257,12 @@ class BindingCreate(ObjectFormView):
             return {}
         return {"tool": Tool.objects.for_tenant(self.request.tenant).filter(pk=tool).first()}
 
+    def render(self, context: dict, status: int = 200):
+        tool = context["form"].chosen_tool
+        if tool is not None:  # what the model is shown of the tool now, for the operator to compare
+            context["model_schema"] = _schema_views(tool)[0]
+        return super().render(context, status)
+
     def message(self, binding) -> str:
         return (f"{binding.tool.name}.{binding.name} is now bound"
                 f"{' for ' + binding.agent if binding.agent else ''}.")

@@ -140,3 +140,29 @@ def test_binding_create_and_delete(world):
     assert client.post(f"/t/acme/bindings/{binding.pk}/delete/").status_code == 302
     assert not BoundArgument.objects.for_tenant(world.a.tenant).filter(pk=binding.pk).exists()
     assert "America/New_York" not in world.a.console("viewer").get("/t/acme/bindings/").content.decode()
+
+
+def test_a_binding_is_chosen_from_the_schema_and_its_value_checked_against_it(world):
+    """A value the tool's schema refuses would fail every call, on an argument the model cannot see."""
+    client = world.a.console("operator")
+    tool = world.a.tools["current_time"]
+    page = client.get(f"/t/acme/bindings/new/?tool={tool.pk}").content.decode()
+    assert '<select name="name"' in page and '<option value="timezone">timezone (string)' in page
+    assert 'id="schema-preview"' in page and "&quot;timezone&quot;" in page  # what the model sees now
+    assert 'id="choose-tool"' not in page
+    assert 'id="choose-tool"' in client.get("/t/acme/bindings/new/").content.decode()
+
+    refused = client.post("/t/acme/bindings/new/", {"tool": tool.pk, "agent": "", "name": "timezone", "value": "42"})
+    assert refused.status_code == 400
+    assert "current_time refuses it: timezone: 42 is not of type &#x27;string&#x27;" in refused.content.decode()
+    unknown = client.post("/t/acme/bindings/new/", {"tool": tool.pk, "agent": "", "name": "tz", "value": '"UTC"'})
+    assert unknown.status_code == 400
+    assert "Select a valid choice. tz is not one of the available choices." in unknown.content.decode()
+    assert not BoundArgument.objects.for_tenant(world.a.tenant).filter(tool=tool, agent="").exists()
+
+    # The API refuses the same value, on the same field.
+    admin = world.a.client("admin")
+    response = admin.post("/api/v1/bindings", {"tool": tool.name, "name": "timezone", "value": 42}, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["fields"]["value"] == [
+        "current_time refuses it: timezone: 42 is not of type 'string'"]
