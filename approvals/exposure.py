@@ -7,8 +7,15 @@ rules and denies such a call with that rule's reason, so the surface and the dec
 conditions hides nothing, nor does the tenant's default behaviour: an allow rule or read-only auto-allow may
 still let a call through.
 """
-from .engine import CompiledRule
-from .selectors import rule_index
+from dataclasses import dataclass
+
+from tools.catalog import catalog_snapshot
+from tools.models import AgentSession
+from tools.schemas import with_bound
+from tools.selectors import active_group_names, visible_tools
+
+from .engine import CompiledRule, Decision
+from .selectors import evaluate, rule_index
 
 
 def _always_denies(rule: CompiledRule, *, tool_name: str, agent: str, user: str) -> bool:
@@ -26,3 +33,32 @@ def tools_always_denied(*, tenant, agent: str, user: str, names) -> dict[str, st
         if rule is not None:
             hidden[name] = f"denied by {rule.describe()}"
     return hidden
+
+
+@dataclass(frozen=True)
+class SeenTool:
+    """One tool on a session's listed surface, and why it is there and how a call of it would go."""
+    name: str
+    schema: dict  # as the model sees it
+    groups: list[str]  # the session's active groups that list it; empty for a meta tool
+    bound: list[str]  # the names of the arguments the server sets
+    decision: Decision | None  # for a call with no other arguments; None for a meta tool (never governed)
+
+
+def agents_eye_view(session: AgentSession) -> list[SeenTool]:
+    """The tools the model of `session` is listed, computed as `GET /api/v1/sessions/{id}/tools` lists
+    them, each with its groups, its bound arguments and the decision the rules would make for a call
+    that sends no other arguments (a rule with argument conditions may decide a real call otherwise)."""
+    catalog = catalog_snapshot(session.tenant_id)
+    active = set(active_group_names(session, catalog.groups))
+    seen = []
+    for exposed in visible_tools(session):
+        decision = None
+        if not exposed.is_meta:
+            decision = evaluate(tenant=session.tenant, tool_name=exposed.name, tool=exposed.tool,
+                                effective_input=with_bound({}, exposed.bound), agent=session.agent,
+                                user=session.user)
+        groups = [group.name for group in catalog.groups_of_tool.get(exposed.name, []) if group.name in active]
+        seen.append(SeenTool(name=exposed.name, schema=exposed.schema, groups=groups, bound=sorted(exposed.bound),
+                             decision=decision))
+    return seen

@@ -183,11 +183,16 @@ def _not_listed_why(groups: list[GroupView], agent: str) -> str:
     return "not in an active group: " + ", ".join(f"{g.name} ({_group_state(g)})" for g in open_groups)
 
 
+def new_session_of(tenant, agent: str, user: str = "") -> AgentSession:
+    """A session of `agent` and `user` as it would start (not saved): for seeing what it would be shown."""
+    return AgentSession(tenant=tenant, agent=agent, user=user,
+                        active_groups=default_group_names(catalog_snapshot(tenant.pk).groups, agent))
+
+
 def surface_preview(tenant, agent: str, user: str = "") -> SurfacePreview:
     """What a new session of `agent` and `user` is shown, by the code that shows it to real sessions."""
     catalog = catalog_snapshot(tenant.pk)
-    session = AgentSession(tenant=tenant, agent=agent, user=user,
-                           active_groups=default_group_names(catalog.groups, agent))
+    session = new_session_of(tenant, agent, user)
     shown = [exposed.name for exposed in visible_tools(session)]
     active = set(active_group_names(session, catalog.groups))
     in_active = sorted({name for group in catalog.groups if group.name in active for name in group.tool_names})

@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
+from approvals.exposure import agents_eye_view
 from approvals.selectors import pending_request_of
 from audit.selectors import audit_check_recent, audit_events
 from tenancy import services as tenancy_services
@@ -46,6 +47,7 @@ from tools.selectors import (
     call_rows,
     exposed_schema,
     groups_of,
+    new_session_of,
     session_calls,
     surface_preview,
 )
@@ -109,11 +111,13 @@ def tool_list(request):
     groups = Prefetch("groups", queryset=ToolGroup.objects.for_tenant(request.tenant).order_by("name"))
     tools = Tool.objects.for_tenant(request.tenant).defer(*TOOL_PAYLOADS).prefetch_related(groups)
     preview_form = SurfacePreviewForm(request.GET if "agent" in request.GET else None)
-    preview = None
+    preview = seen = None
     if preview_form.is_bound and preview_form.is_valid():
-        preview = surface_preview(request.tenant, preview_form.cleaned_data["agent"], preview_form.cleaned_data["user"])
+        agent, user = preview_form.cleaned_data["agent"], preview_form.cleaned_data["user"]
+        preview = surface_preview(request.tenant, agent, user)
+        seen = agents_eye_view(new_session_of(request.tenant, agent, user))
     return render(request, "console/tool_list.html", {"tools": tools, "preview_form": preview_form,
-                                                      "preview": preview})
+                                                      "preview": preview, "seen": seen})
 
 
 def _schema_views(tool: Tool) -> tuple[dict, list[tuple[str, dict]], list[BoundArgument]]:
@@ -367,6 +371,7 @@ def session_detail(request, session):
     groups = groups_of(request.tenant)
     return render(request, "console/session_detail.html", {
         "session": session,
+        "seen": agents_eye_view(session),
         "active_groups": active_group_names(session, groups),
         "mcp": session_mcp_presence(session),
         "page": page_of(request, session_calls(session)),

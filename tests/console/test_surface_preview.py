@@ -1,10 +1,12 @@
 """The console: groups limited to agents, and the tools page showing the surface as a given agent sees it."""
+import re
+
 import pytest
 
 from approvals.services import rule_create
 from tools.models import ToolGroup
 from tools.selectors import surface_preview, visible_tools
-from tools.services import group_create, group_update, session_create, tool_external_create
+from tools.services import binding_set, group_create, group_update, session_create, tool_external_create
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_rule_index")]
 
@@ -46,8 +48,15 @@ def policy(world):
 
 
 def columns(html: str) -> tuple[str, str]:
-    listed = html.split('class="listed"', 1)[1].split('class="not-listed"', 1)
-    return listed[0], listed[1].split("</table>", 1)[0]
+    listed = html.split('id="seen-tools"', 1)[1].split("</table>", 1)[0]
+    return listed, html.split('class="not-listed"', 1)[1].split("</ul>", 1)[0]
+
+
+def seen_rows(html: str) -> dict[str, str]:
+    """The agent's-eye view's rows by tool name, in page order."""
+    table = html.split('id="seen-tools"', 1)[1].split("</table>", 1)[0]
+    return {match.group(1): match.group(2) for match in re.finditer(r'<tr data-seen-tool="([^"]+)">(.*?)</tr>', table,
+                                                                      re.S)}
 
 
 def test_the_preview_shows_each_agent_its_own_surface_and_why_the_rest_is_hidden(world, policy):
@@ -90,3 +99,29 @@ def test_the_preview_refuses_the_system_agent_and_runs_only_when_asked(world, po
     assert page.status_code == 200 and 'class="not-listed"' not in page.content.decode()
     other = world.b.console("viewer")
     assert other.get("/t/acme/tools/?agent=finance-bot").status_code in (403, 404)
+
+
+def test_the_agents_eye_view_is_what_the_api_lists_with_groups_bindings_and_rules(world, policy):
+    tenant = world.a.tenant
+    clock = world.a.tools["current_time"]
+    binding_set(tenant=tenant, tool=clock, name="timezone", value="Asia/Kolkata", agent="finance-bot")
+    asking = rule_create(tenant=tenant, behavior="ask", tool_pattern="payroll_run", agents=["finance-bot"])
+    app = world.a.client("agent")
+    created = app.post("/api/v1/sessions", {"agent": "finance-bot", "user": "bea"}, format="json")
+    assert created.status_code == 201, created.content
+    listed = app.get(f"/api/v1/sessions/{created.json()['id']}/tools", {"format": "mcp"}).json()["tools"]
+    api_names = [tool["name"] for tool in listed]
+    assert "payroll_run" in api_names and "current_time" in api_names
+
+    console = world.a.console("viewer")
+    for page in (console.get("/t/acme/tools/?agent=finance-bot&user=bea"),
+                 console.get(f"/t/acme/sessions/{created.json()['id']}/")):
+        rows = seen_rows(page.content.decode())
+        assert list(rows) == api_names  # the same tools, in the same order
+        assert "<code>timezone</code>" in rows["current_time"]  # bound for this agent: not the model's
+        assert "&quot;timezone&quot;" not in rows["current_time"]  # and gone from the schema shown
+        assert '<span class="tag">payroll</span>' in rows["payroll_run"]
+        assert f"#rule-{asking.pk}" in rows["payroll_run"] and ">ask</span>" in rows["payroll_run"]
+        assert "a meta tool: always listed" in rows["reset_tools"]
+    clock_schema = next(tool for tool in listed if tool["name"] == "current_time")["inputSchema"]
+    assert "timezone" not in clock_schema.get("properties", {})
