@@ -1,4 +1,7 @@
 """Reads: decisions, the inbox, requests."""
+import difflib
+from dataclasses import dataclass
+
 from django.db.models import Count, F, Prefetch
 
 from tenancy.models import Tenant
@@ -6,8 +9,8 @@ from tools.models import CallStatus, Tool, ToolCall, ToolSource
 from tools.schemas import with_bound
 from tools.selectors import CALL_PAYLOADS, SESSION_PAYLOADS, TOOL_PAYLOADS, bindings_for, related
 
-from .engine import Decision, RuleIndex, decide, index_cache
-from .matching import canonical_json
+from .engine import CompiledRule, Decision, RuleIndex, compile_rule, decide, index_cache
+from .matching import Arguments, canonical_json, compile_glob
 from .models import ApprovalRequest, PermissionRule, Queue, RequestKind, RequestStatus, Vote, VoteDecision
 
 
@@ -44,6 +47,50 @@ def simulate(*, tenant: Tenant, tool_name: str, tool_input: dict | None = None, 
     bound = bindings_for(tenant, agent, [tool.pk]).get(tool.pk, {}) if tool is not None else {}
     effective = with_bound(tool_input or {}, bound)
     return evaluate(tenant=tenant, tool_name=tool_name, effective_input=effective, agent=agent, user=user, tool=tool)
+
+
+@dataclass(frozen=True)
+class RuleConsidered:
+    rule: CompiledRule
+    misses: list[str]  # why it does not match the call; empty: it matches
+    decides: bool
+
+
+def rules_considered(*, tenant: Tenant, tool_name: str, tool_input: dict | None = None, agent: str = "",
+                     user: str = "", decision: Decision) -> list[RuleConsidered]:
+    """Every enabled rule in the order the engine tries them, and why each matches `simulate`'s call or not:
+    the simulator's explanation of `decision`."""
+    tool = Tool.objects.for_tenant(tenant).filter(name=tool_name).first()
+    bound = bindings_for(tenant, agent, [tool.pk]).get(tool.pk, {}) if tool is not None else {}
+    arguments = Arguments(with_bound(tool_input or {}, bound))
+    rules = sorted((compile_rule(rule) for rule in PermissionRule.objects.for_tenant(tenant).filter(enabled=True)),
+                   key=lambda rule: rule.sort_key)
+    considered = []
+    for rule in rules:
+        misses = []
+        if not compile_glob(rule.tool_pattern)(tool_name):
+            misses.append(f"the tool is not {rule.tool_pattern!r}")
+        if rule.agents and agent not in rule.agents:
+            misses.append(f"the agent is not {' or '.join(sorted(rule.agents))}")
+        if rule.users and user not in rule.users:
+            misses.append(f"the user is not {' or '.join(sorted(rule.users))}")
+        misses += [f"not so: {spec.describe()}" for spec in rule.arg_match
+                   if not spec.matches(arguments, oversized=rule.behavior != "allow")]
+        considered.append(RuleConsidered(rule=rule, misses=misses, decides=rule.id == decision.rule))
+    return considered
+
+
+def tool_names(*, tenant: Tenant) -> list[str]:
+    return list(Tool.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True))
+
+
+def tools_matching(*, tenant: Tenant, pattern: str, names: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """The tenant's tools (`names`, when already read) a rule's tool pattern matches, and, when it matches none,
+    the names it may have meant."""
+    names = tool_names(tenant=tenant) if names is None else names
+    matches = compile_glob(pattern)
+    matched = [name for name in names if matches(name)]
+    return matched, [] if matched else difflib.get_close_matches(pattern, names, n=3, cutoff=0.6)
 
 
 def approved_edit(request: ApprovalRequest) -> dict | None:

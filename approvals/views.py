@@ -31,7 +31,6 @@ from tenancy.web import (
 )
 from toolkeeper.errors import Conflict, NotPermitted
 from tools.declared import call_exposed
-from tools.models import Tool
 
 from . import decision_links, notifications, selectors, services
 from .forms import (
@@ -275,26 +274,44 @@ def rule_list(request):
     rules = (PermissionRule.objects.for_tenant(tenant).select_related("queue")
              .order_by(BEHAVIOR_ORDER, "-priority", "id"))
     simulator = SimulatorForm(request.GET if "tool" in request.GET else None)
-    decision = None
-    decision_rule = None
+    decision = decision_rule = considered = None
     if simulator.is_bound and simulator.is_valid():
         data = simulator.cleaned_data
-        decision = selectors.simulate(tenant=tenant, tool_name=data["tool"], tool_input=data["input"],
-                                      agent=data["agent"], user=data["user"])
+        call = {"tool_name": data["tool"], "tool_input": data["input"], "agent": data["agent"], "user": data["user"]}
+        decision = selectors.simulate(tenant=tenant, **call)
+        considered = selectors.rules_considered(tenant=tenant, decision=decision, **call)
         if decision.rule is not None:
             decision_rule = PermissionRule.objects.for_tenant(tenant).filter(pk=decision.rule).first()
+    # A pattern that matches no tool is kept (its tool may come later), but said, with the names it may mean.
+    names = selectors.tool_names(tenant=tenant)
+    rule_rows = []
+    for rule in rules:
+        matched, suggestions = selectors.tools_matching(tenant=tenant, pattern=rule.tool_pattern, names=names)
+        rule_rows.append((rule, None if matched else suggestions))
     return render(request, "inbox/rule_list.html", {
-        "rules": rules, "simulator": simulator, "decision": decision, "decision_rule": decision_rule,
-        "tool_names": Tool.objects.for_tenant(tenant).order_by("name").values_list("name", flat=True),
+        "rule_rows": rule_rows, "simulator": simulator, "decision": decision, "decision_rule": decision_rule,
+        "considered": considered,
+        "tool_names": names,
     })
 
 
 _RULE_FORM = {"form_class": RuleForm, "template_name": "inbox/rule_form.html", "success_url": "inbox:rule_list"}
-rule_create = ObjectFormView.as_view(
+class RuleSave(ObjectFormView):
+    """Saves a rule, and warns when its tool pattern matches none of the tenant's tools."""
+
+    def message(self, rule) -> str:
+        matched, suggestions = selectors.tools_matching(tenant=self.request.tenant, pattern=rule.tool_pattern)
+        if not matched:
+            meant = " or ".join(suggestions)
+            messages.warning(self.request, f"The tool pattern {rule.tool_pattern!r} matches none of the tools now"
+                                           + (f": did you mean {meant}?" if meant else "."))
+        return super().message(rule)
+
+
+rule_create = RuleSave.as_view(
     service=services.rule_create,
     success_message="Rule #{object.pk} ({object.behavior} {object.tool_pattern}) created.", **_RULE_FORM)
-rule_edit = ObjectFormView.as_view(service=services.rule_update, success_message="Rule #{object.pk} saved.",
-                                   **_RULE_FORM)
+rule_edit = RuleSave.as_view(service=services.rule_update, success_message="Rule #{object.pk} saved.", **_RULE_FORM)
 rule_delete = ObjectDeleteView.as_view(
     service=services.rule_delete, template_name="inbox/rule_delete.html", success_url="inbox:rule_list",
     success_message="Rule #{object.pk} ({object.behavior} {object.tool_pattern}) deleted.")

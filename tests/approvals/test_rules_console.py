@@ -110,3 +110,46 @@ def test_the_simulator_applies_bound_arguments_like_a_real_call(world, gov_rule)
     binding_set(tenant=tenant, tool=clock, name="timezone", value="UTC", agent="support-bot")
     assert selectors.simulate(tenant=tenant, tool_name="current_time", tool_input={},
                               agent="support-bot").behavior == "allow"
+
+
+def considered_rows(body: str) -> dict[int, str]:
+    table = body.split('id="rules-considered"', 1)[1].split("</table>", 1)[0]
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r'<tr data-considered="(\d+)">(.*?)</tr>', table, re.S)}
+
+
+def test_the_simulator_lists_each_rule_it_considered_and_why_it_did_or_did_not_match(world, gov_rule):
+    tenant = world.a.tenant
+    deny_rm = gov_rule("deny", "shell", arg_match={"command": "rm *"})
+    other_tool = gov_rule("deny", "calculate")
+    for_another_agent = gov_rule("ask", "shell", agents=["deploy-bot"])
+    ask_git = gov_rule("ask", "shell", arg_match={"command": "git *"})
+    also_matching = gov_rule("ask", "sh*", priority=-5)
+    body = text(world.a.console("viewer").get(url("rule_list", tenant), {
+        "tool": "shell", "input": json.dumps({"command": "git push"}), "agent": "ops-bot"}))
+    rows = considered_rows(body)
+    assert list(rows)[:2] == [deny_rm.pk, other_tool.pk]  # deny rules are tried first
+    assert "no: not so: " in rows[deny_rm.pk] and "rm *" in rows[deny_rm.pk]
+    assert "no: the tool is not &#x27;calculate&#x27;" in rows[other_tool.pk]
+    assert "no: the agent is not deploy-bot" in rows[for_another_agent.pk]
+    assert "<strong>yes: it decides</strong>" in rows[ask_git.pk]
+    assert "yes, but a rule tried before it decides" in rows[also_matching.pk]
+    assert sum("yes: it decides" in row for row in rows.values()) == 1
+
+
+def test_a_pattern_that_matches_no_tool_is_saved_with_a_warning_and_a_suggestion(world):
+    client = world.a.console("operator")
+    response = client.post(url("rule_create", world.a.tenant), rule_body(tool_pattern="calcuate"), follow=True)
+    assert response.status_code == 200
+    page = text(response)
+    assert "The tool pattern &#x27;calcuate&#x27; matches none of the tools now: did you mean calculate?" in page
+    rule = PermissionRule.objects.for_tenant(world.a.tenant).get(tool_pattern="calcuate")
+    row = page[page.index(f'id="rule-{rule.pk}"'):]
+    row = row[:row.index("</tr>")]
+    assert "matches no tool: did you mean <code>calculate</code>?" in row
+    # A pattern that matches is saved without either.
+    response = client.post(url("rule_create", world.a.tenant), rule_body(tool_pattern="calc*"), follow=True)
+    matching = PermissionRule.objects.for_tenant(world.a.tenant).get(tool_pattern="calc*")
+    page = text(response)
+    assert "matches none of the tools" not in page
+    row = page[page.index(f'id="rule-{matching.pk}"'):]
+    assert "matches no tool" not in row[:row.index("</tr>")]
