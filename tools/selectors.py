@@ -8,7 +8,16 @@ from django.db.models import Count, DurationField, ExpressionWrapper, F, Sum
 
 from .catalog import CatalogSnapshot, ExposedTool, GroupView, bound_values, catalog_snapshot, switchable_groups
 from .meta import meta_tool, meta_tools
-from .models import RESERVED_GROUP, AgentSession, BoundArgument, CallEvent, Tool, ToolCall, ToolSource
+from .models import (
+    RESERVED_GROUP,
+    TERMINAL_STATUSES,
+    AgentSession,
+    BoundArgument,
+    CallEvent,
+    Tool,
+    ToolCall,
+    ToolSource,
+)
 from .registry import RESERVED_TOOL_NAMES, exposure_hidden, meta_providers
 
 FORMATS = ("openai", "anthropic", "mcp")
@@ -300,3 +309,21 @@ def call_history_day(*, tenant, start, end) -> list[dict]:
             .annotate(n=Count("id"), total=Sum(duration), timed=Count("finished_at")))
     return [{"tool_name": r["tool_name"], "status": r["status"], "n": r["n"], "timed": r["timed"],
              "total_ms": r["total"].total_seconds() * 1000 if r["total"] is not None else None} for r in rows]
+
+
+def unfinished_calls(calls) -> int:
+    """How many of these calls are not finished yet (waiting or running)."""
+    return calls.exclude(status__in=TERMINAL_STATUSES).count()
+
+
+def key_impact(api_key) -> dict:
+    """What revoking an API key stops: the sessions opened with it, and their calls not finished yet."""
+    sessions = AgentSession.objects.for_tenant(api_key.tenant_id).filter(api_key=api_key)
+    return {"sessions": sessions.count(),
+            "unfinished": unfinished_calls(ToolCall.objects.for_tenant(api_key.tenant_id).filter(session__in=sessions))}
+
+
+def tool_impact(tool: Tool) -> dict:
+    """What disabling a tool takes away: the groups that list it, and its calls not finished yet."""
+    return {"groups": list(tool.groups.order_by("name").values_list("name", flat=True)),
+            "unfinished": unfinished_calls(ToolCall.objects.for_tenant(tool.tenant_id).filter(tool=tool))}

@@ -27,6 +27,7 @@ tenant_pages = [
     path("", views.dashboard, name="dashboard"),
     path("tools/", views.tool_list, name="tool_list"),
     path("tools/<int:tool_id>/", views.tool_detail, name="tool_detail"),
+    path("tools/<int:tool_id>/disable/", views.tool_disable, name="tool_disable"),
     path("http-tools/new/", http_tool_pages.http_tool_create, name="http_tool_create"),
     path("http-tools/<int:http_tool_id>/", http_tool_pages.http_tool_edit, name="http_tool_edit"),
     path("http-tools/<int:http_tool_id>/delete/", http_tool_pages.http_tool_delete, name="http_tool_delete"),

@@ -47,9 +47,11 @@ from tools.selectors import (
     call_rows,
     exposed_schema,
     groups_of,
+    key_impact,
     new_session_of,
     session_calls,
     surface_preview,
+    tool_impact,
 )
 
 from .forms import (
@@ -150,6 +152,22 @@ class ToolDetail(ObjectFormView):
         return f"{tool.name} is now {'enabled' if tool.enabled else 'disabled'}."
 
 
+class ToolDisable(ObjectFormView):
+    """Disabling a tool, after a confirmation that says what it takes away (enabling needs none)."""
+
+    def context(self) -> dict:
+        return {"impact": tool_impact(self.object)}
+
+    def initial(self) -> dict:
+        return {"enabled": False}
+
+    def message(self, tool) -> str:
+        return f"{tool.name} is now disabled."
+
+
+tool_disable = ToolDisable.as_view(
+    form_class=ToolStateForm, service=tool_services.tool_update, template_name="console/tool_disable.html",
+    success_url="console:tool_detail", success_params=(("tool_id", "pk"),))
 tool_detail = ToolDetail.as_view(
     form_class=ToolStateForm, service=tool_services.tool_update, template_name="console/tool_detail.html",
     success_url="console:tool_detail", success_params=(("tool_id", "pk"),), read=MEMBER)
@@ -275,9 +293,9 @@ class BindingCreate(ObjectFormView):
 binding_create = BindingCreate.as_view(
     form_class=BindingForm, service=tool_services.binding_set, template_name="console/binding_form.html",
     success_url="console:binding_list")
-binding_delete = ObjectActionView.as_view(
+binding_delete = ObjectDeleteView.as_view(
     service=tool_services.binding_delete, success_url="console:binding_list",
-    success_message="Binding {object} removed.")
+    template_name="console/binding_delete.html", success_message="Binding {object} removed.")
 
 
 # --- API keys ----------------------------------------------------------------------------------
@@ -333,14 +351,20 @@ def apikey_created(request, api_key):
     })
 
 
-class ApiKeyRevoke(ObjectActionView):
+class ApiKeyRevoke(ObjectDeleteView):
+    """Revoke after a confirmation that says what stops with the key."""
+
+    def context(self) -> dict:
+        return {"impact": key_impact(self.object)}
+
     def message(self, api_key) -> str:
         return super().message(api_key) if api_key.is_active else ""  # revoking a revoked key changes nothing
 
 
 apikey_revoke = ApiKeyRevoke.as_view(
     service=tenancy_services.apikey_revoke, success_url="console:apikey_list",
-    success_message="API key {object.name} revoked: it no longer authenticates.", write=ADMIN)
+    template_name="console/apikey_revoke.html",
+    success_message="API key {object.name} revoked: it no longer authenticates.", read=ADMIN, write=ADMIN)
 
 
 # --- tenant settings ---------------------------------------------------------------------------

@@ -166,3 +166,40 @@ def test_a_binding_is_chosen_from_the_schema_and_its_value_checked_against_it(wo
     assert response.status_code == 400, response.content
     assert response.json()["error"]["fields"]["value"] == [
         "current_time refuses it: timezone: 42 is not of type 'string'"]
+
+
+def test_revoke_unbind_and_disable_each_confirm_first_and_name_their_impact(world):
+    """The list buttons open a confirmation page that says what stops; only its POST changes anything."""
+    from tenancy.models import ApiKey
+
+    admin = world.a.console("admin")
+    key = world.a.key_objects["agent"]
+    page = admin.get(f"/t/acme/keys/{key.pk}/revoke/").content.decode()
+    assert ApiKey.objects.for_tenant(world.a.tenant).get(pk=key.pk).revoked_at is None  # looking is harmless
+    assert "Every app that uses it is refused at once" in page
+    assert "1 session was opened with it" in page  # the world's session
+    assert f'href="/t/acme/keys/{key.pk}/revoke/"' in admin.get("/t/acme/keys/").content.decode()
+    assert admin.post(f"/t/acme/keys/{key.pk}/revoke/").status_code == 302
+    assert ApiKey.objects.for_tenant(world.a.tenant).get(pk=key.pk).revoked_at is not None
+
+    operator = world.a.console("operator")
+    binding = world.a.binding
+    page = operator.get(f"/t/acme/bindings/{binding.pk}/delete/").content.decode()
+    assert f"The server stops setting <code>{binding.name}</code> on calls of <code>{binding.tool.name}</code>" in page
+    assert "The model sees the argument in the tool's schema again and chooses its value" in page
+    assert BoundArgument.objects.for_tenant(world.a.tenant).filter(pk=binding.pk).exists()
+    assert operator.post(f"/t/acme/bindings/{binding.pk}/delete/").status_code == 302
+    assert not BoundArgument.objects.for_tenant(world.a.tenant).filter(pk=binding.pk).exists()
+
+    tool = world.a.tools["current_time"]
+    detail = operator.get(f"/t/acme/tools/{tool.pk}/").content.decode()
+    assert f'href="/t/acme/tools/{tool.pk}/disable/" id="disable-tool"' in detail
+    page = operator.get(f"/t/acme/tools/{tool.pk}/disable/").content.decode()
+    assert "No session lists it any more, though 1 group lists it: <code>basic</code>" in page
+    tool.refresh_from_db()
+    assert tool.enabled
+    response = operator.post(f"/t/acme/tools/{tool.pk}/disable/", {"enabled": "false"})
+    assert response.status_code == 302 and response["Location"] == f"/t/acme/tools/{tool.pk}/"
+    tool.refresh_from_db()
+    assert not tool.enabled
+    assert world.a.console("reviewer").get(f"/t/acme/tools/{tool.pk}/disable/").status_code == 403

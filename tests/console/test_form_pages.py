@@ -5,7 +5,7 @@ from tenancy.services import LIMIT_FIELDS, apikey_create
 from tools.models import BoundArgument, Tool, ToolGroup
 from tools.services import binding_set, group_create
 
-from ..view_cases import ActionCases, CreateCases, EditCases, RefusingDeleteCases, SwitchCases
+from ..view_cases import CreateCases, DeleteCases, EditCases, RefusingDeleteCases, SwitchCases
 
 LIMITS = {"key_requests_per_minute": 2, "tenant_requests_per_minute": 100, "key_calls_in_flight": 5,
           "tenant_calls_in_flight": 50}
@@ -99,14 +99,16 @@ class TestBindingCreate(CreateCases):
         tool = world.a.tools["current_time"].pk
         return [
             ({"tool": tool, "name": "timezone", "value": "Europe/Paris"}, "not valid JSON"),
-            ({"tool": tool, "name": "colour", "value": '"red"'}, "current_time has no argument &#x27;colour&#x27;"),
+            # the argument is chosen from the tool's schema, and the value is checked against it
+            ({"tool": tool, "name": "colour", "value": '"red"'}, "colour is not one of the available choices"),
+            ({"tool": tool, "name": "timezone", "value": "7"}, "current_time refuses it: timezone: 7 is not of type"),
             ({"name": "timezone", "value": '"UTC"'}, "This field is required."),
             ({"tool": world.b.tools["current_time"].pk, "name": "timezone", "value": '"UTC"'},
              "Select a valid choice"),
         ]
 
 
-class TestBindingDelete(ActionCases):
+class TestBindingDelete(DeleteCases):
     url_name = "console:binding_delete"
     param = "binding_id"
     model = BoundArgument
@@ -138,7 +140,7 @@ class TestApiKeyCreate(CreateCases):
         ]
 
 
-class TestApiKeyRevoke(ActionCases):
+class TestApiKeyRevoke(DeleteCases):
     url_name = "console:apikey_revoke"
     param = "key_id"
     model = ApiKey

@@ -12,10 +12,11 @@ READ_PAGES = ["dashboard", "tool_list", "tool_detail", "tool_plugins", "group_li
               "redaction_rule_list"]
 OPERATOR_PAGES = ["group_create", "group_edit", "group_delete", "binding_create", "tenant_settings",
                   "mcp_server_create", "mcp_server_edit", "mcp_server_delete", "http_tool_create",
-                  "http_tool_edit", "http_tool_delete", "tool_result_steps", "call_cancel"]
-ADMIN_PAGES = ["apikey_create", "apikey_created", "redaction_rule_create", "redaction_rule_edit",
+                  "http_tool_edit", "http_tool_delete", "tool_result_steps", "call_cancel", "tool_disable",
+                  "binding_delete"]
+ADMIN_PAGES = ["apikey_create", "apikey_created", "apikey_revoke", "redaction_rule_create", "redaction_rule_edit",
                "redaction_rule_delete"]
-POST_ONLY = ["binding_delete", "apikey_revoke", "mcp_server_sync", "mcp_server_test"]
+POST_ONLY = ["mcp_server_sync", "mcp_server_test"]
 
 
 def test_the_page_lists_cover_every_console_route(routes):

@@ -77,7 +77,8 @@ def test_the_acting_user_of_a_key_is_the_key():
 @pytest.mark.parametrize("name, kwargs, view, methods", [
     ("console:group_create", {}, ObjectFormView, {"get", "post"}),
     ("console:group_delete", {"group_id": 1}, ObjectDeleteView, {"get", "post"}),
-    ("console:binding_delete", {"binding_id": 1}, ObjectActionView, {"post"}),
+    ("console:binding_delete", {"binding_id": 1}, ObjectDeleteView, {"get", "post"}),
+    ("console:apikey_revoke", {"key_id": 1}, ObjectDeleteView, {"get", "post"}),
     ("inbox:rule_edit", {"rule_id": 1}, ObjectFormView, {"get", "post"}),
     ("knowledge:document_delete", {"document_id": 1}, ObjectActionView, {"post"}),
 ])
