@@ -9,6 +9,9 @@ STAMP := $(VENV)/.installed
 # The MCP interop tests' node packages (the official conformance suite, the TypeScript SDK client).
 NODE_DIR := tests/mcp/conformance
 NODE_STAMP := $(NODE_DIR)/node_modules/.installed
+# The accessibility checker of the browser tests (axe-core).
+A11Y_DIR := tests/a11y
+A11Y_STAMP := $(A11Y_DIR)/node_modules/.installed
 
 .PHONY: run test install install-node lint migrate serve worker beat cluster bench mutate clean
 
@@ -28,7 +31,14 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 		echo "npm is not installed: the MCP conformance and TypeScript interop tests will not run"; \
 	fi
 
-install-node: $(NODE_STAMP)
+$(A11Y_STAMP): $(A11Y_DIR)/package.json $(A11Y_DIR)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		cd $(A11Y_DIR) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else \
+		echo "npm is not installed: the accessibility checks of the browser tests will not run"; \
+	fi
+
+install-node: $(NODE_STAMP) $(A11Y_STAMP)
 
 migrate: install
 	$(BIN)/python manage.py migrate --noinput
@@ -81,4 +91,4 @@ bench: install
 	$(BIN)/python bench/call_overhead.py --json bench/results/call_overhead.json $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) var $(NODE_DIR)/node_modules
+	rm -rf $(VENV) var $(NODE_DIR)/node_modules $(A11Y_DIR)/node_modules

@@ -47,9 +47,10 @@ class InboxFilterForm(forms.Form):
     An agent or tool asked for stays a valid choice while nothing matches it (its last request was just
     decided); a queue must exist."""
 
-    queue = forms.ChoiceField(required=False)
-    agent = forms.ChoiceField(required=False)
-    tool = forms.ChoiceField(required=False)
+    # The filter bar shows no labels: each select is named for screen readers.
+    queue = forms.ChoiceField(required=False, widget=forms.Select(attrs={"aria-label": "Queue"}))
+    agent = forms.ChoiceField(required=False, widget=forms.Select(attrs={"aria-label": "Agent"}))
+    tool = forms.ChoiceField(required=False, widget=forms.Select(attrs={"aria-label": "Tool"}))
 
     def __init__(self, data=None, *, choices: dict[str, list[str]]):
         super().__init__(data)

@@ -58,14 +58,14 @@ class CspWatch:
 
 
 @contextlib.contextmanager
-def chromium_context(origin: str, *, step_ms: int, height: int = 900):
+def chromium_context(origin: str, *, step_ms: int, height: int = 900, width: int = 1280):
     """A browser context of a fresh Chromium, every step bounded by `step_ms`, and the CspWatch of its pages."""
     from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(viewport={"width": 1280, "height": height})
+            context = browser.new_context(viewport={"width": width, "height": height})
             context.set_default_timeout(step_ms)
             expect.set_options(timeout=step_ms)
             yield context, CspWatch(context, origin)

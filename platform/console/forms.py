@@ -127,8 +127,11 @@ class LimitsForm(TenantForm):
 
 
 class CallFilterForm(forms.Form):
-    status = forms.ChoiceField(required=False, choices=[("", "any status"), *CallStatus.choices])
-    tool = forms.ChoiceField(required=False, choices=[("", "any tool")])
+    # The filter bar shows no labels: each select is named for screen readers.
+    status = forms.ChoiceField(required=False, choices=[("", "any status"), *CallStatus.choices],
+                               widget=forms.Select(attrs={"aria-label": "Status"}))
+    tool = forms.ChoiceField(required=False, choices=[("", "any tool")],
+                             widget=forms.Select(attrs={"aria-label": "Tool"}))
 
     def __init__(self, *args, tenant, **kwargs):
         super().__init__(*args, **kwargs)
