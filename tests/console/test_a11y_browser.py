@@ -98,6 +98,28 @@ def test_every_console_page_passes_axe_and_the_phone_layout_works(toolkeeper_ser
         assert any(re.fullmatch(r"/t/demo/inbox/\d+/", path) for path in paths), sorted(paths)
         assert len(visited) >= 30, sorted(paths)
 
+    # A form refused says so at the top, with a link to each field to fix, and marks the field; a new key's
+    # secret has a copy button.
+    with chromium_context(server.url, step_ms=STEP_MS) as (context, csp):
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+        page = context.new_page()
+        log_in(page, server, "/t/demo/keys/new/")
+        page.fill("#id_name", "copy check")
+        page.get_by_role("button", name="Create key").click()  # no scope chosen
+        summary = page.locator("#error-summary")
+        expect(summary).to_contain_text("Nothing was saved: 1 thing to fix")
+        expect(summary.locator("a[href='#id_scopes']")).to_have_text("Scopes")
+        expect(page.locator(".invalid")).to_have_count(1)
+        assert not _violations(page, axe)
+        page.locator("input[name=scopes][value=agent]").check()
+        page.get_by_role("button", name="Create key").click()
+        secret = page.locator("#new-api-key").inner_text().strip()
+        assert secret.startswith("tk_")
+        page.locator("#copy-key").click()
+        expect(page.locator("#copy-key")).to_have_text("Copied")
+        assert page.evaluate("navigator.clipboard.readText()") == secret
+        csp.assert_clean()
+
     # At phone width the navigation is a menu, and the request's decide bar is on screen at once.
     with chromium_context(server.url, step_ms=STEP_MS, width=390, height=740) as (context, csp):
         page = context.new_page()
