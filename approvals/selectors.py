@@ -148,6 +148,13 @@ def inbox_count(*, tenant) -> int:
     return ApprovalRequest.objects.for_tenant(tenant).filter(status=RequestStatus.PENDING, kind="approval").count()
 
 
+def request_of_call(call) -> ApprovalRequest | None:
+    """The call's approval request, whatever its state, with its queue and its votes in order."""
+    votes = Prefetch("votes", queryset=Vote.objects.for_tenant(call.tenant_id).order_by("at", "id"))
+    return (ApprovalRequest.objects.for_tenant(call.tenant_id).filter(call=call, kind=RequestKind.APPROVAL)
+            .select_related("queue").prefetch_related(votes).first())
+
+
 def pending_request_of(call) -> ApprovalRequest | None:
     """The call's approval request while it waits for a reviewer, with its queue."""
     return (ApprovalRequest.objects.for_tenant(call.tenant_id).filter(call=call, status=RequestStatus.PENDING)

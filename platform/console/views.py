@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
 from approvals.exposure import agents_eye_view
-from approvals.selectors import pending_request_of
+from approvals.selectors import pending_request_of, request_of_call
 from audit.selectors import audit_check_recent, audit_events
 from tenancy import services as tenancy_services
 from tenancy.editing import ObjectActionView, ObjectDeleteView, ObjectFormView
@@ -473,6 +473,7 @@ def call_detail(request, call):
     events = list(call_events(call))
     return render(request, "console/call_detail.html", {
         "call": call,
+        "approval": request_of_call(call),
         "events": events,
         "live": _live_view(events),
         "audit": audit_events(tenant=request.tenant, target=f"call:{call.pk}").order_by("id"),

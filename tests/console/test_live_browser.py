@@ -8,6 +8,8 @@ httpx and the demo API key; the operator is Playwright driving Debian's Chromium
 Every wait is bounded; nothing is timed.
 """
 
+import re
+
 import httpx
 import pytest
 
@@ -109,6 +111,7 @@ def _watch_a_long_call(server, app, session_id) -> None:
         expect(page.locator("table.calls tbody tr").first).to_have_attribute("data-call", call["id"])
         expect(row).to_contain_text("countdown")
         expect(row.locator("[data-call-status]")).to_have_text("running")
+        expect(row.locator("[data-call-progress]")).to_have_text(re.compile(r"^\d{1,3}%$"))  # as it advances
         _assert_no_reload(page)
         _shoot(page, "calls")
         expect(session_page.locator(f'tr[data-call="{call["id"]}"]')).to_be_visible()
@@ -234,3 +237,57 @@ def test_the_inbox_badge_and_the_dashboard_follow_an_approval_without_a_reload(t
     finally:
         admin.close()
         app.close()
+
+
+def test_an_edited_approval_and_new_sessions_show_up_live(toolkeeper_server):  # noqa: F811 (the imported fixture)
+    """The call page's effective input and its approval refresh when a reviewer's edit lands, with the edit as
+    a diff; the sessions list shows a new session without a reload."""
+    chromium_or_skip()
+    from playwright.sync_api import expect
+
+    server = toolkeeper_server
+    app = httpx.Client(base_url=server.url, headers=server.headers(), timeout=30)
+    admin = httpx.Client(base_url=server.url, headers=server.headers(server.admin_api_key), timeout=30)
+    try:
+        session = app.post("/api/v1/sessions", json={"agent": "support-bot", "user": "erin@example.com"}).json()
+        calls = f"/api/v1/sessions/{session['id']}/calls"
+        assert app.post(calls, json={"name": "reset_tools", "input": {"ops": True}, "wait": 10}).status_code == 200
+        held = app.post(calls, json={"name": "slow_write", "input": {"text": "draft", "seconds": 1}}).json()
+        call = held["calls"][0]
+        assert call["status"] == "awaiting_approval", call
+        request_id = app.get(f"/api/v1/calls/{call['id']}").json()["approval"]["id"]
+
+        with chromium_context(server.url, step_ms=STEP_MS) as (context, csp):
+            page = context.new_page()
+            log_in(page, server, f"/t/demo/calls/{call['id']}/")
+            expect(page.locator("#live-indicator")).to_have_text("live")
+            effective = page.locator("#effective-input")
+            expect(effective).to_contain_text('"text": "draft"')
+            _mark_no_reload(page)
+
+            sessions = context.new_page()
+            sessions.goto(f"{server.url}/t/demo/sessions/")
+            expect(sessions.locator("#live-indicator")).to_have_text("live")
+            _mark_no_reload(sessions)
+
+            decided = admin.post(f"/api/v1/approvals/{request_id}/decide",
+                                 json={"decision": "edit", "input": {"text": "final", "seconds": 1}})
+            assert decided.status_code == 200, decided.text
+            expect(page.locator("h1 [data-call-status]")).to_have_text("succeeded")
+            expect(effective).to_contain_text('"text": "final"')
+            votes = page.locator("#approval-votes")
+            expect(votes).to_contain_text("approved by")
+            expect(votes).to_contain_text("(edited)")
+            expect(votes.locator("pre.diff .removed")).to_have_text('- text: "draft"')
+            expect(votes.locator("pre.diff .added")).to_have_text('+ text: "final"')
+            _assert_no_reload(page)
+            _shoot(page, "edited_approval")
+
+            other = app.post("/api/v1/sessions", json={"agent": "ops-bot", "user": "fay@example.com"}).json()
+            app.post(f"/api/v1/sessions/{other['id']}/calls", json={"name": "reset_tools", "input": {"ops": True}})
+            expect(sessions.locator(f'tr[data-id="{other["id"]}"]')).to_contain_text("fay@example.com")
+            _assert_no_reload(sessions)
+            csp.assert_clean()
+    finally:
+        app.close()
+        admin.close()
