@@ -5,6 +5,8 @@ class ApprovalsConfig(AppConfig):
     name = "approvals"
 
     def ready(self):
+        from django.db.models.signals import post_save
+
         from tenancy.signals import tenant_created
         from tools.registry import (
             register_background,
@@ -16,9 +18,11 @@ class ApprovalsConfig(AppConfig):
         from tools.signals import call_cancelled
 
         from .exposure import tools_always_denied
+        from .models import Vote
         from .notifications import DELIVER_JOB, DIGEST_JOB, deliveries_send, expiry_digest
         from .selectors import approvals_for_calls, ever_asked
         from .services import default_queue, request_cancel_for_call, requests_expire_due
+        from .timeline import vote_on_timeline
 
         register_call_annotator(approvals_for_calls, describes=ever_asked)
         register_periodic("approvals.expire", lambda: requests_expire_due(), every_s=5)
@@ -29,5 +33,6 @@ class ApprovalsConfig(AppConfig):
         register_periodic(DELIVER_JOB, lambda: runtime().run_soon(DELIVER_JOB), every_s=5)
         register_periodic(DIGEST_JOB, lambda: expiry_digest(), every_s=60)
         call_cancelled.connect(request_cancel_for_call, dispatch_uid="approvals.cancel_request")
+        post_save.connect(vote_on_timeline, sender=Vote, dispatch_uid="approvals.vote_on_timeline")
         tenant_created.connect(lambda sender, tenant, **kw: default_queue(tenant), weak=False,
                                dispatch_uid="approvals.default_queue")

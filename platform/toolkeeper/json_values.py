@@ -116,3 +116,22 @@ def seconds_check(values: dict, name: str, bounds: tuple[float, float], errors: 
         errors[name] = [f"between {low} and {high:g} seconds"]
     else:
         values[name] = float(seconds)
+
+
+_ABSENT = object()
+
+
+def input_changes(before, after) -> list[tuple[str, str, str]]:
+    """How the object `after` differs from `before`, argument by argument, as a diff reads:
+    ("-", name, old JSON) and ("+", name, new JSON), in the arguments' order."""
+    before = before if isinstance(before, dict) else {}
+    after = after if isinstance(after, dict) else {}
+    lines = []
+    for name in [*before, *(name for name in after if name not in before)]:
+        if before.get(name, _ABSENT) == after.get(name, _ABSENT):
+            continue
+        if name in before:
+            lines.append(("-", name, json.dumps(before[name], ensure_ascii=False)))
+        if name in after:
+            lines.append(("+", name, json.dumps(after[name], ensure_ascii=False)))
+    return lines

@@ -547,3 +547,30 @@ def test_an_operator_stops_a_call_whose_request_nobody_can_decide(world, inbox_p
     again = operator.post(stop_page)
     assert again.status_code == 400
     assert "the call is already cancelled" in text(again)
+
+
+def test_each_vote_is_an_event_on_the_calls_timeline_with_what_an_edit_changed(world, inbox_pending, gov_queue):
+    from tools.models import CallEvent
+
+    queue = gov_queue(name="pair", required_approvals=2)
+    (pending,) = inbox_pending(1, queue=queue, command="rm -rf /tmp/x")
+    target = url("inbox_request", world.a.tenant, request_id=pending.pk)
+    assert world.a.console("reviewer").post(target, {"decision": "approve"}).status_code == 302
+    world.a.console("operator").post(target, {"decision": "edit", "input": '{"command": "ls /tmp/x"}'})
+    # the edit asked everyone again: the reviewer's second approval completes the quorum, and the call runs
+    assert world.a.console("reviewer").post(target, {"decision": "approve"}).status_code == 302
+    events = list(CallEvent.objects.for_tenant(world.a.tenant).filter(call=pending.call).order_by("seq"))
+    assert [event.data for event in events if event.kind == "log"] == [
+        {"text": "approved by acme-reviewer", "reviewer": "acme-reviewer", "decision": "approve"},
+        {"text": "approved by acme-operator (edited)", "reviewer": "acme-operator", "decision": "edit",
+         "changes": ['- command: "rm -rf /tmp/x"', '+ command: "ls /tmp/x"']},
+        {"text": "approved by acme-reviewer", "reviewer": "acme-reviewer", "decision": "approve"},
+    ]
+    # on the timeline between the wait and the run it led to
+    statuses = [(event.seq, event.data["status"]) for event in events if event.kind == "status"]
+    logs = [event.seq for event in events if event.kind == "log"]
+    assert statuses[0][1] == "awaiting_approval" and statuses[1][1] != "awaiting_approval"
+    assert statuses[0][0] < min(logs) and max(logs) < statuses[1][0]
+    page = text(world.a.console("operator").get(
+        reverse("console:call_detail", kwargs={"tenant": world.a.tenant.slug, "call_id": pending.call.pk})))
+    assert "approved by acme-operator (edited)" in page

@@ -280,6 +280,9 @@ def test_an_edited_approval_and_new_sessions_show_up_live(toolkeeper_server):  #
             expect(votes).to_contain_text("(edited)")
             expect(votes.locator("pre.diff .removed")).to_have_text('- text: "draft"')
             expect(votes.locator("pre.diff .added")).to_have_text('+ text: "final"')
+            timeline = page.locator("[data-live-timeline]")  # the vote is an event of the call, before the run
+            expect(timeline).to_contain_text("(edited)")
+            expect(timeline).to_contain_text('"changes": ["- text: \\"draft\\"", "+ text: \\"final\\""]')
             _assert_no_reload(page)
             _shoot(page, "edited_approval")
 
