@@ -172,7 +172,7 @@ def _check_quorum_reachable(*, tenant, queue, reviewers, escalation_reviewers, v
             asked += " with four-eyes (which keeps out the session's own user)"
         whom = "of the reviewers it names" if reviewers else "in the tenant"
         raise ServiceError({"required_approvals": [
-            f"{asked} need {needed} members who review, and only {eligible} {whom} can: "
+            f"{asked} need{'s' if required == 1 else ''} {needed} members who review, and only {eligible} {whom} can: "
             "name more reviewers or ask for fewer approvals"]})
 
 

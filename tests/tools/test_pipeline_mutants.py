@@ -229,6 +229,18 @@ def test_the_context_stops_when_a_call_it_moves_was_moved_elsewhere(world):
     assert row(call).status == CallStatus.CANCELLED and statuses(call) == []
 
 
+def test_the_last_move_of_a_stale_copy_is_refused_too(world):
+    """No statuses to pass: the move itself is conditional on the status the context last saw."""
+    call = a_row(world.a, status=CallStatus.QUEUED, call_id="stale")
+    ToolCall.all_tenants.filter(pk=call.pk).update(status=CallStatus.CANCELLED)
+    ctx = CallContext(call=call, session=world.a.session)
+    ctx.set(effective_input={"late": True})
+    assert not ctx.transition(CallStatus.RUNNING)
+    kept = row(call)
+    assert (kept.status, kept.effective_input, statuses(call)) == (CallStatus.CANCELLED, {}, [])
+    assert call.status == CallStatus.QUEUED  # the copy is not moved either
+
+
 def test_failing_in_the_context_settles_the_call_and_ends_the_chain(world):
     call = a_row(world.a, status=CallStatus.RECEIVED, call_id="f1")
     ctx = CallContext(call=call, session=world.a.session)
