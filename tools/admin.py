@@ -171,6 +171,7 @@ class McpServerForm(SameTenantForm):
     class Meta:
         model = McpServer
         fields = ("tenant", *(name for name in MCP_SERVER_FIELDS if name not in SECRET_FIELDS))
+        field_classes = {"include": JSONValueField, "exclude": JSONValueField}
 
     def clean(self):
         cleaned = super().clean()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -458,8 +459,25 @@ def _version() -> str:
         return ""
 
 
+def _guarded(handler):
+    """`handler`, whose unexpected failure reaches the client as JSON-RPC's internal error without its text: the
+    SDK would send the exception's own words (a database's message, a fragment of SQL). The log has it whole."""
+    @functools.wraps(handler)
+    async def guarded(ctx, params):
+        try:
+            return await handler(ctx, params)
+        except MCPError:
+            raise
+        except Exception:
+            logger.exception("the MCP handler %s failed", handler.__name__)
+            raise MCPError(code=types.INTERNAL_ERROR, message="Internal error; the server logged it.") from None
+
+    return guarded
+
+
 def mcp_protocol_server() -> Server:
     # A schema of ours never names an `x-mcp-header`: without this, a 2026-era tools/call lists tools again.
-    return _GovernedServer("toolkeeper", version=_version(), on_list_tools=_list_tools, on_call_tool=_call_tool,
-                           on_list_resources=_list_resources, on_list_resource_templates=_list_resource_templates,
-                           on_read_resource=_read_resource, get_tool_input_schema=lambda name: None)
+    return _GovernedServer("toolkeeper", version=_version(), on_list_tools=_guarded(_list_tools),
+                           on_call_tool=_guarded(_call_tool), on_list_resources=_guarded(_list_resources),
+                           on_list_resource_templates=_guarded(_list_resource_templates),
+                           on_read_resource=_guarded(_read_resource), get_tool_input_schema=lambda name: None)

@@ -7,6 +7,9 @@ A client that passes `after=<seq>` first receives the stored events it missed (p
 numbered above `after`), then live ones; an event is never sent twice on one connection.
 A stream holds the grant it was let in with (its API key, or its user's membership): when that
 ends, the stream is closed with code 4401 (`tenancy.grants`).
+
+A connect is admitted like any other request (`tenancy.admission.admit`): it counts against the key's (or the
+console login's) and the tenant's requests per minute, and one past a limit is closed with code 4429.
 """
 import asyncio
 import logging
@@ -15,14 +18,19 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from tenancy.admission import Entry, NotAuthenticated, admit
+from tenancy.authentication import bearer_token
 from tenancy.grants import Grant, grant_of_key, grant_of_member, grant_watch
-from tenancy.selectors import access_tenant, apikey_from_token
+from tenancy.models import Scope
+from tenancy.selectors import access_tenant
+from toolkeeper.errors import NotPermitted, RateLimited
 
 logger = logging.getLogger("toolkeeper.realtime")
 
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_NOT_FOUND = 4404
+CLOSE_RATE_LIMITED = 4429
 MAX_SEQ = 2**63 - 1
 # Channel-layer messages whose handlers touch no database (see EventStream.dispatch).
 DATABASE_FREE_MESSAGES = frozenset({"call.event", "inbox.event", "access.ended"})
@@ -61,7 +69,11 @@ class EventStream(AsyncJsonWebsocketConsumer):
         except ValueError:
             await self.refuse(CLOSE_BAD_REQUEST)
             return
-        access = await database_sync_to_async(self.authorize)()
+        try:
+            access = await database_sync_to_async(self.authorize)()
+        except RateLimited:
+            await self.refuse(CLOSE_RATE_LIMITED)
+            return
         if access is None:
             await self.refuse(CLOSE_UNAUTHORIZED)
             return
@@ -151,22 +163,26 @@ class AppStream(EventStream):
 
     subprotocol: str | None = None
 
-    def _token(self) -> tuple[str | None, str | None]:
+    def _authorization(self) -> tuple[str | None, str | None]:
+        """A bearer `Authorization` header's value, or one made of a `bearer.<key>` subprotocol; and that
+        protocol. Another kind of header leaves the key to the subprotocol."""
         for name, value in self.scope.get("headers", []):
-            if name == b"authorization":
-                keyword, _, token = value.decode("latin-1").partition(" ")
-                if keyword.lower() == "bearer" and token.strip():
-                    return token.strip(), None
+            if name == b"authorization" and bearer_token(value.decode("latin-1")) is not None:
+                return value.decode("latin-1"), None
         for protocol in self.scope.get("subprotocols", []):
             if protocol.startswith("bearer."):
-                return protocol[len("bearer."):], protocol
+                return f"Bearer {protocol[len('bearer.'):]}", protocol
         return None, None
 
     def agent_key(self):
-        """The stream's API key, which then holds the stream open; None unless it has the agent scope."""
-        token, self.subprotocol = self._token()
-        api_key = apikey_from_token(token) if token else None
-        if api_key is None or not api_key.has_scope("agent"):
+        """The stream's API key, admitted, which then holds the stream open; None unless it is valid and has the
+        agent scope. RateLimited past the key's or the tenant's requests per minute."""
+        authorization, self.subprotocol = self._authorization()
+        if authorization is None:
+            return None
+        try:
+            api_key = admit(entry=Entry.WEBSOCKET, authorization=authorization, scope=Scope.AGENT).api_key
+        except (NotAuthenticated, NotPermitted):
             return None
         self.grant = grant_of_key(api_key)
         return api_key
@@ -188,6 +204,7 @@ class ConsoleStream(EventStream):
             tenant, _ = access_tenant(user, self.scope["url_route"]["kwargs"]["tenant"])
         except Exception:
             return None
+        admit(entry=Entry.WEBSOCKET, user=user, tenant=tenant)
         self.grant = grant_of_member(tenant.pk, user.pk)
         return tenant
 

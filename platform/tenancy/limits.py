@@ -1,8 +1,8 @@
 """Rate limits per API key and per tenant: requests per minute and calls in flight.
 
-One place for every entry point (the REST API through `RequestRateThrottle`, MCP and WebSockets by
-calling `requests_admit` themselves). A refusal is `toolkeeper.errors.RateLimited`: 429 in the API's error envelope,
-with `Retry-After` in seconds.
+Requests are counted for every entry by `tenancy.admission.admit` (the REST API, `/mcp/`, WebSocket connects,
+the console's changes); calls in flight by the call services. A refusal is `toolkeeper.errors.RateLimited`:
+429 in the API's error envelope, with `Retry-After` in seconds.
 
 Requests are counted in fixed one-minute windows in Django's cache: in-process memory in the embedded
 mode, Redis in the distributed mode, so every server process counts into the same window. A console
@@ -20,7 +20,6 @@ from functools import cache
 from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from rest_framework.throttling import BaseThrottle
 
 from toolkeeper.errors import RateLimited
 
@@ -138,15 +137,3 @@ def calls_admit(*, tenant: Tenant, api_key: ApiKey | None, adding: int,
             raise RateLimited(
                 f"Too many calls in flight: {whose} has {count} calls received, queued or running, and may have "
                 f"{limit}; this request adds {adding}. Retry when some have finished.", retry_after=IN_FLIGHT_RETRY_S)
-
-
-class RequestRateThrottle(BaseThrottle):
-    """DRF's hook for `requests_admit`: every API request with a tenant (API key or console login)."""
-
-    def allow_request(self, request, view):
-        tenant = getattr(request, "tenant", None)
-        if tenant is None:
-            return True  # not authenticated: refused elsewhere, counted nowhere
-        api_key = request.auth if isinstance(request.auth, ApiKey) else None
-        requests_admit(tenant=tenant, api_key=api_key, user=None if api_key else request.user)
-        return True

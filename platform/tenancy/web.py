@@ -1,7 +1,8 @@
 """What every app's console pages need from the web layer, kept low so that no app imports the console.
 
-- `tenant_view`: the one door into a tenant page. It resolves the tenant (membership required) and then
-  every object the URL names, by parameter name (`URL_OBJECTS`, filled by each app's URL conf through
+- `tenant_view`: the one door into a tenant page. It resolves the tenant (membership required), admits a
+  change (any method but GET and HEAD) through `tenancy.admission.admit` (the login's and the tenant's rate
+  limits), then every object the URL names, by parameter name (`URL_OBJECTS`, filled by each app's URL conf through
   `register_url_objects`): missing or another tenant's → 404, before the method or the role is even looked
   at. Reading needs the page's `read` level, changing (any other method) its `write` level.
 - `page_of`: one page of a list. `acting_user`: who a service records as the actor.
@@ -16,10 +17,11 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpResponseNotAllowed
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 
-from toolkeeper.errors import ServiceError
+from toolkeeper.errors import RateLimited, ServiceError
 
+from .admission import Entry, admit
 from .models import ApiKey, Role
 from .selectors import access_object, access_tenant
 
@@ -73,6 +75,11 @@ def tenant_view(*, methods=("GET",), read=MEMBER, write=OPERATE):
         @wraps(view)
         def wrapper(request, tenant, **url_kwargs):
             request.tenant, request.membership = access_tenant(request.user, tenant)
+            if request.method not in READ_METHODS:
+                try:
+                    admit(entry=Entry.CONSOLE, user=request.user, tenant=request.tenant)
+                except RateLimited as exc:
+                    return rate_limited_page(request, exc)
             objects = {}
             for name, value in url_kwargs.items():
                 model, argument = URL_OBJECTS[name]
@@ -89,6 +96,13 @@ def tenant_view(*, methods=("GET",), read=MEMBER, write=OPERATE):
         return login_required(wrapper)
 
     return decorate
+
+
+def rate_limited_page(request, exc: RateLimited):
+    """A console change past the rate limits: the page says when to try again (429 with Retry-After)."""
+    response = render(request, "429.html", {"message": exc.message}, status=429)
+    response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 def tenant_redirect(request, url_name: str, **kwargs):

@@ -15,7 +15,7 @@ from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
 from .errors import RateLimited, ServiceError
-from .json_values import MAX_JSON_DEPTH, json_problem
+from .json_values import MAX_JSON_DEPTH
 
 logger = logging.getLogger("toolkeeper.api")
 
@@ -27,8 +27,8 @@ class RequestTooLarge(exceptions.APIException):
 
 
 class LimitedJSONParser(JSONParser):
-    """JSON parser that refuses bodies over TOOLKEEPER_MAX_BODY_BYTES with 413, and values that could not be
-    stored and read back (`json_problem`: NUL, lone surrogates, nesting past the cap) with 400."""
+    """JSON parser that refuses bodies over TOOLKEEPER_MAX_BODY_BYTES with 413 and nesting too deep to parse
+    with 400. The values are checked with every other entry's, by `tenancy.admission.admit`."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         limit = settings.TOOLKEEPER_MAX_BODY_BYTES
@@ -43,9 +43,6 @@ class LimitedJSONParser(JSONParser):
             data = super().parse(io.BytesIO(raw), media_type, parser_context)
         except RecursionError as exc:
             raise exceptions.ParseError(f"JSON may be nested at most {MAX_JSON_DEPTH} levels deep") from exc
-        problem = json_problem(data)
-        if problem is not None:
-            raise exceptions.ParseError(problem)
         return data
 
 

@@ -6,12 +6,19 @@ present an API key with the agent scope: refusals are real HTTP answers (403, 40
 envelope. Then the agent session the request speaks for is resolved and the SDK's session manager
 answers. Daphne runs no ASGI lifespan, so the manager starts with the first request, once per process,
 in a task that lives as long as the event loop.
+
+Every request is admitted as every entry's are (`tenancy.admission.admit`): its key, the requests-per-minute
+limits, and the JSON values of the message it posts. A request past a limit is answered 429 with `Retry-After`
+and a JSON-RPC error (RATE_LIMITED) for the message's id; a message with a value no entry takes (a NUL,
+nesting past 64 levels, a lone surrogate, NaN) 400 with JSON-RPC's invalid params (-32602), before the protocol
+starts, so nothing of it is stored.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
@@ -19,9 +26,9 @@ from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from tenancy.authentication import bearer_token
+from tenancy.admission import NO_VALUE, Entry, NotAuthenticated, ValueRefused, admit
 from tenancy.models import Scope
-from tenancy.selectors import apikey_from_token
+from toolkeeper.errors import NotPermitted, RateLimited
 from tools.mcp_endpoint import (
     AGENT_HEADER,
     CALLER_SCOPE,
@@ -35,7 +42,8 @@ from tools.mcp_endpoint import (
 )
 from tools.waiting import run_db
 
-from .bodies import INVALID_API_KEY, NOT_AUTHENTICATED, Refusal, header_map
+from .bodies import NOT_AUTHENTICATED, Refusal, header_map
+from .json_values import MAX_JSON_DEPTH
 
 logger = logging.getLogger("toolkeeper.mcp")
 
@@ -47,6 +55,31 @@ NOT_AN_AGENT_KEY = Refusal(403, "Forbidden", "permission_denied", "MCP needs an 
 FOREIGN_HOST = Refusal(403, "Forbidden", "forbidden_host", "This host or origin may not reach the MCP endpoint.")
 UNAVAILABLE = Refusal(503, "Service Unavailable", "unavailable", "The MCP endpoint cannot serve requests now; retry.")
 CANCELLED = b"notifications/cancelled"
+# JSON-RPC leaves -32000 to -32099 to the server; MCP names no code for a rate limit.
+RATE_LIMITED = -32029
+INVALID_PARAMS = -32602
+PARSE_ERROR = -32700
+NO_MESSAGE = object()
+
+
+@dataclass(frozen=True)
+class RpcRefusal:
+    """A request refused before the protocol starts, answered as JSON-RPC errors are: an HTTP status and the
+    error for the message's id (a client of the SDK reports the error, not the status)."""
+
+    status: int
+    code: int
+    message: str
+    retry_after: int | None = None
+
+    async def send(self, send, request_id) -> None:
+        body = json.dumps({"jsonrpc": "2.0", "id": request_id,
+                           "error": {"code": self.code, "message": self.message}}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if self.retry_after is not None:
+            headers.append((b"retry-after", str(self.retry_after).encode()))
+        await send({"type": "http.response.start", "status": self.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 def is_mcp(scope) -> bool:
@@ -114,32 +147,42 @@ async def _whole_body(receive):
     return body, replay
 
 
-def cancelled_request_id(body: bytes):
-    """The request id a `notifications/cancelled` names, or None when the body is not one."""
-    if CANCELLED not in body:
-        return None
-    try:
-        message = json.loads(body)
-    except ValueError:
-        return None
+def _an_id(value):
+    """`value` if it can be a JSON-RPC request id (a string or an integer), else None."""
+    return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+
+def _request_id(message):
+    """The id of a JSON-RPC request, or None (a notification, a batch, no message)."""
+    return _an_id(message.get("id")) if isinstance(message, dict) else None
+
+
+def cancelled_request_id(message):
+    """The request id a `notifications/cancelled` message names, or None when the message is not one."""
     if not isinstance(message, dict) or message.get("method") != CANCELLED.decode() or "id" in message:
         return None
     params = message.get("params")
-    request_id = params.get("requestId") if isinstance(params, dict) else None
-    return request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+    return _an_id(params.get("requestId")) if isinstance(params, dict) else None
 
 
-def _caller_of(authorization: str, *, named: str, agent: str, opening: bool,
-               cancelling=None) -> McpCaller | Refusal:
-    """The request's key and session, found in one trip to the database pool; or what to answer instead.
-    A request that cancels another (`cancelling`, its id) cancels that request's call here too."""
-    token = bearer_token(authorization)
-    api_key = apikey_from_token(token) if token else None
-    if api_key is None:
-        return INVALID_API_KEY
-    if not api_key.has_scope(Scope.AGENT):
+def _caller_of(authorization: str, *, named: str, agent: str, opening: bool, message=NO_MESSAGE,
+               cancelling=None) -> McpCaller | Refusal | RpcRefusal:
+    """The request admitted, and its key and session, found in one trip to the database pool; or what to answer
+    instead. `message`: the JSON the request posts (or the RpcRefusal of its unreadable body). A request that
+    cancels another (`cancelling`, its id) cancels that request's call here too."""
+    value = NO_VALUE if message is NO_MESSAGE or isinstance(message, RpcRefusal) else message
+    try:
+        api_key = admit(entry=Entry.MCP, authorization=authorization, scope=Scope.AGENT, value=value).api_key
+    except NotAuthenticated as exc:
+        return Refusal(401, "Unauthorized", "authentication_failed", exc.message)
+    except NotPermitted:
         return NOT_AN_AGENT_KEY
-    api_key.touch()
+    except RateLimited as exc:
+        return RpcRefusal(429, RATE_LIMITED, exc.message, exc.retry_after)
+    except ValueRefused as exc:
+        return RpcRefusal(400, INVALID_PARAMS, exc.message)
+    if isinstance(message, RpcRefusal):
+        return message
     try:
         caller = mcp_session(api_key=api_key, named=named, agent=agent, opening=opening)
     except McpAccessError as exc:
@@ -149,6 +192,16 @@ def _caller_of(authorization: str, *, named: str, agent: str, opening: bool,
     if cancelling is not None:
         mcp_request_cancelled(caller, cancelling)
     return caller
+
+
+def _message_of(body: bytes):
+    """The JSON value a POST carries, or the RpcRefusal of a body that is no JSON (or too deep to read)."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        return RpcRefusal(400, INVALID_PARAMS, f"JSON may be nested at most {MAX_JSON_DEPTH} levels deep")
+    except ValueError:  # not JSON, or not UTF-8
+        return RpcRefusal(400, PARSE_ERROR, "Parse error: the body is not a JSON message")
 
 
 class McpEndpoint:
@@ -199,19 +252,24 @@ class McpEndpoint:
         # Only a 2025-era `initialize` comes without a session and without the protocol's own headers.
         opening = (scope["method"] == "POST" and not named and b"mcp-method" not in headers
                    and b"mcp-protocol-version" not in headers)
-        cancelling = None
-        if named and scope["method"] == "POST" and b"mcp-method" not in headers:
-            # A 2025-era client's message on its connection: it may cancel one of its requests.
+        message, cancelling = NO_MESSAGE, None
+        if scope["method"] == "POST":  # its body is within the size limit (`bodies.BodyGuard`)
             body, receive = await _whole_body(receive)
-            cancelling = cancelled_request_id(body)
+            message = _message_of(body)
+            if named and b"mcp-method" not in headers:
+                # A 2025-era client's message on its connection: it may cancel one of its requests.
+                cancelling = cancelled_request_id(message)
         try:
             caller = await run_db(_caller_of, authorization.decode("latin-1"), named=named.strip(),
-                                  agent=agent.strip(), opening=opening, cancelling=cancelling)
+                                  agent=agent.strip(), opening=opening, message=message, cancelling=cancelling)
         except Exception:  # a database that fails now is no reason to answer with a trace
             logger.exception("an MCP request could not be resolved to a session")
             caller = UNAVAILABLE
         if isinstance(caller, Refusal):
             await caller.send(send, path)
+            return
+        if isinstance(caller, RpcRefusal):
+            await caller.send(send, _request_id(message))
             return
         manager = await self._started()
         if caller.opened:

@@ -285,7 +285,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["toolkeeper.api.LimitedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "toolkeeper.api.exception_handler",
-    "DEFAULT_THROTTLE_CLASSES": ["tenancy.limits.RequestRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["tenancy.admission.RestAdmission"],
     "DEFAULT_SCHEMA_CLASS": "toolkeeper.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "toolkeeper.api.Pagination",
     "PAGE_SIZE": 50,

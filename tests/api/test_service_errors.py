@@ -25,7 +25,7 @@ SERVICE_PACKAGES = ["tools", "approvals", "knowledge", "skills", "platform/tenan
 # DRF by nature: they plug into it (authentication, permission and throttle classes) or build an API answer
 # (the refusal of a waiting request whose key or membership ended). No service raises what they define.
 DRF_MODULES = {"platform/tenancy/authentication.py", "platform/tenancy/permissions.py",
-               "platform/tenancy/limits.py", "platform/tenancy/grants.py"}
+               "platform/tenancy/admission.py", "platform/tenancy/grants.py"}
 
 
 def _imported_modules(path: Path) -> set[str]:

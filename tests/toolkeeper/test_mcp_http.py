@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from toolkeeper.mcp_http import McpEndpoint, _whole_body, cancelled_request_id
+from toolkeeper.mcp_http import McpEndpoint, RpcRefusal, _message_of, _whole_body, cancelled_request_id
 
 
 def notification(params, **extra) -> bytes:
@@ -24,7 +24,19 @@ def notification(params, **extra) -> bytes:
     (b"[" + notification({"requestId": 7}) + b"]", None),
 ])
 def test_only_a_cancel_notification_names_a_request(body, expected):
-    assert cancelled_request_id(body) == expected
+    assert cancelled_request_id(_message_of(body)) == expected
+
+
+@pytest.mark.parametrize(("body", "code"), [
+    (b"notifications/cancelled {", -32700),
+    (b"", -32700),
+    (b"\xff\xfe{}", -32700),  # not UTF-8
+    (b"[" * 100_000 + b"]" * 100_000, -32602),  # too deep for the parser: a value no entry takes
+])
+def test_a_body_that_cannot_be_read_is_refused_as_json_rpc_refuses_it(body, code):
+    refusal = _message_of(body)
+    assert isinstance(refusal, RpcRefusal)
+    assert (refusal.status, refusal.code) == (400, code)
 
 
 def test_a_body_read_ahead_is_handed_on_whole_then_the_connection_as_it_is():

@@ -1,0 +1,112 @@
+"""Admission: the one set of checks every entry makes before it acts on a request (docs/design-notes.md,
+"Admission").
+
+Every entry that takes requests from outside — the REST API, `/mcp/`, the WebSocket streams and the console's
+pages that change something — calls `admit` with what it knows of the caller and, where it was sent one, the
+JSON value. `admit` checks, in this order, and raises the first refusal:
+
+1. who is calling: an API key's bearer token (looked up here), a key the entry already looked up with
+   `api_key_for_token`, or a logged-in console member of the tenant; and the scope the entry needs
+   (`NotAuthenticated`, 401; `NotPermitted`, 403);
+2. the requests-per-minute limits of the key (or the console login) and of the tenant (`RateLimited`, 429);
+3. the value: what every stored JSON value must be (`toolkeeper.json_values.json_problem`: no NUL, no lone
+   surrogate, no NaN or Infinity, nesting at most 64 levels) (`ValueRefused`, 400).
+
+Each entry turns these refusals into its own medium in one place: the API's error envelope
+(`toolkeeper.api.exception_handler`), an HTTP status with a JSON-RPC error on `/mcp/` (`toolkeeper.mcp_http`),
+a close code on a WebSocket (`realtime.consumers`), a page with the status in the console (`tenancy.web`).
+`tests/test_entry_admission.py` walks every entry and shows each refusal there, so a new entry cannot skip one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from rest_framework.throttling import BaseThrottle
+
+from toolkeeper.errors import NotPermitted, ServiceError
+from toolkeeper.json_values import json_problem
+
+from .authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
+from .limits import requests_admit
+from .models import ApiKey, Tenant
+from .selectors import apikey_from_token
+
+
+class Entry(StrEnum):
+    REST = "rest"
+    MCP = "mcp"
+    WEBSOCKET = "websocket"
+    CONSOLE = "console"
+
+
+class NotAuthenticated(ServiceError):
+    """No valid credentials (401)."""
+
+    status = 401
+    code = "authentication_failed"
+
+
+class ValueRefused(ServiceError):
+    """A value that could not be stored and read back (400)."""
+
+
+NO_VALUE = object()
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Who an admitted request comes from."""
+
+    entry: Entry
+    tenant: Tenant
+    api_key: ApiKey | None = None
+    user: object = None
+
+
+def api_key_for_token(authorization: str) -> ApiKey:
+    """The active API key an `Authorization: Bearer <key>` header value names; NotAuthenticated otherwise.
+    The key is marked as used (at most once a minute)."""
+    token = bearer_token(authorization)
+    if token is None:
+        raise NotAuthenticated(MALFORMED_AUTHORIZATION)
+    api_key = apikey_from_token(token)
+    if api_key is None:
+        raise NotAuthenticated(INVALID_KEY)
+    api_key.touch()
+    return api_key
+
+
+def admit(*, entry: Entry, authorization: str | None = None, api_key: ApiKey | None = None, user=None,
+          tenant: Tenant | None = None, scope: str | None = None, value=NO_VALUE) -> Admission:
+    """Admit one request of `entry`, or raise the first refusal (see the module's docstring).
+
+    The caller is an `authorization` header value, an `api_key` already found by `api_key_for_token`, or a
+    console `user` whose membership of `tenant` the entry has checked. `scope`: what a key must have.
+    """
+    if authorization is not None:
+        api_key = api_key_for_token(authorization)
+    if api_key is not None:
+        if scope is not None and not api_key.has_scope(scope):
+            raise NotPermitted(f"This API key lacks the {scope} scope.")
+        tenant, user = api_key.tenant, None
+    elif user is None or not user.is_authenticated or tenant is None:
+        raise NotAuthenticated("Authentication credentials were not provided.")
+    requests_admit(tenant=tenant, api_key=api_key, user=user)
+    if value is not NO_VALUE and (problem := json_problem(value)):
+        raise ValueRefused(problem)
+    return Admission(entry=entry, tenant=tenant, api_key=api_key, user=user)
+
+
+class RestAdmission(BaseThrottle):
+    """The REST API's call of `admit`, once DRF knows the caller (an API key, or a console login with its
+    tenant) and the view's permissions passed: the request's limits and its JSON body."""
+
+    def allow_request(self, request, view):
+        tenant = getattr(request, "tenant", None)
+        if tenant is None:
+            return True  # not authenticated: refused by the permission check, counted nowhere
+        api_key = request.auth if isinstance(request.auth, ApiKey) else None
+        value = request.data if request.content_type.startswith("application/json") else NO_VALUE
+        admit(entry=Entry.REST, api_key=api_key, user=None if api_key else request.user, tenant=tenant, value=value)
+        return True

@@ -1,0 +1,279 @@
+"""Every entry admits its requests through `tenancy.admission.admit` (docs/design-notes.md, "Admission").
+
+The walker goes to every door there is: each route and method of the REST API, each console route that takes a
+change, each WebSocket route, each method of `/mcp/`. With the caller's requests-per-minute used up, every
+one of them refuses in its own medium (429 and `Retry-After`; a close with 4429; a JSON-RPC error). Every door
+that takes a JSON body refuses a value no entry takes (a NUL, nesting past 64) before anything runs. A new
+route, socket or MCP method is walked as it is added: one that skips admission fails here.
+"""
+import asyncio
+import json
+import uuid
+
+import pytest
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django import forms
+from django.urls import NoReverseMatch, get_resolver, reverse
+
+from realtime.consumers import CLOSE_RATE_LIMITED
+from tenancy import limits
+from tenancy.admission import Entry, NotAuthenticated, ValueRefused, admit
+from tenancy.models import Tenant
+from tenancy.services import apikey_create
+from tests.realtime.test_socket_walker import ORIGIN, cookie_of, fill, routes
+from tests.test_url_isolation import API_PREFIX, CONSOLE_PREFIXES, SKIPPED_PREFIXES, walk
+from toolkeeper.errors import NotPermitted, RateLimited
+from toolkeeper.json_values import JSONValueField
+from toolkeeper.mcp_http import INVALID_PARAMS, RATE_LIMITED, McpEndpoint
+from toolkeeper.routing import websocket_urlpatterns
+from tools.mcp_endpoint import mcp_protocol_server
+from tools.models import ToolCall
+
+NUL_VALUE = {"name": "walker", "input": {"text": "a\u0000b"}, "description": "x\u0000"}
+DEEP_VALUE = {"input": json.loads("[" * 65 + "]" * 65)}
+NOW = 1_800_000_030.0  # one fixed minute: the walk never straddles two rate windows
+
+
+@pytest.fixture
+def one_request_a_minute(world, monkeypatch):
+    """Tenant A's keys and logins may make one request a minute; the clock stands still."""
+    monkeypatch.setattr(limits.time, "time", lambda: NOW)
+    limits.counter_store().clear()
+    Tenant.objects.filter(pk=world.a.tenant.pk).update(key_requests_per_minute=1)
+    yield world
+    limits.counter_store().clear()
+
+
+def _every_scope_key(world) -> str:
+    return apikey_create(tenant=world.a.tenant, name="every-scope", scopes=["agent", "external", "admin"],
+                         created_by=world.a.users["admin"]).key
+
+
+def _path(route) -> str | None:
+    """A URL of the route, its parameters filled with ids that need not exist: admission comes first."""
+    for candidate in ("1", str(uuid.uuid4()), "x"):
+        try:
+            return reverse(route.name, kwargs={param: candidate for param in route.params})
+        except NoReverseMatch:
+            continue
+    return None
+
+
+def _routes(prefixes):
+    for route in walk():
+        path = route.template
+        if path.startswith(SKIPPED_PREFIXES) or not path.startswith(prefixes):
+            continue
+        yield route
+
+
+# --- REST -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.django_db(transaction=True)  # the waiting views run the DRF view on the database pool's threads
+def test_every_api_route_counts_against_the_limits(one_request_a_minute, api):
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {_every_scope_key(one_request_a_minute)}")
+    assert api.get("/api/v1/tools").status_code == 200  # the minute's one request
+    walked, problems = 0, []
+    for route in _routes((API_PREFIX,)):
+        path = _path(route)
+        assert path is not None, f"{route.template}: the walker cannot make a URL of it (name it)"
+        for method in route.methods or ("get", "post"):
+            response = getattr(api, method)(path, {}, format="json") if method != "get" else api.get(path)
+            walked += 1
+            if response.status_code != 429 or "Retry-After" not in response \
+                    or response.json()["error"]["code"] != "rate_limited":
+                problems.append(f"{method.upper()} {path}: {response.status_code} {response.content[:120]!r}")
+    assert not problems, "\n".join(problems)
+    assert walked > 60
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("value", [NUL_VALUE, DEEP_VALUE], ids=["nul", "deep"])
+def test_every_api_route_that_takes_a_body_refuses_a_value_no_entry_takes(world, api, value):
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {_every_scope_key(world)}")
+    walked, problems = 0, []
+    for route in _routes((API_PREFIX,)):
+        path = _path(route)
+        for method in set(route.methods) & {"post", "put", "patch"}:
+            response = getattr(api, method)(path, value, format="json")
+            walked += 1
+            message = response.json()["error"]["message"] if response.status_code == 400 else ""
+            if "NUL" not in message and "nested at most 64" not in message:
+                problems.append(f"{method.upper()} {path}: {response.status_code} {response.content[:160]!r}")
+    assert not problems, "\n".join(problems)
+    assert walked > 30
+    assert not ToolCall.objects.for_tenant(world.a.tenant).filter(call_id="walker").exists()
+
+
+# --- the console ------------------------------------------------------------------------------------------------
+
+def test_every_console_change_counts_against_the_login_s_limits(one_request_a_minute):
+    world = one_request_a_minute
+    console = world.a.console("admin")
+    tenant = world.a.tenant.slug
+    assert console.post(reverse("console:group_create", kwargs={"tenant": tenant}), {}).status_code != 429
+    walked, problems = 0, []
+    for route in _routes(CONSOLE_PREFIXES):
+        if route.methods_known and "post" not in route.methods:
+            continue
+        kwargs = {param: (tenant if param == "tenant" else "1") for param in route.params}
+        path = reverse(route.name, kwargs=kwargs)
+        response = console.post(path, {"name": "walker"})
+        walked += 1
+        if response.status_code != 429 or "Retry-After" not in response:
+            problems.append(f"POST {path}: {response.status_code}")
+    assert not problems, "\n".join(problems)
+    assert walked > 30
+    # reading is not a change: pages still open past the limit
+    assert console.get(reverse("console:dashboard", kwargs={"tenant": tenant})).status_code == 200
+
+
+OUR_PACKAGES = {"toolkeeper", "tenancy", "audit", "realtime", "console", "tools", "approvals", "skills", "knowledge"}
+
+
+def _project_forms():
+    """Every form class of the project's apps (their modules are loaded with the URL conf)."""
+    get_resolver().url_patterns  # noqa: B018 (loads every app's views and forms)
+    found, stack = set(), [forms.BaseForm]
+    while stack:
+        for cls in stack.pop().__subclasses__():
+            stack.append(cls)
+            if cls.__module__.split(".")[0] in OUR_PACKAGES:
+                found.add(cls)
+    return found
+
+
+def test_every_console_field_that_takes_json_checks_values_as_every_entry_does():
+    """A JSON field of a console form parses with `json_parse`, whose value check is the one `admit` makes."""
+    found, problems = 0, []
+    for form in _project_forms():
+        for name, field in getattr(form, "base_fields", {}).items():
+            if isinstance(field, forms.JSONField):
+                found += 1
+                if not isinstance(field, JSONValueField):
+                    problems.append(f"{form.__module__}.{form.__name__}.{name} is a plain JSONField")
+    assert not problems, "\n".join(problems)
+    assert found >= 5
+    field = JSONValueField()
+    for text in ('{"a": "\\u0000"}', "[" * 65 + "]" * 65):
+        with pytest.raises(forms.ValidationError):
+            field.clean(text)
+
+
+# --- WebSockets -------------------------------------------------------------------------------------------------
+
+async def _close_code(path: str, headers: list) -> int | None:
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path, headers=[ORIGIN, *headers])
+    connected, code = await communicator.connect(timeout=10)
+    if connected:
+        output = await communicator.receive_output(timeout=5)
+        await communicator.wait()
+        return output.get("code")
+    return code
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_socket_route_counts_its_connects(one_request_a_minute):
+    world = one_request_a_minute
+    a = world.a
+    ids = type("Ids", (), {"tenant": a.tenant.slug, "session_id": str(a.session.pk), "call_id": str(a.calls[0].pk)})
+    key_headers = [(b"authorization", f"Bearer {a.keys['agent']}".encode())]
+    login_headers = [(b"cookie", cookie_of(a.users["admin"]))]
+    limits.requests_admit(tenant=a.tenant, api_key=a.key_objects["agent"])  # the key's one request
+    limits.requests_admit(tenant=a.tenant, user=a.users["admin"])  # and the login's
+    walked = 0
+    for route in routes():
+        headers = key_headers if route.startswith("ws/api/") else login_headers
+        code = asyncio.run(_close_code(fill(route, ids), headers))
+        assert code == CLOSE_RATE_LIMITED, f"{route}: {code}"
+        walked += 1
+    assert walked == len(websocket_urlpatterns) >= 5
+
+
+# --- /mcp/ --------------------------------------------------------------------------------------------------------
+
+def _mcp_methods() -> list[str]:
+    server = mcp_protocol_server()
+    return ["initialize", *server._request_handlers, *server._notification_handlers,
+            "notifications/initialized", "notifications/cancelled"]
+
+
+async def _post_mcp(message: dict, key: str) -> tuple[int, dict, dict]:
+    body = json.dumps(message).encode()
+    scope = {"type": "http", "method": "POST", "path": "/mcp/", "query_string": b"", "headers": [
+        (b"host", b"localhost"), (b"authorization", f"Bearer {key}".encode()),
+        (b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream"),
+        (b"x-toolkeeper-agent", b"walker"), (b"content-length", str(len(body)).encode())]}
+    received = [{"type": "http.request", "body": body, "more_body": False}]
+    sent = []
+
+    async def receive():
+        return received.pop(0) if received else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    await McpEndpoint()(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, json.loads(content)
+
+
+def _message(method: str, number: int, params: dict) -> dict:
+    message = {"jsonrpc": "2.0", "method": method, "params": params}
+    return message if method.startswith("notifications/") else {**message, "id": number}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_mcp_method_counts_against_the_limits(one_request_a_minute):
+    world = one_request_a_minute
+    key = world.a.keys["agent"]
+    limits.requests_admit(tenant=world.a.tenant, api_key=world.a.key_objects["agent"])  # the minute's one
+    methods = _mcp_methods()
+    for number, method in enumerate(methods):
+        params = {"name": "current_time", "arguments": {}} if method == "tools/call" else {}
+        status, headers, body = asyncio.run(_post_mcp(_message(method, number, params), key))
+        assert status == 429, (method, status, body)
+        assert int(headers["retry-after"]) >= 1
+        assert body["error"]["code"] == RATE_LIMITED and "Rate limit" in body["error"]["message"]
+        assert body["id"] == (None if method.startswith("notifications/") else number)
+    assert {"initialize", "tools/list", "tools/call", "resources/read"} <= set(methods)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("arguments", [{"text": "a\u0000b"}, DEEP_VALUE, {"n": float("nan")}],
+                         ids=["nul", "deep", "nan"])
+def test_every_mcp_method_refuses_a_value_no_entry_takes_before_anything_is_stored(world, arguments):
+    key = world.a.keys["agent"]
+    before = ToolCall.all_tenants.count()
+    for number, method in enumerate(_mcp_methods()):
+        params = {"name": "current_time", "arguments": arguments}
+        status, _, body = asyncio.run(_post_mcp(_message(method, number, params), key))
+        assert status == 400, (method, status, body)
+        assert body["error"]["code"] == INVALID_PARAMS, (method, body)
+        assert "Traceback" not in body["error"]["message"] and "INSERT" not in body["error"]["message"]
+    assert ToolCall.all_tenants.count() == before
+
+
+# --- the function itself ------------------------------------------------------------------------------------------
+
+def test_admit_checks_who_then_the_limits_then_the_value(one_request_a_minute):
+    world = one_request_a_minute
+    a = world.a
+    with pytest.raises(NotAuthenticated):
+        admit(entry=Entry.MCP, authorization="Bearer tk_nope")
+    with pytest.raises(NotAuthenticated):
+        admit(entry=Entry.MCP, authorization="Basic abc")
+    with pytest.raises(NotAuthenticated):  # a console entry needs a login and its tenant
+        admit(entry=Entry.CONSOLE, user=a.users["admin"])
+    with pytest.raises(NotPermitted):  # a scope refusal is not counted
+        admit(entry=Entry.MCP, authorization=f"Bearer {a.keys['admin']}", scope="agent")
+    with pytest.raises(ValueRefused):  # counted: the minute's one request
+        admit(entry=Entry.MCP, authorization=f"Bearer {a.keys['agent']}", scope="agent", value={"x": "\u0000"})
+    with pytest.raises(RateLimited):  # past the limit, the value is not even looked at
+        admit(entry=Entry.MCP, authorization=f"Bearer {a.keys['agent']}", scope="agent", value={"x": "\u0000"})
+    admitted = admit(entry=Entry.CONSOLE, user=a.users["admin"], tenant=a.tenant)  # a login has its own bucket
+    assert (admitted.tenant, admitted.api_key, admitted.user) == (a.tenant, None, a.users["admin"])
+    other = admit(entry=Entry.REST, authorization=f"Bearer {a.keys['locked']}", value={"fine": [1, "two"]})
+    assert (other.tenant, other.api_key, other.user) == (a.tenant, a.key_objects["locked"], None)
