@@ -3,14 +3,15 @@
 A token is the link's id signed with the server's key (`TimestampSigner`, salted, at most a week old), so a
 copy of the database or of the delivery log cannot make one. A link acts only for a logged-in member who
 reviews (the one it was mailed to, for an email), while its request is pending and unexpired, and through
-the inbox's own `request_decide`, so reviewer lists, four-eyes and quorum hold exactly as in the inbox.
+the inbox's own `request_decide`, so reviewer lists, four-eyes and quorum hold exactly as in the inbox. It is
+spent only by a decision it made (`link_use`).
 """
 from django.core import signing
 from django.db import transaction
 from django.utils import timezone
 
 from tenancy.models import Membership
-from toolkeeper.errors import Conflict, NotPermitted
+from toolkeeper.errors import NotPermitted, ServiceError
 
 from .models import ApprovalRequest, DecisionLink, RequestStatus
 from .notifications import LINK_MAX_AGE_S, LINK_SALT
@@ -44,10 +45,11 @@ def link_open(*, tenant, token: str) -> DecisionLink:
 def link_use(*, tenant, token: str, user) -> ApprovalRequest:
     """Decide a request through its link, as the logged-in `user`, exactly as the inbox would.
 
-    The link is spent first, by a conditional update of its own, so two people using one link at once cast one
-    vote. The vote then goes through `request_decide` in its own transactions (some of its refusals commit what
-    they find, an expiry say, and must not be rolled back with the link); a refused vote gives the link back,
-    unless the refusal means the request is settled.
+    A link is spent only by a decision it made. It is spent by a conditional update and the vote is cast in the
+    same transaction, so two people using one link at once cast one vote: the second waits on the link's row
+    and then finds it spent, or, if the first was refused, free. A refused vote (the user has voted, four-eyes,
+    not a reviewer of the queue, the request expired meanwhile) hands the link back in that transaction, and
+    what the refusal itself settled (an expiry, say) is committed with it, as `request_decide` alone would.
     """
     link = link_open(tenant=tenant, token=token)
     if link.user_id is not None and link.user_id != user.pk:
@@ -55,16 +57,17 @@ def link_use(*, tenant, token: str, user) -> ApprovalRequest:
     membership = Membership.objects.filter(tenant=tenant, user=user).first()
     if membership is None or not membership.can_review:
         raise NotPermitted("only reviewers decide")
-    spent_at = timezone.now()
+    links = DecisionLink.objects.for_tenant(tenant).filter(pk=link.pk)
+    refusal = None
     with transaction.atomic():
-        if not DecisionLink.objects.for_tenant(tenant).filter(pk=link.pk, used_at__isnull=True).update(
-                used_at=spent_at):
+        if not links.filter(used_at__isnull=True).update(used_at=timezone.now()):
             raise LinkRefused("this link was used already")
-    try:
-        return request_decide(request=link.request, reviewer=user, decision=link.decision, new_input=None,
-                              message="decided through a link in a notification")
-    except Conflict:
-        raise
-    except Exception:
-        DecisionLink.objects.for_tenant(tenant).filter(pk=link.pk, used_at=spent_at).update(used_at=None)
-        raise
+        try:
+            settled = request_decide(request=link.request, reviewer=user, decision=link.decision, new_input=None,
+                                     message="decided through a link in a notification")
+        except ServiceError as exc:  # no decision was made: the link is not spent
+            links.update(used_at=None)
+            refusal = exc
+    if refusal is not None:
+        raise refusal
+    return settled

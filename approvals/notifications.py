@@ -13,7 +13,8 @@ Webhook bodies are signed: `X-Toolkeeper-Signature: v1=<hex HMAC-SHA256 of "<tim
 channel's secret, with the timestamp in `X-Toolkeeper-Timestamp`, so a receiver refuses a changed body and an
 old one replayed. Every URL goes through the outbound guard (`toolkeeper.outbound`), when it is saved and
 when each connection is made. Messages carry no call arguments: they name the tool, the agent and the reason,
-and link to the inbox, where a logged-in reviewer sees the rest.
+and link to the inbox, where a logged-in reviewer sees the rest. Those names are values, never markup: each
+medium escapes them its own way (`_message` and the `_*_part` renderers below).
 """
 import hashlib
 import hmac
@@ -21,6 +22,8 @@ import json
 import logging
 import secrets
 import time
+import unicodedata
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlencode, urlsplit
 
@@ -31,8 +34,11 @@ from django.core import signing
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.db.models import Q
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import conditional_escape, format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from audit.services import audit_record
 from tenancy.models import Role
@@ -444,8 +450,8 @@ def _send(notification: Notification) -> None:
     payload = _payload_with_links(notification)
     payload["delivery"] = notification.pk
     if channel.kind == ChannelKind.EMAIL:
-        subject, text = _email(payload)
-        send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, [notification.recipient])
+        subject, text, html = _email(payload)
+        send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, [notification.recipient], html_message=html)
         return
     target = channel.target or {}
     body_data = _slack(payload) if channel.kind == ChannelKind.SLACK else payload
@@ -470,42 +476,139 @@ async def _post(url: str, body: bytes, headers: dict) -> int:
             return response.status_code
 
 
-def _lines(payload: dict) -> tuple[str, list[str]]:
-    """A subject and the lines of a message, for email and Slack."""
+# --- what a message says, in each medium ------------------------------------------------------
+# A message is built once as lines of parts: our own words (str), values (`Shown`: text a tenant, an app or a
+# model controls: tool, agent, reason, queue and channel names) and links we made (`Linked`). Each medium then
+# renders the parts its own way, so a value is never read as markup (docs/design-notes.md, Notifications).
+
+@dataclass(frozen=True)
+class Shown:
+    """A value shown to people: never markup, never more than one line."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Linked:
+    """A link we made (the inbox, a decision link): it stays a link."""
+
+    url: str
+
+
+def one_line(text) -> str:
+    """A value on one line: control characters and line breaks become spaces (a value cannot start a line of its
+    own, in a body or in a mail header), invisible format characters (bidirectional overrides, zero-width
+    characters) are dropped, and runs of white space become one space."""
+    kept = []
+    for char in str(text):
+        category = unicodedata.category(char)
+        if category == "Cf":
+            continue
+        kept.append(" " if category in ("Cc", "Zl", "Zp") else char)
+    return " ".join("".join(kept).split())
+
+
+def _value_or(value, fallback: str):
+    """A value, or our own word for its absence."""
+    return Shown(value) if value and one_line(value) else fallback
+
+
+def _message(payload: dict) -> tuple[list, list[list]]:
+    """The subject and the lines of a message, as parts."""
     event = payload["event"]
     if event == NotifyEvent.TEST:
-        return (f"Test notification from queue {payload['queue']}",
-                [f"This is a test of channel {payload['channel']} of queue {payload['queue']}."])
+        queue = Shown(payload["queue"])
+        return (["Test notification from queue ", queue],
+                [["This is a test of channel ", Shown(payload["channel"]), " of queue ", queue, "."]])
     if event == NotifyEvent.EXPIRING:
-        lines = [f"{len(payload['requests'])} request(s) in queue {payload['queue']} expire soon:"]
-        lines += [f"- {r['tool']} by {r['agent'] or 'an agent'}, expires {r['expires_at']}: {r['url']}"
-                  for r in payload["requests"]]
-        return f"Requests expiring soon in {payload['queue']}", lines
+        queue = Shown(payload["queue"])
+        lines = [[f"{len(payload['requests'])} request(s) in queue ", queue, " expire soon:"]]
+        lines += [["- ", Shown(r["tool"]), " by ", _value_or(r["agent"], "an agent"), f", expires {r['expires_at']}: ",
+                   Linked(r["url"])] for r in payload["requests"]]
+        return ["Requests expiring soon in ", queue], lines
     if event == NotifyEvent.EXTERNAL:
         task = payload["task"]
-        return (f"External task waiting: {task['tool']}",
-                [f"{task['tool']} (called by {task['agent'] or 'an agent'}) waits for a result.", task["url"]])
+        return (["External task waiting: ", Shown(task["tool"])],
+                [[Shown(task["tool"]), " (called by ", _value_or(task["agent"], "an agent"), ") waits for a result."],
+                 [Linked(task["url"])]])
     request = payload["request"]
     heading = {NotifyEvent.REQUESTED: "Approval requested", NotifyEvent.ESCALATED: "Approval escalated",
                NotifyEvent.DECIDED: f"Request {request['status']}"}[event]
-    lines = [f"{heading}: {request['tool']} called by {request['agent'] or 'an agent'} (queue {request['queue']}).",
-             f"Reason: {request['reason']}" if request["reason"] else "", f"Open it in the inbox: {request['url']}"]
+    lines = [[f"{heading}: ", Shown(request["tool"]), " called by ", _value_or(request["agent"], "an agent"),
+              " (queue ", _value_or(request["queue"], "none"), ")."]]
+    if request["reason"] and one_line(request["reason"]):
+        lines.append(["Reason: ", Shown(request["reason"])])
+    lines.append(["Open it in the inbox: ", Linked(request["url"])])
     for decision, url in payload.get("links", {}).items():
-        lines.append(f"{decision.capitalize()} (one use, login required): {url}")
-    return f"{heading}: {request['tool']}", [line for line in lines if line]
+        lines.append([f"{decision.capitalize()} (one use, login required): ", Linked(url)])
+    return [f"{heading}: ", Shown(request["tool"])], lines
 
 
-def _email(payload: dict) -> tuple[str, str]:
-    subject, lines = _lines(payload)
-    return f"[Toolkeeper] {subject}", "\n".join(lines) + "\n"
+def _text_part(part) -> str:
+    """Plain text (an e-mail's text part and its subject): a value on one line, a link as its URL."""
+    if isinstance(part, Shown):
+        return one_line(part.text)
+    return part.url if isinstance(part, Linked) else part
+
+
+def _html_part(part) -> SafeString:
+    """HTML (an e-mail's HTML part): everything escaped; a value in <code>, a link we made an <a>."""
+    if isinstance(part, Shown):
+        return format_html("<code>{}</code>", one_line(part.text))
+    if isinstance(part, Linked):
+        return format_html('<a href="{}">{}</a>', part.url, part.url)
+    return conditional_escape(part)
+
+
+SLACK_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+LOOKALIKE_BACKTICK = "\u02cb"  # ˋ, MODIFIER LETTER GRAVE ACCENT
+
+
+def slack_escape(text: str) -> str:
+    """Slack's three control characters: with them escaped, no text opens a link (`<url|label>`) or a mention
+    (`<!channel>`, `<!here>`, `<@U…>`)."""
+    return text.translate(SLACK_ESCAPES)
+
+
+def _slack_part(part) -> str:
+    """Slack `mrkdwn`. A value goes in inline code, where Slack applies no formatting (`*`, `_`, `~`) and sees
+    no mention; a backtick in it, which would end the code, becomes the look-alike `ˋ`. A link we made is
+    `<url>`."""
+    if isinstance(part, Shown):
+        return "`" + slack_escape(one_line(part.text)).replace("`", LOOKALIKE_BACKTICK) + "`"
+    if isinstance(part, Linked):
+        return f"<{slack_escape(part.url)}>"
+    return slack_escape(part)
+
+
+def _as_text(parts: list) -> str:
+    return "".join(_text_part(part) for part in parts)
+
+
+def _as_html(parts: list) -> SafeString:
+    return format_html_join("", "{}", ((_html_part(part),) for part in parts))
+
+
+def _as_slack(parts: list) -> str:
+    return "".join(_slack_part(part) for part in parts)
+
+
+def _email(payload: dict) -> tuple[str, str, str]:
+    """An e-mail's subject (one line: a value cannot add a header), text part and HTML part."""
+    subject, lines = _message(payload)
+    subject_text = "[Toolkeeper] " + _as_text(subject)
+    html = render_to_string("notifications/email.html", {
+        "subject": subject_text, "lines": [_as_html(line) for line in lines]})
+    return subject_text, "\n".join(_as_text(line) for line in lines) + "\n", html
 
 
 def _slack(payload: dict) -> dict:
-    """Slack's incoming-webhook shape: `text` (the fallback) and blocks, links as buttons."""
-    subject, lines = _lines(payload)
-    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "\n".join([f"*{subject}*", *lines])}}]
+    """Slack's incoming-webhook shape: `text` (the fallback) and blocks, decision links as buttons."""
+    subject, lines = _message(payload)
+    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(
+        [f"*{_as_slack(subject)}*", *(_as_slack(line) for line in lines)])}}]
     buttons = [{"type": "button", "text": {"type": "plain_text", "text": decision.capitalize()}, "url": url}
                for decision, url in payload.get("links", {}).items()]
     if buttons:
         blocks.append({"type": "actions", "elements": buttons})
-    return {"text": subject, "blocks": blocks}
+    return {"text": _as_slack(subject), "blocks": blocks}

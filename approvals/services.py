@@ -237,9 +237,15 @@ def reviewer_may_decide(*, request: ApprovalRequest, user) -> bool:
 
 
 def _same_person(reviewer, session_user: str) -> bool:
-    """Four-eyes: the session's user names the reviewer, by username or e-mail, whatever the case or spaces."""
-    claimed = session_user.strip().lower()
-    return bool(claimed) and claimed in {reviewer.username.lower(), reviewer.email.lower()}
+    """Four-eyes: the session's user names the reviewer, by username or e-mail, whatever the case or spaces.
+
+    An API key is never the session's user: the user an app names is a person, and a key is not one, even if
+    the name reads like the key's label (docs/design-notes.md, Governance)."""
+    if not _is_person(reviewer):
+        return False
+    claimed = (session_user or "").strip().lower()
+    names = {(getattr(reviewer, field, "") or "").lower() for field in ("username", "email")}
+    return bool(claimed) and claimed in names
 
 
 def decide_refusals(*, requests, user) -> dict[int, str]:
@@ -252,9 +258,11 @@ def decide_refusals(*, requests, user) -> dict[int, str]:
     queue_ids = {r.queue_id for r in requests if r.queue_id}
     named = Queue.reviewers.through.objects.filter(queue_id__in=queue_ids)
     named_any = set(named.values_list("queue_id", flat=True))
-    named_me = set(named.filter(user_id=user.pk).values_list("queue_id", flat=True))
-    escalation_me = set(Queue.escalation_reviewers.through.objects.filter(
-        queue_id__in=queue_ids, user_id=user.pk).values_list("queue_id", flat=True))
+    named_me = escalation_me = set()  # a key is named in no queue: it decides only where none are named
+    if _is_person(user):
+        named_me = set(named.filter(user_id=user.pk).values_list("queue_id", flat=True))
+        escalation_me = set(Queue.escalation_reviewers.through.objects.filter(
+            queue_id__in=queue_ids, user_id=user.pk).values_list("queue_id", flat=True))
     refusals = {}
     for request in requests:
         queue = request.queue
@@ -272,8 +280,15 @@ def decide_refusals(*, requests, user) -> dict[int, str]:
 def _vote_stands(request: ApprovalRequest, user) -> bool:
     """Whether the user's vote still counts: a later edit by someone else asks everyone again (`_vote_record`)."""
     votes = list(request.votes.all())
-    mine = [i for i, vote in enumerate(votes) if vote.reviewer_id == user.pk]
+    mine = [i for i, vote in enumerate(votes) if _cast_by(vote, user)]
     return bool(mine) and not any(vote.decision == VoteDecision.EDIT for vote in votes[mine[-1] + 1:])
+
+
+def _cast_by(vote: Vote, reviewer) -> bool:
+    """A person's vote is theirs by user id; a key's (no user) by its label, as `_vote_record` finds it."""
+    if _is_person(reviewer):
+        return vote.reviewer_id == reviewer.pk
+    return vote.reviewer_id is None and vote.reviewer_label == str(reviewer.username)
 
 
 def _finish(request: ApprovalRequest, status: str) -> bool:
