@@ -73,6 +73,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolkeeper.children import ChildGone, ChildSide, start_child
+from toolkeeper.command_env import ENV_NAME, env_name_refusal
 from toolkeeper.outbound import OutboundRefused, ResponseTooLarge, async_http_client
 from toolkeeper.secrets import SecretDict
 
@@ -94,11 +95,6 @@ HOST_PROCESS_ENV = "TOOLKEEPER_MCP_HOST_PROCESS"  # set in the host process (see
 HOST_READY_TIMEOUT_S = 60.0
 HOST_EXIT_WAIT_S = 10.0
 CLIENT_INFO = types.Implementation(name="toolkeeper", version="1")
-# Environment names a tenant can never set for a stdio server, whatever the allow-list says: they change
-# what the command runs rather than how the server behaves.
-NEVER_TENANT_ENV = frozenset({"PATH", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "NODE_OPTIONS", "NODE_PATH",
-                              "BASH_ENV", "ENV", "SHELL", "HOME", "PERL5OPT", "RUBYOPT"})
-NEVER_TENANT_ENV_PREFIXES = ("LD_", "DYLD_")
 # Header names the transport owns: a stored header may not replace them.
 TRANSPORT_HEADERS = frozenset({"host", "content-length", "content-type", "transfer-encoding", "connection",
                                "accept", "mcp-session-id", "mcp-protocol-version", "last-event-id"})
@@ -172,15 +168,26 @@ def stdio_allow_list() -> dict:
             raise ImproperlyConfigured(f"TOOLKEEPER_MCP_STDIO_SERVERS[{name!r}]: args are strings")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in (entry.get("env") or {}).items()):
             raise ImproperlyConfigured(f"TOOLKEEPER_MCP_STDIO_SERVERS[{name!r}]: env maps names to strings")
-        if not all(isinstance(n, str) for n in entry.get("tenant_env", ())):
+        if not isinstance(entry.get("tenant_env", []), list):
             raise ImproperlyConfigured(f"TOOLKEEPER_MCP_STDIO_SERVERS[{name!r}]: tenant_env lists names")
+        for variable in entry.get("tenant_env", []):
+            if refusal := env_name_refusal(variable):  # as the settings check it (toolkeeper.command_env)
+                raise ImproperlyConfigured(f"TOOLKEEPER_MCP_STDIO_SERVERS[{name!r}]: tenant_env: {refusal}")
     return entries
 
 
-def tenant_env_allowed(name: str, entry: dict) -> bool:
-    """Whether a tenant's server may set the environment variable `name` for this allow-list entry."""
-    return (name in set(entry.get("tenant_env", ())) and name not in NEVER_TENANT_ENV
-            and not name.upper().startswith(NEVER_TENANT_ENV_PREFIXES))
+def tenant_env_refusal(name, entry: dict | None, server: str) -> str | None:
+    """Why a tenant's stdio server may not set the environment variable `name` under this allow-list entry
+    (`server` names the entry in the message), or None when it may: the one check of a save and of a start."""
+    listed = (entry or {}).get("tenant_env")
+    listed = listed if isinstance(listed, list) else []
+    if name in listed:
+        return env_name_refusal(name)  # the admin's list is the rule, the refused names its backstop
+    if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+        return env_name_refusal(name)  # not a name at all: said so, and shown escaped
+    allowed = [n for n in listed if not env_name_refusal(n)]
+    return (f"{name} is not a variable {server or 'this server'} lets tenants set"
+            + (f" (allowed: {', '.join(allowed)})" if allowed else ""))
 
 
 def endpoint_of(server) -> McpEndpoint:
@@ -196,11 +203,12 @@ def endpoint_of(server) -> McpEndpoint:
         command, args = entry["command"], tuple(entry.get("args", ()))
         env = dict(entry.get("env") or {})
         for name, value in (server.env or {}).items():
-            if tenant_env_allowed(name, entry):
-                env[name] = str(value)
-            else:
-                logger.warning("MCP server %s: environment variable %s is not one tenants may set; not passed",
-                               server.pk, name)
+            # never dropped in silence: the server would start without what its tenant set, or with a name
+            # saved before the rule, and nobody would know why it behaves so
+            if refusal := tenant_env_refusal(name, entry, server.command):
+                raise UpstreamRefused(f"the stored environment cannot be given to {server.command}: {refusal}; "
+                                      "save the server's environment again")
+            env[name] = str(value)
     elif transport in ("streamable_http", "sse"):
         url = server.url
         for name, value in (server.headers or {}).items():

@@ -368,16 +368,15 @@ def _check_env(env, entry: dict | None, command: str, errors: dict) -> dict | No
     if not isinstance(env, dict):
         errors["env"] = ["a JSON object of environment variable names and values"]
         return None
-    allowed = entry.get("tenant_env", []) if entry else []
-    allowed = allowed if isinstance(allowed, list) else []
     problems = []
     for name, value in env.items():
-        if name not in allowed:
-            shown = str(name)[:60]
-            problems.append(f"{shown!r} is not a variable {command or 'this server'} lets tenants set"
-                            + (f" (allowed: {', '.join(map(str, allowed))})" if allowed else ""))
-        elif not isinstance(value, str) or "\x00" in value or len(value) > ENV_VALUE_MAX:
+        # the check the client makes before it starts the command: what is saved here is what it gets
+        if refusal := mcp_client.tenant_env_refusal(name, entry, command):
+            problems.append(refusal)
+        elif not isinstance(value, str) or len(value) > ENV_VALUE_MAX:
             problems.append(f"the value of {name} must be text of at most {ENV_VALUE_MAX} characters")
+        elif "\x00" in value:  # a process's environment cannot hold it (never echo the value: a credential)
+            problems.append(f"the value of {name} may not contain the NUL character (\\u0000)")
     if problems:
         errors["env"] = problems
         return None

@@ -9,7 +9,8 @@ class AppendOnlyError(RuntimeError):
 
 
 class Event(TenantOwned):
-    """One audited action. Append-only; each row's hash covers the hash of the row before it in its strand."""
+    """One audited action. Append-only; each row's hash covers its columns (audit.chain.HASHED_FIELDS) and the
+    hash and id of the row before it in its strand."""
 
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     actor_label = models.CharField(max_length=150, blank=True, default="")
@@ -21,6 +22,9 @@ class Event(TenantOwned):
     hash = models.CharField(max_length=64)
     # What made `hash` (audit.chain): rows written before the audit key was set stay plain SHA-256.
     algorithm = models.CharField(max_length=16, default="sha256")
+    # Which columns `hash` covers (audit.chain.HASHED_FIELDS): 1 for the entries written before every column
+    # was covered, and for any a server of that version writes (it does not name the column).
+    version = models.PositiveSmallIntegerField(db_default=1)
     strand = models.PositiveSmallIntegerField(default=0)  # which of the tenant's chain strands (audit.chain)
     # How many entries each strand had when this one was appended (covered by its hash): a strand cut back
     # later has fewer than a later entry saw. Null for entries from before there were strands.

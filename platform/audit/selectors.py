@@ -5,12 +5,24 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
-from .chain import KEYED, PLAIN, STRANDS, audit_key, entry_digest, entry_payload, head_signed_by, heads_digest
+from .chain import (
+    HASHED_FIELDS,
+    KEYED,
+    PLAIN,
+    STRANDS,
+    audit_key,
+    entry_digest,
+    entry_payload,
+    head_signed_by,
+    heads_digest,
+)
 from .models import ChainHead, Event
 
 INTACT, BROKEN, UNSIGNED, UNVERIFIABLE = "intact", "broken", "unsigned", "unverifiable"
 WALK_CHUNK = 2000  # entries fetched at a time: a long chain is streamed, never loaded whole
 RECENT_CHECK_S = 300  # how long a page may show a check's result before it checks again
+# What the walk reads of each entry: every column (what any scheme's hash covers, and what places the entry).
+ENTRY_FIELDS = tuple(field.name for field in Event._meta.concrete_fields)
 
 
 def audit_events(*, tenant, target: str | None = None):
@@ -101,9 +113,9 @@ def _walk(tenant_id: int, key: bytes, walk: _Walk, heads: dict[int, ChainHead]) 
         # have committed first, so no single id divides the walked from the new.
         walked = {n for n, s in walk.strands.items() if s.last_id}
         rows = rows.filter(~Q(strand__in=walked) | _or(Q(strand=n, id__gt=walk.strands[n].last_id) for n in walked))
-    fields = ("id", "strand", "prev_hash", "hash", "algorithm", "actor_label", "verb", "target", "data", "at", "seen")
-    for pk, number, prev_hash, digest, algorithm, actor_label, verb, target, data, at, seen in (
-            rows.values_list(*fields).iterator(chunk_size=WALK_CHUNK)):
+    for entry in rows.values(*ENTRY_FIELDS).iterator(chunk_size=WALK_CHUNK):
+        pk, number, prev_hash, digest, algorithm = (entry["id"], entry["strand"], entry["prev_hash"], entry["hash"],
+                                                    entry["algorithm"])
         strand = walk.strand(number)
         if strand.beyond is not None:
             continue  # after an entry judged later (`_check_beyond`)
@@ -119,15 +131,16 @@ def _walk(tenant_id: int, key: bytes, walk: _Walk, heads: dict[int, ChainHead]) 
             raise _Broken(pk, f"its hash algorithm {algorithm!r} is unknown")
         if algorithm == KEYED:
             walk.keyed = True
+        if entry["version"] not in HASHED_FIELDS:
+            raise _Broken(pk, f"its hash scheme {entry['version']!r} is unknown")
         if algorithm == KEYED and not key:
             walk.unverified += 1
         else:
-            payload = entry_payload(prev_hash=prev_hash, tenant_id=tenant_id, actor_label=actor_label, verb=verb,
-                                    target=target, data=data, at=at, seen=seen)
+            payload = entry_payload(entry, prev_id=strand.last_id)
             if entry_digest(payload, algorithm=algorithm, key=key) != digest:
                 raise _Broken(pk, "its hash does not match its content: it was changed")
-        if seen is not None:
-            _seen_holds(walk, pk, number, seen)
+        if entry["seen"] is not None:
+            _seen_holds(walk, pk, number, entry["seen"])
         strand.entries += 1
         strand.last_id = pk
         strand.last_hash = digest

@@ -8,16 +8,19 @@ from django.utils import timezone
 from tenancy.fastread import insert_row, this_connection
 from toolkeeper.errors import ServiceError
 
-from .chain import KEYED, PLAIN, STRANDS, audit_key, entry_digest, entry_payload, head_signature, head_signed_by
+from .chain import (
+    KEYED,
+    PLAIN,
+    SCHEME,
+    STRANDS,
+    audit_key,
+    entry_digest,
+    entry_payload,
+    head_signature,
+    head_signed_by,
+)
 from .models import ChainHead, Event
 from .selectors import UNSIGNED, ChainCheck, audit_check
-
-
-def event_digest(*, prev_hash: str, tenant_id: int, actor_label: str, verb: str, target: str, data, at,
-                 seen: list[int] | None = None, algorithm: str = PLAIN, key: bytes = b"") -> str:
-    payload = entry_payload(prev_hash=prev_hash, tenant_id=tenant_id, actor_label=actor_label, verb=verb,
-                            target=target, data=data, at=at, seen=seen)
-    return entry_digest(payload, algorithm=algorithm, key=key)
 
 
 def _actor_label(actor) -> str:
@@ -170,17 +173,13 @@ def audit_record(*, tenant, verb: str, target: str = "", actor=None, data: dict 
         signs = bool(key) and _signed(key, tenant.pk, head)
         seen = list(head.seen)
         seen[head.strand] = head.count  # its own strand as held: the entry's place in it
-        at = timezone.now()
-        data = data or {}
-        event = Event(
-            tenant=tenant, actor=user, actor_label=label, verb=verb, target=target, data=data, at=at,
-            prev_hash=head.hash, algorithm=algorithm, strand=head.strand, seen=seen,
-            hash=event_digest(prev_hash=head.hash, tenant_id=tenant.pk, actor_label=label, verb=verb,
-                              target=target, data=data, at=at, seen=seen, algorithm=algorithm, key=key),
-        )
-        event.pk = insert_row(Event, tenant=tenant.pk, actor=user.pk if user else None, actor_label=label, verb=verb,
-                              target=target, data=data, at=at, prev_hash=head.hash, hash=event.hash,
-                              algorithm=algorithm, strand=head.strand, seen=seen)
+        # every column but the id (covered by the next entry, and by the head) and the hash itself
+        columns = {"version": SCHEME, "tenant": tenant.pk, "strand": head.strand, "prev_hash": head.hash,
+                   "actor": user.pk if user else None, "actor_label": label, "verb": verb, "target": target,
+                   "data": data or {}, "at": timezone.now(), "seen": seen, "algorithm": algorithm}
+        digest = entry_digest(entry_payload(columns, prev_id=head.last_id), algorithm=algorithm, key=key)
+        event = Event(**{**columns, "tenant": tenant, "actor": user}, hash=digest)
+        event.pk = insert_row(Event, **columns, hash=digest)
         head.count, head.last_id, head.hash = head.count + 1, event.pk, event.hash
         if signs:
             _sign(key, tenant.pk, head)

@@ -80,6 +80,18 @@ def secret_rotate(token: str) -> str:
                                "(TOOLKEEPER_SECRETS_KEY), so it cannot be re-encrypted") from None
 
 
+class _Unreadable:
+    """Text given for an encrypted field (a fixture's) that no configured key opens: refused when saved."""
+
+    def __repr__(self) -> str:
+        return "<text no configured key opens>"
+
+    __str__ = __repr__
+
+
+UNREADABLE = _Unreadable()
+
+
 class SecretAttribute(DeferredAttribute):
     """Whatever is assigned to the field (by a constructor, a load, a form) is held as a SecretDict."""
 
@@ -108,18 +120,34 @@ class EncryptedJSONField(models.Field):
     def get_internal_type(self) -> str:
         return "TextField"
 
-    def get_prep_value(self, value):
-        if value is None:
-            return None
-        return secret_encrypt(value)
-
     def from_db_value(self, value, expression, connection):
         if value is None:
             return None
         return secret_decrypt(value)
 
     def to_python(self, value):
-        return value  # never a ciphertext: values reach Python decrypted, by from_db_value
+        """The value itself (a model's, a form's), or the ciphertext a fixture holds read back (`loaddata`).
+        Text is always taken for a ciphertext, as `value_to_string` writes one. Text no configured key opens
+        becomes UNREADABLE, refused when saved: raised here, Django's deserializer would quote the text in
+        its message, and the text may be the value itself. A fixture that holds the value as a JSON object
+        loads it as it is (encrypted when saved, like any value)."""
+        if not isinstance(value, str):
+            return value
+        if not value:
+            return None  # what `value_to_string` writes for None
+        try:
+            return secret_decrypt(value)
+        except SecretUnreadable:
+            return UNREADABLE
+
+    def get_prep_value(self, value):
+        if value is None:
+            return None
+        if value is UNREADABLE:
+            raise ValueError(f"{self.name}: the text given is not a ciphertext the configured keys "
+                             "(TOOLKEEPER_SECRETS_KEY) open; a fixture holds what `dumpdata` wrote under one of them, "
+                             "or the value as a JSON object")
+        return secret_encrypt(value)
 
     def validate(self, value, model_instance) -> None:
         if value is not None and not isinstance(value, dict):
@@ -129,7 +157,8 @@ class EncryptedJSONField(models.Field):
         super().validate(value, model_instance)
 
     def value_to_string(self, obj) -> str:
-        """What a fixture holds: the ciphertext, never the value."""
+        """What a fixture or a backup holds (Django's serializers, `dumpdata`): the ciphertext, never the value;
+        `to_python` reads it back."""
         value = self.value_from_object(obj)
         return "" if value is None else secret_encrypt(value)
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from toolkeeper.command_env import env_name_refusal
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent  # the repository root
 
 
@@ -112,6 +114,14 @@ def mcp_stdio_servers(value: str) -> dict:
     if not isinstance(servers, dict):
         raise ImproperlyConfigured("TOOLKEEPER_MCP_STDIO_SERVERS: a JSON object of name → {command, args, env, "
                                    "tenant_env}")
+    for name, entry in servers.items():
+        tenant_env = entry.get("tenant_env", []) if isinstance(entry, dict) else []
+        if not isinstance(tenant_env, list):
+            raise ImproperlyConfigured(f"TOOLKEEPER_MCP_STDIO_SERVERS[{name!r}]: tenant_env lists names")
+        for variable in tenant_env:
+            # the names a tenant may set are allowed, never filtered later: a refused one stops the start
+            if refusal := env_name_refusal(variable):
+                raise ImproperlyConfigured(f"TOOLKEEPER_MCP_STDIO_SERVERS[{name!r}]: tenant_env: {refusal}")
     return servers
 
 # Set by tools.isolation in the processes it starts for `isolation="process"` tools.

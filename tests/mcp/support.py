@@ -17,7 +17,7 @@ from tools.models import McpServer, Tool, ToolGroup, ToolSource
 
 REPO = Path(__file__).resolve().parents[2]
 STDIO_NAME = "testkit"
-TENANT_ENV = ["MCP_TEST_STATE", "MCP_TEST_PAGE_SIZE", "MCP_TEST_SHOUT", "MCP_TEST_TOKEN", "LD_PRELOAD", "PATH"]
+TENANT_ENV = ["MCP_TEST_STATE", "MCP_TEST_PAGE_SIZE", "MCP_TEST_SHOUT", "MCP_TEST_TOKEN"]
 CANCEL_SEEN_WITHIN_S = 30.0
 
 

@@ -296,15 +296,16 @@ def test_a_stdio_server_outside_the_allow_list_is_refused(stdio_servers):
 
 
 def test_the_tenant_sets_only_the_environment_names_the_allow_list_lets_it(endpoint, caplog):
-    target = endpoint("stdio", env={"MCP_TEST_TOKEN": "tenant-value", "LD_PRELOAD": "/tmp/evil.so",
-                                    "PATH": "/tmp/evil", "NOT_LISTED": "x"})
+    target = endpoint("stdio", env={"MCP_TEST_TOKEN": "tenant-value"})
     assert target.command != STDIO_NAME and target.args == ("-m", "tests.mcp.servers", "stdio")
-    seen = mcp_call_tool(target, "env", {"names": ["MCP_TEST_TOKEN", "LD_PRELOAD", "PATH", "NOT_LISTED"]},
+    seen = mcp_call_tool(target, "env", {"names": ["MCP_TEST_TOKEN", "LD_PRELOAD", "PATH"]},
                          timeout_s=20)["structured"]
     assert seen["MCP_TEST_TOKEN"] == "tenant-value"
-    assert seen["LD_PRELOAD"] is None and seen["NOT_LISTED"] is None
-    assert seen["PATH"] == os.environ["PATH"]
-    assert "environment variable LD_PRELOAD is not one tenants may set" in caplog.text
+    assert seen["LD_PRELOAD"] is None and seen["PATH"] == os.environ["PATH"]
+    # anything else stored is refused, not dropped: the server does not start without it as if all were well
+    for name in ("LD_PRELOAD", "PATH", "NOT_LISTED"):
+        with pytest.raises(UpstreamRefused, match=f"cannot be given to {STDIO_NAME}: {name} "):
+            endpoint("stdio", env={"MCP_TEST_TOKEN": "tenant-value", name: "/tmp/evil"})
     assert "/tmp/evil" not in caplog.text
 
 

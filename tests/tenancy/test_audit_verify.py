@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from audit import selectors
-from audit.chain import KEYED, PLAIN, STRANDS, entry_payload, heads_digest
+from audit.chain import KEYED, PLAIN, SCHEME, STRANDS, entry_columns, entry_payload, heads_digest
 from audit.models import ChainHead, Event
 from audit.selectors import audit_check
 from audit.services import audit_record
@@ -96,8 +96,8 @@ def test_an_entry_added_behind_the_logs_back_is_found(world):
     """A row inserted with a correct plain hash, but not through the log (the head does not know it)."""
     last = chain(world.a.tenant)[-1]
     forged = Event(tenant=world.a.tenant, actor_label="mallory", verb="tenant.deleted", target="tenant:acme",
-                   data={}, at=last.at, prev_hash=last.hash, algorithm=PLAIN)
-    forged.hash = hashlib.sha256(_payload(forged)).hexdigest()
+                   data={}, at=last.at, prev_hash=last.hash, algorithm=PLAIN, version=SCHEME)
+    forged.hash = hashlib.sha256(_payload(forged, last.pk)).hexdigest()
     forged.save()
     code, output = verify("--tenant", "acme")
     assert code == 1 and f"broken at entry #{forged.pk}: it is newer than the chain's head" in output
@@ -132,9 +132,8 @@ def test_the_head_is_kept_with_every_append(world):
 
 # --- the keyed chain -------------------------------------------------------------------------------
 
-def _payload(event: Event) -> bytes:
-    return entry_payload(prev_hash=event.prev_hash, tenant_id=event.tenant_id, actor_label=event.actor_label,
-                         verb=event.verb, target=event.target, data=event.data, at=event.at, seen=event.seen)
+def _payload(event: Event, prev_id: int | None) -> bytes:
+    return entry_payload(entry_columns(event), prev_id=prev_id)
 
 
 def keyed_tenant(slug: str = "keyed"):
@@ -149,11 +148,11 @@ def rewrite_plainly(events: list[Event], *, start: int, mark_plain: bool) -> str
     """What an attacker with database access can do: change entries from `start` on and recompute every
     hash after it with plain SHA-256 (the only hash they can compute). Returns the new newest hash."""
     prev_hash = events[start - 1].hash if start else ""
-    for event in events[start:]:
+    for position, event in enumerate(events[start:], start):
         event.prev_hash = prev_hash
-        event.hash = hashlib.sha256(_payload(event)).hexdigest()
-        tamper(event, data=event.data, prev_hash=event.prev_hash, hash=event.hash,
-               algorithm=PLAIN if mark_plain else event.algorithm)
+        event.algorithm = PLAIN if mark_plain else event.algorithm  # hashed too
+        event.hash = hashlib.sha256(_payload(event, events[position - 1].pk if position else None)).hexdigest()
+        tamper(event, data=event.data, prev_hash=event.prev_hash, hash=event.hash, algorithm=event.algorithm)
         prev_hash = event.hash
     return prev_hash
 
