@@ -1,8 +1,11 @@
 """Reads: decisions, the inbox, requests."""
 import difflib
+import json
+import unicodedata
 from dataclasses import dataclass
 
-from django.db.models import Count, F, Prefetch
+from django.db.models import Count, F, OuterRef, Prefetch, Subquery, TextField
+from django.db.models.functions import Cast, Left
 
 from tenancy.models import Tenant
 from tools.models import CallStatus, Tool, ToolCall, ToolSource
@@ -167,6 +170,65 @@ def request_rows(requests, *, tenant):
     return (requests.select_related("queue", "call__session")
             .defer(*related("call", CALL_PAYLOADS), *related("call__session", SESSION_PAYLOADS))
             .prefetch_related(votes))
+
+
+LIST_INPUT_CHARS = 1000  # the most of an input (as JSON text) the inbox list shows; longer ones are read on their page
+LINE_CHARS = 60  # an input's one-line form in the list
+
+
+def with_shown_input(requests, *, tenant):
+    """List rows with the input approving them would run, cut by the database to LIST_INPUT_CHARS + 1
+    characters of JSON text (a list page never loads whole inputs): `edit_input_head`, the standing reviewer
+    edit (`approved_edit`), else None; `call_input_head`, the model's input. `shown_input` reads them."""
+    def head(column):
+        return Left(Cast(column, output_field=TextField()), LIST_INPUT_CHARS + 1)
+
+    standing_edit = (Vote.objects.for_tenant(tenant).filter(request=OuterRef("pk"), decision=VoteDecision.EDIT)
+                     .order_by("-at", "-id").annotate(head=head("input")).values("head")[:1])
+    return requests.annotate(edit_input_head=Subquery(standing_edit, output_field=TextField()),
+                             call_input_head=head("call__input"))
+
+
+@dataclass(frozen=True)
+class ShownInput:
+    """A list row's input as the reviewer reads it (every text is escaped by the template)."""
+
+    line: str  # one line: all of it, or its start and "…"
+    pretty: str  # all of it, indented, when `line` is only its start; else empty
+    value: str  # all of it as JSON, what the list's Approve sends; empty when too long for the list
+    edited: bool  # a reviewer's edit stands: this, not the model's input, is what would run
+
+    @property
+    def whole(self) -> bool:
+        """The list shows all of it (and so may approve it)."""
+        return bool(self.value)
+
+
+# Invisible or reordering characters (bidi controls, zero-width marks, odd spaces) can make a JSON string read as
+# something else: the list shows them as \\u escapes, which stand for the same JSON value.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Zl", "Zp", "Zs"})
+
+
+def _visible(text: str) -> str:
+    if text.isascii():
+        return text
+    return "".join(json.dumps(char)[1:-1] if char != " " and unicodedata.category(char) in _HIDDEN_CATEGORIES
+                   else char for char in text)
+
+
+def shown_input(request) -> ShownInput:
+    """What a row of `with_shown_input` shows of the input approving it would run."""
+    edited = request.edit_input_head is not None
+    head = request.edit_input_head if edited else request.call_input_head
+    if len(head) > LIST_INPUT_CHARS:
+        return ShownInput(line=_visible(head)[:LINE_CHARS] + "…", pretty="", value="", edited=edited)
+    value = json.loads(head)
+    line = _visible(json.dumps(value, ensure_ascii=False))
+    sent = json.dumps(value)  # ASCII: the same value, nothing hidden in the page
+    if len(line) <= LINE_CHARS:
+        return ShownInput(line=line, pretty="", value=sent, edited=edited)
+    return ShownInput(line=line[:LINE_CHARS] + "…", pretty=_visible(json.dumps(value, indent=2, ensure_ascii=False)),
+                      value=sent, edited=edited)
 
 
 def external_tasks(*, tenant):

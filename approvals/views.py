@@ -95,12 +95,14 @@ def _filtered(request, *, statuses, offered_from):
 def inbox(request):
     pending = [RequestStatus.PENDING]
     form, filters, requests = _filtered(request, statuses=pending, offered_from=pending)
-    page = page_of(request, requests)
+    page = page_of(request, selectors.with_shown_input(requests, tenant=request.tenant))
     may_decide = request.membership.can_review
     refusals = services.decide_refusals(requests=page, user=request.user) if may_decide else {}
     return render(request, "inbox/inbox.html", {
         "form": form, "filters": filters, "page": page, "tab": "pending",
-        "rows": [(item, refusals.get(item.pk)) for item in page],
+        # Each row shows the input approving it would run; its Approve sends that input back (an input that
+        # changed meanwhile makes the vote an edit to what the reviewer saw: `DecisionForm`).
+        "rows": [(item, selectors.shown_input(item), refusals.get(item.pk)) for item in page],
         "may_decide": may_decide, "return_to": request.get_full_path(), **_tabs(request),
     })
 
@@ -148,14 +150,18 @@ def inbox_request(request, approval):
                 .prefetch_related(_votes(tenant)).get(pk=approval.pk))
     call = approval.call
     status = 200
-    shown_input = json.dumps(call.input, indent=2, ensure_ascii=False)
+    # What approving runs: a reviewer's edit that stands, else the model's input. The editor starts with it,
+    # so that approving "as shown" approves what the reviewer read.
+    standing = selectors.approved_edit(approval)
+    runs = call.input if standing is None else standing
+    shown_input = json.dumps(runs, indent=2, ensure_ascii=False)
     if request.method == "POST":
         _require_reviewer(request)
         posted = request.POST.copy()
         if not posted.get("input", "").strip():
-            # "Approve as is" (the inbox list's button) sends no input: a refused decision shows the model's.
+            # A post without an input approves what would run: a refused decision shows it.
             posted["input"] = shown_input
-        form = DecisionForm(posted, original_input=call.input)
+        form = DecisionForm(posted, original_input=runs)
         status = INVALID_STATUS
         if form.is_valid():
             data = form.cleaned_data
@@ -182,7 +188,7 @@ def inbox_request(request, approval):
                     .prefetch_related(_votes(tenant)).get(pk=approval.pk))
         call = approval.call
     else:
-        form = DecisionForm(initial={"input": shown_input}, original_input=call.input)
+        form = DecisionForm(initial={"input": shown_input}, original_input=runs)
     pending = approval.status == RequestStatus.PENDING
     exposed = call_exposed(call.session, call) if pending else None
     queue = approval.queue
@@ -196,7 +202,7 @@ def inbox_request(request, approval):
         # Approvals of the input that would run now (an edit restarts the count).
         "counted": len(selectors.approvals_of(approval, selectors.approved_edit(approval))),
         "required": queue.required_approvals if queue else 1,
-        "may_decide": reviewing and refusal is None, "refusal": refusal,
+        "may_decide": reviewing and refusal is None, "refusal": refusal, "edit_stands": standing is not None,
         "may_add_rule": request.membership.can_operate and services.rule_suggestion_blocked_by(approval) is None,
         "position": _position(tenant, approval), "tab": "pending", **_tabs(request),
     }, status=status)

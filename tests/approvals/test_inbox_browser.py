@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from ..browser import chromium_context, chromium_or_skip, log_in
+from .test_inbox_keys_browser import keys_ready
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 
@@ -87,8 +88,10 @@ def test_reviewer_edits_and_approves_in_chromium_and_the_waiting_app_gets_the_re
             page.screenshot(path="/tmp/inbox-list.png", full_page=True)
 
             # Enter opens the selected request.
+            keys_ready(page)
             page.keyboard.press("Enter")
             page.wait_for_url("**/t/demo/inbox/*/")
+            keys_ready(page)
             expect(page.locator("h1")).to_contain_text("calculate")
             expect(page.locator("#input-readable")).to_contain_text('"expression": "1 + 1"')
             expect(page.get_by_text("arithmetic by hand").first).to_be_visible()
@@ -149,6 +152,7 @@ def test_typing_a_reason_never_decides_and_focused_buttons_ignore_the_letter_key
             log_in(page, server, "/t/demo/inbox/", who="reviewer")
             rows = page.locator("#requests tr[data-href]")
             expect(rows).to_have_count(1)
+            keys_ready(page)
             page.keyboard.press("r")
             page.wait_for_url("**/t/demo/inbox/*/#reject")
             message = page.locator("#id_message")
@@ -169,6 +173,7 @@ def test_typing_a_reason_never_decides_and_focused_buttons_ignore_the_letter_key
             # With nothing focused, `e` and `r` move to the editor and the message; they decide nothing.
             page.keyboard.press("Escape")
             page.evaluate("document.activeElement.blur()")
+            keys_ready(page)
             page.keyboard.press("e")
             expect(page.locator("#id_input")).to_be_focused()
             page.keyboard.press("Escape")

@@ -226,7 +226,7 @@ def test_a_four_eyes_request_says_so_to_the_sessions_own_user_and_hides_its_butt
 
 
 def test_a_refused_approve_as_is_shows_the_input_it_would_have_run(world, inbox_pending, gov_queue, gov_member):
-    """The inbox list's Approve sends no input: the refusal must not come back with an empty editor."""
+    """An Approve that sends no input: the refusal must not come back with an empty editor."""
     queue = gov_queue(name="sensitive", four_eyes=True)
     (own,) = inbox_pending(1, agent="ops-bot", user="carol@example.com", queue=queue, command="rm -rf /srv")
     carol = gov_member(Role.REVIEWER, username="carol", email="carol@example.com")
@@ -494,8 +494,8 @@ def test_inbox_lists_do_not_read_json_columns_they_do_not_show(world, inbox_pend
 
     call_json = columns(ToolCall, "effective_input", "decision", "result", "error")
     unread = {
-        "inbox": [*call_json, *columns(ToolCall, "input"), *columns(AgentSession, "context", "state"),
-                  *columns(Vote, "input")],
+        # The list shows inputs, cut by the database (`with_shown_input`): no other read of them.
+        "inbox": [*call_json, *columns(AgentSession, "context", "state")],
         "inbox_history": [*call_json, *columns(ToolCall, "input"), *columns(AgentSession, "context", "state"),
                           *columns(Vote, "input")],
         "inbox_external": [*call_json, *columns(AgentSession, "context", "state"),
@@ -509,6 +509,9 @@ def test_inbox_lists_do_not_read_json_columns_they_do_not_show(world, inbox_pend
             assert client.get(url(name, world.a.tenant)).status_code == 200
         sql = "\n".join(query["sql"] for query in captured.captured_queries)
         assert not [column for column in names if column in sql], name
+        if name == "inbox":  # the call's input and the standing edit's, each only as the start the list shows
+            reads = [sql[max(0, found.start() - 30):found.start()] for found in re.finditer(r'\."input"', sql)]
+            assert len(reads) == 2 and all(re.search(r"(LEFT|SUBSTR)\(", before) for before in reads), reads
 
 
 # --- no dead ends -------------------------------------------------------------------------------
