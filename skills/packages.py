@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+from toolkeeper.documents import DocumentRefused, yaml_parse
 
 # --- limits ----------------------------------------------------------------------------------------
 MAX_FILES = 200  # files in a package, SKILL.md included
@@ -32,6 +32,7 @@ MAX_PATH_CHARS = 255  # a file's relative path
 MAX_DEPTH = 8  # segments of a relative path (`a/b/c.md` is 3)
 MAX_FRONT_MATTER_BYTES = 16 * 1024  # the YAML between the `---` lines
 MAX_FRONT_MATTER_NESTING = 8  # collections inside collections in the front matter
+MAX_FRONT_MATTER_VALUES = 1000  # scalars, keys, lists and mappings (64 metadata entries are 130)
 
 # --- the Agent Skills rules ------------------------------------------------------------------------
 SKILL_FILE = "SKILL.md"
@@ -281,58 +282,32 @@ def _split_front_matter(text: str) -> tuple[str, str]:
     raise ValueError(f"{SKILL_FILE}'s front matter is not closed: add a '---' line after it")
 
 
-def _yaml_shape_problem(source: str) -> str | None:
-    """Anchors and aliases (the billion-laughs bomb) and deep nesting, found on YAML events before anything
-    is built (the parser is not recursive; the composer is). Tags other than YAML's own are refused later,
-    by safe_load."""
-    depth = 0
-    for event in yaml.parse(source, Loader=yaml.SafeLoader):
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            return "front matter uses YAML anchors or aliases (&name, *name); write the values out"
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_FRONT_MATTER_NESTING:
-                return f"front matter is nested more than {MAX_FRONT_MATTER_NESTING} levels deep"
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
-    return None
-
-
-def _duplicate_key(node) -> str | None:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, yaml.MappingNode):
-            seen = set()
-            for key, value in current.value:
-                if isinstance(key, yaml.ScalarNode):
-                    if key.value in seen:
-                        return key.value
-                    seen.add(key.value)
-                stack.append(value)
-        elif isinstance(current, yaml.SequenceNode):
-            stack.extend(current.value)
-    return None
-
-
 def _parse_front_matter(source: str) -> tuple[object, list[str]]:
-    size = len(source.encode("utf-8"))
+    """The front matter's value, read by `toolkeeper.documents` (bounded before anything is built: size,
+    nesting, values; anchors, aliases and repeated keys refused), or the problem."""
+    size = len(source.encode("utf-8", "surrogatepass"))
     if size > MAX_FRONT_MATTER_BYTES:
         return None, [f"front matter is {size} bytes; at most {MAX_FRONT_MATTER_BYTES}"]
     try:
-        if problem := _yaml_shape_problem(source):
-            return None, [problem]
-        duplicate = _duplicate_key(yaml.compose(source, Loader=yaml.SafeLoader))
-        if duplicate is not None:
-            return None, [f"front matter field {show(duplicate)} appears more than once"]
-        return yaml.safe_load(source), []
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" (line {where.line + 2}, column {where.column + 1} of {SKILL_FILE})" if where else ""
-        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return None, [f"front matter is not valid YAML{at}: {reason}"]
-    except (RecursionError, ValueError, TypeError) as exc:
-        return None, [f"front matter cannot be read: {exc}"]
+        return yaml_parse(source, max_bytes=MAX_FRONT_MATTER_BYTES, max_nodes=MAX_FRONT_MATTER_VALUES,
+                          max_depth=MAX_FRONT_MATTER_NESTING, unique_keys=True), []
+    except DocumentRefused as exc:
+        return None, [_front_matter_problem(exc)]
+
+
+def _front_matter_problem(exc: DocumentRefused) -> str:
+    if exc.kind == "anchor":
+        return "front matter uses YAML anchors or aliases (&name, *name); write the values out"
+    if exc.kind == "nesting":
+        return f"front matter is nested more than {MAX_FRONT_MATTER_NESTING} levels deep"
+    if exc.kind == "nodes":
+        return f"front matter has more than {MAX_FRONT_MATTER_VALUES} values (scalars, keys, lists and mappings)"
+    if exc.kind == "duplicate":
+        return f"front matter field {show(exc.key)} appears more than once"
+    if exc.kind == "syntax":
+        at = f" (line {exc.line + 1}, column {exc.column} of {SKILL_FILE})" if exc.line is not None else ""
+        return f"front matter is not valid YAML{at}: {exc.reason}"
+    return f"front matter cannot be read: {exc}"
 
 
 def _string_field(fields: dict, key: str, limit: int, problems: list[str], *, required: bool) -> str | None:

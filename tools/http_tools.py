@@ -14,8 +14,11 @@ How a call becomes a request:
 - **Headers** are plain values in which `{secret:NAME}` stands for the endpoint's stored secret NAME
   (`"Authorization": "Bearer {secret:token}"`). Secrets are usable in headers only, and arguments are not.
 - **Response.** A JSON answer is the result's structure and text (`response.pointer`, a JSON pointer, picks
-  a part of it); any other answer is text. A status of 400 or more fails the call (`HttpError`, with the
-  status and a short excerpt of the body), and so does a redirect (3xx), which is never followed.
+  a part of it); any other answer is text, and so is a JSON answer over ANSWER_JSON_MAX_BYTES or of more than
+  ANSWER_JSON_MAX_NODES values (bounds on the work of reading it; the transport refuses an answer over
+  TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES, a permanent failure). A status of 400 or more fails the call
+  (`HttpError`, with the status and a short excerpt of the body), and so does a redirect (3xx), which is never
+  followed.
 
 Every request goes through the outbound guard (`toolkeeper.outbound.http_client`): the URL is checked when
 saved and every connection when made; redirects are not followed. The request ends at the tool's timeout
@@ -34,10 +37,10 @@ import time
 from urllib.parse import quote, urlencode
 
 import httpx2
-import yaml
 from django.db import transaction
 
 from audit.services import audit_record
+from toolkeeper.documents import DocumentRefused, document_parse
 from toolkeeper.errors import ServiceError
 from toolkeeper.json_values import flags_check, json_parse, json_problem, seconds_check
 from toolkeeper.outbound import OutboundRefused, ResponseTooLarge, check_url, http_client
@@ -65,6 +68,10 @@ POINTER_MAX = 500
 TIMEOUT_RANGE = (0.1, 86400.0)  # as tools.services.tool_update allows
 BACKSTOP_S = 2.0  # the request's own limit is this much later than the executor's, which settles the call
 TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
+# A JSON answer is read as structure up to these bounds (larger ones are text): parsing is C speed, but what
+# follows (checks, hiding secrets, the result) walks every value in Python.
+ANSWER_JSON_MAX_BYTES = 4 * 1024 * 1024
+ANSWER_JSON_MAX_NODES = 200_000
 EXCERPT_MAX = 300
 HIDDEN = "[hidden]"
 SECRET_SHOWN_MIN = 4  # shorter values are not searched for in answers (every "a" would go)
@@ -282,12 +289,12 @@ def result_of(status: int, content_type: str, body: bytes, endpoint: HttpEndpoin
                         error_type="HttpError", transient=status in TRANSIENT_STATUSES)
     media = content_type.split(";")[0].strip().lower()
     pointer = (endpoint.response or {}).get("pointer", "")
-    if media == "application/json" or media.endswith("+json"):
+    if (media == "application/json" or media.endswith("+json")) and len(body) <= ANSWER_JSON_MAX_BYTES:
         try:
-            value = json.loads(text)
-        except (ValueError, RecursionError):
+            value = json_parse(text, max_nodes=ANSWER_JSON_MAX_NODES)
+        except ValueError:  # not JSON, or not a value the platform can store and read back
             value = MISSING
-        if value is not MISSING and json_problem(value) is None:
+        if value is not MISSING:
             value = _resolve_pointer(value, pointer) if pointer else value
             if value is MISSING:
                 raise ToolError(f"the endpoint's answer has nothing at {pointer}", error_type="HttpError")
@@ -606,7 +613,13 @@ def http_tool_delete(*, tool: Tool, actor=None) -> None:
 # --- importing the operations of an OpenAPI document -------------------------------------------
 
 IMPORT_MAX_BYTES = 1024 * 1024
+# values (scalars, keys, lists, mappings) of a document; a realistic OpenAPI document of IMPORT_MAX_BYTES holds
+# about 50,000 (indented JSON) to 95,000 (compact JSON, YAML): docs/design-notes.md, "Documents from tenants"
+IMPORT_MAX_NODES = 200_000
 IMPORT_OPERATIONS_MAX = 200
+# values in the input schemas of the tools one import makes, together (checking them costs about 40 µs a value);
+# the 200 operations of a realistic document hold about 5,000
+IMPORT_SCHEMA_VALUES_MAX = 20_000
 PREFIX = re.compile(r"[a-zA-Z0-9_-]{0,32}")
 
 
@@ -615,19 +628,19 @@ def _refused(field: str, message: str) -> ServiceError:
 
 
 def openapi_parse(text: str) -> dict:
-    """An OpenAPI 3 document (JSON or YAML) as plain JSON values. YAML aliases are refused (an alias-built
-    document can be huge once expanded); so are documents over IMPORT_MAX_BYTES or nested too deep."""
-    if not isinstance(text, str) or len(text.encode("utf-8", "replace")) > IMPORT_MAX_BYTES:
-        raise _refused("document", f"an OpenAPI document of at most {IMPORT_MAX_BYTES} bytes")
+    """An OpenAPI 3 document (JSON or YAML) as plain JSON values, read by `toolkeeper.documents` within the
+    import's bounds (size, nesting, values; YAML anchors and aliases refused), which stop the reading early."""
     try:
-        if text.lstrip().startswith("{"):
-            value = json_parse(text)
-        else:
-            if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
-                raise _refused("document", "YAML aliases (*name) are not accepted")
-            value = json.loads(json.dumps(yaml.safe_load(text), default=str))
-    except (yaml.YAMLError, RecursionError, ValueError, TypeError):
-        raise _refused("document", "not a JSON or YAML document that can be read") from None
+        value = document_parse(text, max_bytes=IMPORT_MAX_BYTES, max_nodes=IMPORT_MAX_NODES)
+    except DocumentRefused as exc:
+        raise _refused("document", f"the document is {exc}" if exc.kind in ("size", "nesting", "nodes")
+                       else str(exc)) from None
+    except ValueError as exc:  # JSON's, saying what is wrong
+        raise _refused("document", str(exc)[:500]) from None
+    try:
+        value = json.loads(json.dumps(value, default=str))  # dates and the like as text, keys as strings
+    except (TypeError, ValueError):
+        raise _refused("document", "mapping keys must be text, numbers, true, false or null") from None
     if not isinstance(value, dict) or not str(value.get("openapi", "")).startswith("3") \
             or not isinstance(value.get("paths"), dict):
         raise _refused("document", 'an OpenAPI 3 document: an object with "openapi": "3.x" and "paths"')
@@ -645,37 +658,95 @@ def _local(document: dict, value, depth: int = 0):
     return None if value is MISSING or (isinstance(value, dict) and "$ref" in value) else value
 
 
-def _schema_of(document: dict, schema) -> dict:
-    """A parameter's or a body's schema, its references to components rewritten to `$defs` (carried along)."""
-    def rewrite(value):
+class _BudgetSpent(Exception):
+    """The input schemas of one import's tools reached IMPORT_SCHEMA_VALUES_MAX."""
+
+
+COMPONENT = "#/components/schemas/"
+
+
+class _SchemaCopies:
+    """The input schemas of one import's tools, copied from the document with their references to components
+    rewritten to `$defs`: each tool carries the components it references (and those reference), no others.
+    Every value copied counts against IMPORT_SCHEMA_VALUES_MAX: checking a schema costs about 40 µs a value,
+    and a component that every operation references is copied into each of them."""
+
+    def __init__(self, document: dict):
+        components = document.get("components")
+        schemas = components.get("schemas") if isinstance(components, dict) else None
+        self.components = schemas if isinstance(schemas, dict) else {}
+        self.left = IMPORT_SCHEMA_VALUES_MAX
+        self.found: list[str] = []  # components named by what was copied since the last `defs`
+
+    def spend(self, values: int) -> None:
+        self.left -= values
+        if self.left < 0:
+            raise _BudgetSpent
+
+    def schema(self, value) -> dict:
+        """A parameter's or a property's schema (a non-object is none: {}), copied."""
+        return self.copy(value if isinstance(value, dict) else {})
+
+    def copy(self, value):
+        """`value` rewritten, its values counted, the components it names noted."""
         if isinstance(value, dict):
-            return {key: (item.replace("#/components/schemas/", "#/$defs/") if key == "$ref" and isinstance(item, str)
-                          else rewrite(item)) for key, item in value.items()}
+            self.spend(1 + 2 * len(value))  # the mapping, its keys and its values, as a document's are counted
+            copied = {}
+            for key, item in value.items():
+                if key == "$ref" and isinstance(item, str):
+                    if item.startswith(COMPONENT):
+                        self.found.append(item[len(COMPONENT):].split("/")[0].replace("~1", "/").replace("~0", "~"))
+                    copied[key] = item.replace(COMPONENT, "#/$defs/")
+                else:
+                    copied[key] = self.copy(item)
+            return copied
         if isinstance(value, list):
-            return [rewrite(item) for item in value]
+            self.spend(1 + len(value))
+            return [self.copy(item) for item in value]
         return value
 
-    return rewrite(schema if isinstance(schema, dict) else {})
+    def defs(self) -> dict:
+        """The components named since the last call, with those they name, in the order they were named."""
+        carried, queue, seen, taken = {}, [], set(), 0
+        while True:
+            queue += [name for name in self.found if name not in seen and not seen.add(name)]
+            self.found = []
+            if taken == len(queue):
+                return carried
+            name, taken = queue[taken], taken + 1
+            if name in self.components:  # a reference to nothing is left for the schema's check to name
+                carried[name] = self.copy(self.components[name])
 
 
-def _operation_tool(document: dict, path: str, method: str, operation: dict, base_url: str, prefix: str):
+def _operation_tool(document: dict, path: str, method: str, operation: dict, base_url: str, prefix: str,
+                    copies: _SchemaCopies):
     """The fields of the HTTP tool for one operation, or (None, why not)."""
     raw = operation.get("operationId") if isinstance(operation.get("operationId"), str) else f"{method}_{path}"
     name = (prefix + re.sub(r"[^A-Za-z0-9_-]+", "_", raw).strip("_"))[:64]
+    copies.found = []
+    try:
+        return name, *_operation_fields(document, path, method, operation, base_url, name, copies)
+    except _BudgetSpent:
+        return name, None, (f"the input schemas of one import's tools hold at most {IMPORT_SCHEMA_VALUES_MAX} "
+                            "values together: import this operation in another request (operations)")
+
+
+def _operation_fields(document: dict, path: str, method: str, operation: dict, base_url: str, name: str,
+                      copies: _SchemaCopies) -> tuple[dict | None, str]:
     properties, required, query, body = {}, [], {}, None
     shared, own = document["paths"][path].get("parameters"), operation.get("parameters")
     parameters = [*(shared if isinstance(shared, list) else []), *(own if isinstance(own, list) else [])]
     for parameter in (_local(document, p) for p in parameters):
         if not isinstance(parameter, dict) or not isinstance(parameter.get("name"), str):
-            return name, None, "a parameter could not be read"
+            return None, "a parameter could not be read"
         where, pname = parameter.get("in"), parameter["name"]
         if where in ("header", "cookie"):
             if parameter.get("required"):
-                return name, None, f"it needs the {where} {pname[:60]}, which an HTTP tool takes from no argument"
+                return None, f"it needs the {where} {pname[:60]}, which an HTTP tool takes from no argument"
             continue
         if where not in ("path", "query") or not ARGUMENT.fullmatch(pname):
-            return name, None, f"the parameter {pname[:60]!r} cannot be an argument"
-        properties[pname] = {**_schema_of(document, _local(document, parameter.get("schema"))),
+            return None, f"the parameter {pname[:60]!r} cannot be an argument"
+        properties[pname] = {**copies.schema(_local(document, parameter.get("schema"))),
                              **({"description": parameter["description"][:1000]}
                                 if isinstance(parameter.get("description"), str) else {})}
         if where == "path" or parameter.get("required") is True:
@@ -689,29 +760,29 @@ def _operation_tool(document: dict, path: str, method: str, operation: dict, bas
         schema = _local(document, media.get("schema")) if isinstance(media, dict) else None
         if schema is None:
             if request_body.get("required"):
-                return name, None, "its body is not JSON"
+                return None, "its body is not JSON"
         elif method.upper() not in BODY_METHODS:
-            return name, None, f"{method.upper()} sends no body"
+            return None, f"{method.upper()} sends no body"
         elif not isinstance(schema.get("properties"), dict) or not schema["properties"]:
-            return name, None, "its JSON body is not an object with properties"
+            return None, "its JSON body is not an object with properties"
         else:
             body = {}
             for pname, pschema in schema["properties"].items():
                 if pname in properties or not ARGUMENT.fullmatch(pname):
-                    return name, None, f"the body's property {pname[:60]!r} cannot be an argument"
-                properties[pname] = _schema_of(document, _local(document, pschema))
+                    return None, f"the body's property {pname[:60]!r} cannot be an argument"
+                properties[pname] = copies.schema(_local(document, pschema))
                 body[pname] = "{" + pname + "}"
-            required += [r for r in schema.get("required") or [] if isinstance(r, str) and r in body]
+            listed = schema.get("required") if isinstance(schema.get("required"), list) else []
+            copies.spend(len(listed))
+            required += [r for r in listed if isinstance(r, str) and r in body]
     input_schema = {"type": "object", "properties": properties, "required": sorted(set(required))}
-    components = (document.get("components") or {}).get("schemas") if isinstance(document.get("components"),
-                                                                                 dict) else None
-    if isinstance(components, dict) and "#/$defs/" in json.dumps(input_schema):
-        input_schema["$defs"] = _schema_of(document, components)
+    if defs := copies.defs():
+        input_schema["$defs"] = defs
     description = next((operation[k] for k in ("summary", "description") if isinstance(operation.get(k), str)), "")
-    return name, {"name": name, "description": description[:DESCRIPTION_MAX], "input_schema": input_schema,
-                  "method": method.upper(), "url": base_url.rstrip("/") + path, "query": query, "body": body,
-                  "read_only": method.upper() == "GET", "idempotent": method.upper() in ("GET", "PUT", "DELETE"),
-                  "destructive": method.upper() == "DELETE"}, ""
+    return {"name": name, "description": description[:DESCRIPTION_MAX], "input_schema": input_schema,
+            "method": method.upper(), "url": base_url.rstrip("/") + path, "query": query, "body": body,
+            "read_only": method.upper() == "GET", "idempotent": method.upper() in ("GET", "PUT", "DELETE"),
+            "destructive": method.upper() == "DELETE"}, ""
 
 
 def _messages(exc: ServiceError) -> str:
@@ -736,7 +807,7 @@ def http_tools_import(*, tenant, document: str, prefix: str = "", base_url: str 
     if not isinstance(base, str) or not re.match(r"(?i)https?://", base):
         raise _refused("base_url", "the API's absolute http(s) URL: the document names none")
     wanted = set(operations) if operations else None
-    report, looked_at = [], 0
+    report, looked_at, copies = [], 0, _SchemaCopies(parsed)
     for path, item in parsed["paths"].items():
         if not isinstance(item, dict):
             continue
@@ -752,7 +823,7 @@ def http_tools_import(*, tenant, document: str, prefix: str = "", base_url: str 
                 report.append({"operation": key, "name": "", "created": False, "id": None,
                                "reason": f"only {IMPORT_OPERATIONS_MAX} operations are imported at once"})
                 continue
-            name, fields, reason = _operation_tool(parsed, path, method, operation, base, prefix)
+            name, fields, reason = _operation_tool(parsed, path, method, operation, base, prefix, copies)
             if fields is not None:
                 try:
                     with transaction.atomic():

@@ -28,23 +28,29 @@ def _character_problem(text: str) -> str | None:
     return None
 
 
-def json_problem(value, *, max_depth: int = MAX_JSON_DEPTH) -> str | None:
-    """Why a parsed JSON value cannot be stored and read back, or None when it can."""
+def json_problem(value, *, max_depth: int = MAX_JSON_DEPTH, max_nodes: int | None = None) -> str | None:
+    """Why a parsed JSON value cannot be stored and read back, or None when it can. With `max_nodes`, a value
+    of more nodes (scalars, keys, lists and objects) is refused too, before its members are looked at."""
     containers = [(value, 1)]
+    nodes = 1
     while containers:
         item, depth = containers.pop()
         if isinstance(item, dict):
             members = item.values()
+            nodes += 2 * len(item)
             for key in item:
                 if isinstance(key, str) and (problem := _character_problem(key)):
                     return problem
         elif isinstance(item, list):
             members = item
+            nodes += len(item)
         else:  # the top-level value is a scalar
             members = (item,)
             depth = 0
         if depth > max_depth:
             return f"JSON may be nested at most {max_depth} levels deep"
+        if max_nodes is not None and nodes > max_nodes:
+            return f"JSON may hold at most {max_nodes} values (scalars, keys, arrays and objects)"
         for member in members:
             if isinstance(member, str):
                 if problem := _character_problem(member):
@@ -60,17 +66,19 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def json_parse(text: str):
-    """The value of a JSON text the platform may store; ValueError saying what is wrong otherwise."""
+def json_parse(text: str, *, max_depth: int = MAX_JSON_DEPTH, max_nodes: int | None = None):
+    """The value of a JSON text the platform may store; ValueError saying what is wrong otherwise. Parsing is
+    C speed and its depth bounded by the interpreter's recursion limit; the check of the value stops at the
+    first problem, a count of nodes over `max_nodes` included."""
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
     except RecursionError as exc:
-        raise ValueError(f"JSON may be nested at most {MAX_JSON_DEPTH} levels deep") from exc
+        raise ValueError(f"JSON may be nested at most {max_depth} levels deep") from exc
     except ValueError as exc:  # NaN, or an integer with more digits than Python converts
         raise ValueError(f"not valid JSON: {exc}") from exc
-    problem = json_problem(value)
+    problem = json_problem(value, max_depth=max_depth, max_nodes=max_nodes)
     if problem is not None:
         raise ValueError(problem)
     return value

@@ -5,6 +5,8 @@
 - `/fail`: 500, a text body that repeats the Authorization header
 - `/busy`: 503
 - `/slow`: answers only when the test ends (`release`), long after any tool's timeout
+- `/stream/N`: 200, N bytes of JSON sent in pieces without a Content-Length (the answer ends when the
+  connection closes), so only what arrives tells its size
 """
 import contextlib
 import json
@@ -64,6 +66,15 @@ def _handler(endpoint: Endpoint):
                 self.end_headers()
             elif split.path == "/busy":
                 self._answer(503, b"try later", "text/plain")
+            elif split.path.startswith("/stream/"):
+                size = int(split.path.rsplit("/", 1)[1])
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                body = b'"' + b"x" * max(0, size - 2) + b'"'
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client may stop reading
+                    for start in range(0, len(body), 4096):
+                        self.wfile.write(body[start:start + 4096])
             elif split.path == "/slow":
                 endpoint.release.wait(30)
                 # the client gave up long ago: that is what this path is for
