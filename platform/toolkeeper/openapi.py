@@ -4,7 +4,8 @@
 description, both read from the view's `required_scope` and the console rules of
 `tenancy.permissions`, so they cannot drift from what is enforced) and documents the error
 responses that apply, each in the error envelope of `toolkeeper.api.error_body`. Views add the
-statuses only they know of (409) with `CONFLICT`.
+statuses only they know of (409) with `CONFLICT`. A request serializer states a rule between its
+fields that a field's own schema cannot (`only_with`) in `schema_rules`, added to its request schema.
 """
 import uritemplate
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
@@ -47,6 +48,12 @@ NOT_NULL = {"anyOf": [{"type": "object", "additionalProperties": {}}, {"type": "
 RETRY_AFTER = {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait before retrying."}}
 
 
+def only_with(field: str, companion: str) -> dict:
+    """A rule of a request body: `field` is sent only together with `companion` (OpenAPI 3.0 has no
+    `dependentRequired`, so it is said with `not` and `anyOf`)."""
+    return {"anyOf": [{"not": {"required": [field]}}, {"required": [field, companion]}]}
+
+
 class AutoSchema(SpectacularAutoSchema):
     def get_description(self) -> str:
         own = super().get_description()
@@ -66,6 +73,15 @@ class AutoSchema(SpectacularAutoSchema):
         schema, required = super()._get_request_for_media_type(serializer, direction)
         # One of several shapes (a call or a batch, a document or a list): there is no empty form.
         return schema, required or isinstance(serializer, PolymorphicProxySerializer)
+
+    def _map_basic_serializer(self, serializer, direction):
+        schema = super()._map_basic_serializer(serializer, direction)
+        for rule in getattr(serializer, "schema_rules", ()) if direction == "request" else ():
+            if set(rule) & set(schema):  # a keyword the schema has already: both must hold
+                schema.setdefault("allOf", []).append(rule)
+            else:
+                schema.update(rule)
+        return schema
 
     def _unwrap_list_serializer(self, serializer, direction):
         schema = super()._unwrap_list_serializer(serializer, direction)

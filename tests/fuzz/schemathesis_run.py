@@ -2,7 +2,11 @@
 
 Plain Python (no pytest), so a run can be repeated by hand against any server:
 
-    .venv/bin/python -m tests.fuzz.schemathesis_run http://127.0.0.1:8000 <agent key> <admin key>
+    .venv/bin/python -m tests.fuzz.schemathesis_run http://127.0.0.1:8000 <agent key> <admin key> \
+        [--seed N] [--max-examples N]
+
+Another seed draws other requests: a departure that holds only for the suite's seed is too wide or too
+narrow, so try a few before trusting a change to departures.toml.
 
 Determinism: one worker, Schemathesis's deterministic generation and a fixed seed, a bounded number
 of examples per operation. The objects the fuzzer may reach by id (sessions, calls, tools, groups,
@@ -12,6 +16,7 @@ in the same order, so the state it meets is the same from one run to the next.
 """
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import re
@@ -182,11 +187,11 @@ def _toml(value) -> str:
     return json.dumps(value)  # the ASCII-only JSON of strings, numbers and lists is TOML too
 
 
-def config_text(dictionaries: dict[str, list]) -> str:
+def config_text(dictionaries: dict[str, list], seed: int = SEED, max_examples: int = MAX_EXAMPLES) -> str:
     # Hypothesis's health checks judge the speed of generation, which depends on the machine's load.
-    lines = [f"seed = {SEED}", "workers = 1", f"request-timeout = {REQUEST_TIMEOUT_S}",
+    lines = [f"seed = {seed}", "workers = 1", f"request-timeout = {REQUEST_TIMEOUT_S}",
              'suppress-health-check = ["all"]', "",
-             "[generation]", "deterministic = true", f"max-examples = {MAX_EXAMPLES}", "database = \"none\"", "",
+             "[generation]", "deterministic = true", f"max-examples = {max_examples}", "database = \"none\"", "",
              "[checks]", "enabled = true", ""]
     for name, values in dictionaries.items():
         if values:
@@ -216,12 +221,13 @@ KEYS_OPERATIONS = {
 }
 
 
-def run(url: str, key_name: str, key: str, dictionaries: dict[str, list], workdir: Path) -> RunResult:
+def run(url: str, key_name: str, key: str, dictionaries: dict[str, list], workdir: Path,
+        seed: int = SEED, max_examples: int = MAX_EXAMPLES) -> RunResult:
     config = workdir / f"schemathesis-{key_name}.toml"
-    config.write_text(config_text(dictionaries))
+    config.write_text(config_text(dictionaries, seed, max_examples))
     report = workdir / f"{key_name}.ndjson"
     command = [_executable(), "--config-file", str(config), "run", f"{url}/api/schema/",
-               "--header", f"Authorization: Bearer {key}", "--checks", "all", "--seed", str(SEED),
+               "--header", f"Authorization: Bearer {key}", "--checks", "all", "--seed", str(seed),
                "--report", "ndjson", "--report-ndjson-path", str(report), "--no-color", "--output-truncate", "true",
                *KEYS_OPERATIONS[key_name]]
     started = time.monotonic()
@@ -295,18 +301,26 @@ def triage(findings: list[Finding], departures: list[Departure]) -> list[Finding
     return unlisted
 
 
-def fuzz(url: str, agent_key: str, admin_key: str) -> tuple[list[RunResult], list[Departure]]:
+def fuzz(url: str, agent_key: str, admin_key: str, seed: int = SEED,
+         max_examples: int = MAX_EXAMPLES) -> tuple[list[RunResult], list[Departure]]:
     dictionaries = prepare(url, agent_key, admin_key)
     departures = load_departures()
     with tempfile.TemporaryDirectory(prefix="tk-fuzz-") as workdir:
-        results = [run(url, name, key, dictionaries, Path(workdir))
+        results = [run(url, name, key, dictionaries, Path(workdir), seed, max_examples)
                    for name, key in (("agent", agent_key), ("admin", admin_key))]
     return results, departures
 
 
 def main(argv: list[str]) -> int:
-    url, agent_key, admin_key = argv
-    results, departures = fuzz(url, agent_key, admin_key)
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzz.schemathesis_run")
+    parser.add_argument("url")
+    parser.add_argument("agent_key")
+    parser.add_argument("admin_key")
+    parser.add_argument("--seed", type=int, default=SEED, help=f"the seed of the run (the suite's: {SEED})")
+    parser.add_argument("--max-examples", type=int, default=MAX_EXAMPLES,
+                        help=f"examples per operation (the suite's: {MAX_EXAMPLES})")
+    args = parser.parse_args(argv)
+    results, departures = fuzz(args.url, args.agent_key, args.admin_key, args.seed, args.max_examples)
     status = 0
     for result in results:
         unlisted = triage(result.findings, departures)

@@ -1,6 +1,6 @@
-"""Schemathesis fuzzes the live API (DESIGN §11) with an agent key and an admin key.
+"""Schemathesis fuzzes the live API (docs/design-notes.md, "OpenAPI and fuzzing") with an agent key and an admin key.
 
-A real daphne process with the bootstrapped demo tenant (the live tests' `toolkeeper_server`) answers every
+A real daphne process with the bootstrapped demo tenant (`fuzz_server`, shared with the MCP fuzz) answers every
 operation of /api/schema/ with generated requests, valid and invalid, all checks on: no 5xx, every answer as
 documented (status, headers, body), invalid input refused, valid input accepted. What the run finds fails
 the test unless tests/fuzz/departures.toml lists it with a reason. `schemathesis_run.py` says how the run is
@@ -8,14 +8,13 @@ made deterministic and bounded, and runs it by hand too.
 """
 import pytest
 
-from ..live.conftest import toolkeeper_server  # noqa: F401 (the live server fixture, reused)
 from .schemathesis_run import fuzz, triage
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.xdist_group("fuzz")]
 
 
-def test_the_api_holds_up_against_the_fuzzer(toolkeeper_server):  # noqa: F811 (the imported fixture)
-    server = toolkeeper_server
+def test_the_api_holds_up_against_the_fuzzer(fuzz_server):
+    server = fuzz_server
     results, departures = fuzz(server.url, server.api_key, server.admin_api_key)
     unlisted = []
     for result in results:

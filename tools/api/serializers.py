@@ -1,5 +1,4 @@
 import json
-import re
 
 from django.conf import settings
 from django.core.validators import RegexValidator
@@ -8,7 +7,7 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from toolkeeper import serializers as strict
-from toolkeeper.openapi import NOT_NULL
+from toolkeeper.openapi import NOT_NULL, only_with
 from tools.declared import DECLARED_MAX, DESCRIPTION_MAX
 from tools.mcp_servers import (
     HEADERS_MAX,
@@ -50,9 +49,11 @@ def declared_tools_field(help_text: str) -> serializers.ListField:
         "for the app to post their result"))
 
 
-def tools_mode_field(**kwargs) -> serializers.ChoiceField:
-    return serializers.ChoiceField(choices=["add", "replace"], help_text="add the declared tools to the session's "
-                                   "surface, or make them the whole surface", **kwargs)
+def tools_mode_field(*, only_with_tools: bool = False, **kwargs) -> serializers.ChoiceField:
+    help_text = "add the declared tools to the session's surface, or make them the whole surface"
+    if only_with_tools:
+        help_text += "; sent only with `tools`"
+    return serializers.ChoiceField(choices=["add", "replace"], help_text=help_text, **kwargs)
 
 
 class SessionCreateSerializer(strict.Serializer):
@@ -240,21 +241,28 @@ class CallApprovalSerializer(serializers.Serializer):
     votes = VoteSerializer(many=True)
 
 
+# The document's forms of a call submission (CallBatchSerializer checks them): `tools_mode` says how the
+# request's `tools` apply, so it comes with them or not at all.
+SUBMIT_RULES = [only_with("tools_mode", "tools")]
+
+
 class CallSubmitOneSerializer(CallSpecSerializer):
     """One call."""
 
+    schema_rules = SUBMIT_RULES
     wait = wait_field()
     tools = declared_tools_field("tools declared for this call only")
-    tools_mode = tools_mode_field(required=False, default="add")
+    tools_mode = tools_mode_field(required=False, default="add", only_with_tools=True)
 
 
 class CallSubmitBatchSerializer(serializers.Serializer):
     """A batch of calls, answered in request order."""
 
+    schema_rules = SUBMIT_RULES
     calls = CallSpecSerializer(many=True, min_length=1, max_length=settings.TOOLKEEPER_MAX_BATCH)
     wait = wait_field()
     tools = declared_tools_field("tools declared for the calls of this request only")
-    tools_mode = tools_mode_field(required=False, default="add")
+    tools_mode = tools_mode_field(required=False, default="add", only_with_tools=True)
 
 
 CALL_SUBMIT_REQUEST = PolymorphicProxySerializer(component_name="CallSubmit", resource_type_field_name=None,
@@ -388,7 +396,8 @@ class ToolSerializer(strict.ModelSerializer):
                             "destructive", "idempotent", "concurrency_safe", "description"]
         extra_kwargs = {"timeout_s": {"min_value": 0.1, "max_value": 86400},
                         "retry_max": {"min_value": 0, "max_value": 10,
-                                      "help_text": "runs again after a transient error (idempotent tools only)"},
+                                      "help_text": "runs again after a transient error; above 0 only for a tool "
+                                                   "that is `idempotent` (400 naming retry_max otherwise)"},
                         "retry_backoff_s": {"min_value": 0, "max_value": 300,
                                             "help_text": "seconds before the first retry, doubled for each next one"},
                         "max_result_chars": {"min_value": 100, "max_value": 10_000_000,
@@ -416,13 +425,14 @@ class TenantToolField(serializers.SlugRelatedField):
         return Tool.objects.for_tenant(self.context["tenant"])
 
 
-SKILL_NAME = re.compile(r"[a-z0-9-]*")
+# The pattern is stated in the OpenAPI document; a blank skill (none) is taken before validators run.
+SKILL_NAME = RegexValidator(r"^[a-z0-9-]+\Z", "a skill's name: lowercase letters, digits and hyphens")
 
 
 class GroupSerializer(strict.ModelSerializer):
     tools = TenantToolField(many=True, required=False)
     skill = serializers.CharField(
-        source="skill_ref", required=False, allow_blank=True, max_length=64,
+        source="skill_ref", required=False, allow_blank=True, max_length=64, validators=[SKILL_NAME],
         help_text="the name of the skill whose loading switches the group on, for that session; empty: none")
     agents = serializers.ListField(
         child=serializers.CharField(max_length=100), required=False, max_length=100,
@@ -432,12 +442,6 @@ class GroupSerializer(strict.ModelSerializer):
         model = ToolGroup
         fields = ["id", "name", "description", "notes", "default_active", "switchable", "tools", "skill",
                   "agents", "created_at"]
-
-    def validate_skill(self, value: str) -> str:
-        # Checked here rather than by a pattern: a pattern beside a blank string is a `oneOf` both sides match.
-        if not SKILL_NAME.fullmatch(value):
-            raise serializers.ValidationError("a skill's name: lowercase letters, digits and hyphens")
-        return value
 
 
 class BindingSerializer(strict.ModelSerializer):
