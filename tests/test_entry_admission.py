@@ -11,9 +11,11 @@ import json
 import uuid
 
 import pytest
+from asgiref.testing import ApplicationCommunicator
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django import forms
+from django.core.asgi import get_asgi_application
 from django.urls import NoReverseMatch, get_resolver, reverse
 
 from realtime.consumers import CLOSE_RATE_LIMITED
@@ -24,6 +26,7 @@ from tenancy.services import apikey_create
 from tests.realtime.test_socket_walker import ORIGIN, cookie_of, fill, routes
 from tests.test_url_isolation import API_PREFIX, CONSOLE_PREFIXES, SKIPPED_PREFIXES, walk
 from toolkeeper.errors import NotPermitted, RateLimited
+from toolkeeper.handlers import http_application
 from toolkeeper.json_values import JSONValueField
 from toolkeeper.mcp_http import INVALID_PARAMS, RATE_LIMITED, McpEndpoint
 from toolkeeper.routing import websocket_urlpatterns
@@ -98,7 +101,7 @@ def test_every_api_route_that_takes_a_body_refuses_a_value_no_entry_takes(world,
         for method in set(route.methods) & {"post", "put", "patch"}:
             response = getattr(api, method)(path, value, format="json")
             walked += 1
-            message = response.json()["error"]["message"] if response.status_code == 400 else ""
+            message = json.dumps(response.json()["error"]) if response.status_code == 400 else ""
             if "NUL" not in message and "nested at most 64" not in message:
                 problems.append(f"{method.upper()} {path}: {response.status_code} {response.content[:160]!r}")
     assert not problems, "\n".join(problems)
@@ -275,5 +278,47 @@ def test_admit_checks_who_then_the_limits_then_the_value(one_request_a_minute):
         admit(entry=Entry.MCP, authorization=f"Bearer {a.keys['agent']}", scope="agent", value={"x": "\u0000"})
     admitted = admit(entry=Entry.CONSOLE, user=a.users["admin"], tenant=a.tenant)  # a login has its own bucket
     assert (admitted.tenant, admitted.api_key, admitted.user) == (a.tenant, None, a.users["admin"])
+    with pytest.raises(ValueRefused) as refused:  # named by the field that holds it
+        admit(entry=Entry.REST, user=a.users["admin"], tenant=a.tenant, value={"env": {"TOKEN": "a\u0000"}, "x": 1})
+    assert refused.value.fields == {"env": ["JSON strings may not contain the NUL character (\\u0000)"]}
+    assert refused.value.message == "env: JSON strings may not contain the NUL character (\\u0000)"
+    with pytest.raises(ValueRefused) as refused:  # a key of the object itself, or a list: the whole value
+        admit(entry=Entry.REST, user=a.users["admin"], tenant=a.tenant, value={"a\u0000": 1})
+    assert refused.value.fields == {} and "NUL" in refused.value.message
     other = admit(entry=Entry.REST, authorization=f"Bearer {a.keys['locked']}", value={"fine": [1, "two"]})
     assert (other.tenant, other.api_key, other.user) == (a.tenant, a.key_objects["locked"], None)
+
+
+# --- the URL, before anyone is asked ------------------------------------------------------------------------------
+
+async def _get(application, path: str, query: bytes, headers: dict) -> tuple[int, bytes]:
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": query, "root_path": "",
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80),
+             "headers": [(b"host", b"127.0.0.1"), *((k.encode(), v.encode()) for k, v in headers.items())]}
+    communicator = ApplicationCommunicator(application, scope)
+    await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
+    start = await communicator.receive_output(timeout=20)
+    body = b""
+    while True:
+        message = await communicator.receive_output(timeout=20)
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await communicator.wait(timeout=5)
+    return start["status"], body
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_nul_in_the_path_or_a_query_parameter_is_refused_before_any_lookup(world):
+    """On PostgreSQL a NUL in a filter's text was a database error (500); no entry takes one."""
+    application = http_application(get_asgi_application())
+    admin = {"authorization": f"Bearer {world.a.keys['admin']}"}
+    for path, query in [("/api/v1/approvals", b"agent=%00"), ("/api/v1/audit", b"target=a%00b"),
+                        ("/api/v1/documents", b"dataset=%00"), ("/api/v1/notify-deliveries", b"status=%00"),
+                        ("/api/v1/tools/\x00", b""), ("/mcp/", b"agent=%00")]:
+        status, body = asyncio.run(_get(application, path, query, admin))
+        assert status == 400, (path, query, status, body)
+        assert "NUL" in json.loads(body)["error"]["message"]
+    status, _ = asyncio.run(_get(application, "/api/v1/approvals", b"agent=bob", admin))
+    assert status == 200

@@ -12,6 +12,10 @@ JSON value. `admit` checks, in this order, and raises the first refusal:
 3. the value: what every stored JSON value must be (`toolkeeper.json_values.json_problem`: no NUL, no lone
    surrogate, no NaN or Infinity, nesting at most 64 levels) (`ValueRefused`, 400).
 
+The URL is checked even before the caller is known, at the HTTP entry every request passes
+(`toolkeeper.bodies.BodyGuard`, with `url_problem`): a path or query parameter with a NUL reaches no lookup, where
+PostgreSQL would refuse the text with an error.
+
 Each entry turns these refusals into its own medium in one place: the API's error envelope
 (`toolkeeper.api.exception_handler`), an HTTP status with a JSON-RPC error on `/mcp/` (`toolkeeper.mcp_http`),
 a close code on a WebSocket (`realtime.consumers`), a page with the status in the console (`tenancy.web`).
@@ -48,7 +52,20 @@ class NotAuthenticated(ServiceError):
 
 
 class ValueRefused(ServiceError):
-    """A value that could not be stored and read back (400)."""
+    """A value that could not be stored and read back (400); `field`, the member of the object sent that holds
+    the problem, when there is one."""
+
+    def __init__(self, problem: str, *, field: str | None = None):
+        super().__init__(problem)
+        self.field = field
+
+    @property
+    def fields(self) -> dict:
+        return {self.field: [self.detail]} if self.field is not None else {}
+
+    @property
+    def message(self) -> str:
+        return f"{self.field}: {self.detail}" if self.field is not None else self.detail
 
 
 NO_VALUE = object()
@@ -62,6 +79,15 @@ class Admission:
     tenant: Tenant
     api_key: ApiKey | None = None
     user: object = None
+
+
+def url_problem(path: str, query_string: bytes) -> str | None:
+    """Why a request's path or query cannot name anything (a NUL, which no stored text holds), or None."""
+    if "\x00" in path:
+        return "The path may not contain the NUL character."
+    if b"%00" in query_string or b"\x00" in query_string:
+        return "Query parameters may not contain the NUL character (%00)."
+    return None
 
 
 def api_key_for_token(authorization: str) -> ApiKey:
@@ -94,8 +120,18 @@ def admit(*, entry: Entry, authorization: str | None = None, api_key: ApiKey | N
         raise NotAuthenticated("Authentication credentials were not provided.")
     requests_admit(tenant=tenant, api_key=api_key, user=user)
     if value is not NO_VALUE and (problem := json_problem(value)):
-        raise ValueRefused(problem)
+        raise _value_refusal(value, problem)
     return Admission(entry=entry, tenant=tenant, api_key=api_key, user=user)
+
+
+def _value_refusal(value, problem: str) -> ValueRefused:
+    """The refusal of a value, filed under the field of an object whose value holds the problem (400 naming the
+    field, as a service would), else as it is."""
+    if isinstance(value, dict):
+        for key, member in value.items():
+            if isinstance(key, str) and json_problem(key) is None and (inner := json_problem({key: member})):
+                return ValueRefused(inner, field=key)
+    return ValueRefused(problem)
 
 
 class RestAdmission(BaseThrottle):

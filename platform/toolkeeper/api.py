@@ -110,7 +110,12 @@ def _invalid_body(detail) -> dict:
 def _service_error_response(exc: ServiceError) -> Response:
     """A service's refusal, answered as DRF answers its ValidationError (400), PermissionDenied (403) and an
     APIException of code `conflict` (409)."""
-    body = _invalid_body(exc.detail) if exc.code == ServiceError.code else error_body(exc.code, exc.message)
+    if exc.code != ServiceError.code:
+        body = error_body(exc.code, exc.message)
+    elif isinstance(exc.detail, dict):
+        body = _invalid_body(exc.detail)
+    else:  # the messages, and the field they concern where the refusal names one
+        body = error_body(exc.code, "; ".join(exc.messages), exc.fields)
     headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else None
     return Response(body, status=exc.status, headers=headers)
 

@@ -7,7 +7,8 @@ knowledge upload takes many files at once): TOOLKEEPER_MAX_UPLOAD_BYTES. Before 
   cookie), or an Authorization header that names no well-formed API key, is answered 401;
 - a declared Content-Length over the limit is answered 413.
 
-A body without a declared length (chunked) is answered 413 as soon as it grows past the limit.
+A body without a declared length (chunked) is answered 413 as soon as it grows past the limit. A path or query
+with a NUL is answered 400 (`tenancy.admission.url_problem`), whatever the method.
 
 Daphne receives a whole body before it starts the application, so these checks run where the bytes
 arrive, in daphne's request (`toolkeeper.daphne_request`), and again at the ASGI entry (`BodyGuard`),
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.http.cookie import parse_cookie
 
+from tenancy.admission import url_problem
 from tenancy.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
 from tenancy.models import split_key
 
@@ -164,6 +166,8 @@ class BodyGuard:
         path = scope["path"]
         headers = header_map(scope.get("headers", ()))
         refusal = refusal_before_body(path, headers)
+        if problem := url_problem(path, scope.get("query_string", b"")):
+            refusal = Refusal(400, "Bad Request", "invalid", problem)
         if refusal is None and declared_length(headers) is None and carries_body(headers):
             spooled = await _spool(receive, body_limit(path, headers))
             if spooled is None:

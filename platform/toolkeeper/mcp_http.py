@@ -57,6 +57,7 @@ UNAVAILABLE = Refusal(503, "Service Unavailable", "unavailable", "The MCP endpoi
 CANCELLED = b"notifications/cancelled"
 # JSON-RPC leaves -32000 to -32099 to the server; MCP names no code for a rate limit.
 RATE_LIMITED = -32029
+INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 PARSE_ERROR = -32700
 NO_MESSAGE = object()
@@ -80,6 +81,9 @@ class RpcRefusal:
             headers.append((b"retry-after", str(self.retry_after).encode()))
         await send({"type": "http.response.start", "status": self.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+INVALID_MESSAGE = RpcRefusal(400, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message object")
 
 
 def is_mcp(scope) -> bool:
@@ -165,6 +169,26 @@ def cancelled_request_id(message):
     return _an_id(params.get("requestId")) if isinstance(params, dict) else None
 
 
+def _shape_refusal(message) -> RpcRefusal | None:
+    """Invalid Request (-32600) in a few words unless `message` is one JSON-RPC 2.0 object of the kinds MCP
+    sends (a request, a notification, a result, an error): the SDK would answer with its validator's whole
+    report, class names and input included."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return INVALID_MESSAGE
+    if "id" in message and _an_id(message["id"]) is None and not (message["id"] is None and "error" in message):
+        return INVALID_MESSAGE
+    if "method" in message:
+        well_formed = isinstance(message["method"], str) and isinstance(message.get("params", {}), dict)
+    elif "result" in message:
+        well_formed = "id" in message and isinstance(message["result"], dict)
+    else:
+        error = message.get("error")
+        code = error.get("code") if isinstance(error, dict) else None
+        well_formed = "id" in message and isinstance(code, int) and not isinstance(code, bool) \
+            and isinstance(error.get("message"), str)
+    return None if well_formed else INVALID_MESSAGE
+
+
 def _caller_of(authorization: str, *, named: str, agent: str, opening: bool, message=NO_MESSAGE,
                cancelling=None) -> McpCaller | Refusal | RpcRefusal:
     """The request admitted, and its key and session, found in one trip to the database pool; or what to answer
@@ -183,6 +207,8 @@ def _caller_of(authorization: str, *, named: str, agent: str, opening: bool, mes
         return RpcRefusal(400, INVALID_PARAMS, exc.message)
     if isinstance(message, RpcRefusal):
         return message
+    if message is not NO_MESSAGE and (refusal := _shape_refusal(message)):
+        return refusal
     try:
         caller = mcp_session(api_key=api_key, named=named, agent=agent, opening=opening)
     except McpAccessError as exc:
@@ -249,9 +275,6 @@ class McpEndpoint:
         named = (headers.get(SESSION_ID_HEADER) or headers.get(SESSION_KEY) or b"").decode("latin-1") \
             or query.get("session", [""])[0]
         agent = headers.get(AGENT_KEY, b"").decode("latin-1") or query.get("agent", [""])[0]
-        # Only a 2025-era `initialize` comes without a session and without the protocol's own headers.
-        opening = (scope["method"] == "POST" and not named and b"mcp-method" not in headers
-                   and b"mcp-protocol-version" not in headers)
         message, cancelling = NO_MESSAGE, None
         if scope["method"] == "POST":  # its body is within the size limit (`bodies.BodyGuard`)
             body, receive = await _whole_body(receive)
@@ -259,6 +282,9 @@ class McpEndpoint:
             if named and b"mcp-method" not in headers:
                 # A 2025-era client's message on its connection: it may cancel one of its requests.
                 cancelling = cancelled_request_id(message)
+        # A 2025-era `initialize`, without a session and without the protocol's own headers, opens a connection.
+        opening = (not named and isinstance(message, dict) and message.get("method") == "initialize"
+                   and b"mcp-method" not in headers and b"mcp-protocol-version" not in headers)
         try:
             caller = await run_db(_caller_of, authorization.decode("latin-1"), named=named.strip(),
                                   agent=agent.strip(), opening=opening, message=message, cancelling=cancelling)

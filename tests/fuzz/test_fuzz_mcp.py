@@ -566,9 +566,6 @@ def test_no_answer_carries_internal_text(mcp_fuzz):
     assert not problems, _listed(problems)
 
 
-@pytest.mark.xfail(strict=True, reason="known, reported: for a 2025-era message of the wrong shape (a scalar, a "
-                                       "batch, a field of the wrong type) the SDK answers -32602 with pydantic's "
-                                       "whole validation report (class names, input reprs, errors.pydantic.dev)")
 def test_no_answer_carries_the_validators_text(mcp_fuzz):
     problems = mcp_fuzz.of_kind("validator text")
     assert not problems, _listed(problems)

@@ -161,6 +161,7 @@ def test_a_nul_through_the_api_is_a_400_and_nothing_is_stored(world, method):
         answer = client.patch(f"{URL}/{created.json()['id']}", {"env": {"API_TOKEN": "x\x00y"}}, format="json")
     assert answer.status_code == 400, answer.content
     assert ENV_SECRET not in answer.content.decode()
+    assert answer.json()["error"]["fields"] == {"env": ["JSON strings may not contain the NUL character (\\u0000)"]}
     stored = [dict(server.env) for server in McpServer.objects.for_tenant(world.a.tenant)]
     assert stored == ([] if method == "post" else [{"API_TOKEN": ENV_SECRET}])
 
