@@ -76,7 +76,8 @@ class HttpToolSerializer(strict.Serializer):
 
 class HttpToolImportSerializer(strict.Serializer):
     document = serializers.CharField(max_length=http_tools.IMPORT_MAX_BYTES, trim_whitespace=False,
-                                     help_text="an OpenAPI 3 document, JSON or YAML (no aliases)")
+                                     help_text="an OpenAPI 3 document, JSON or YAML: at most 1 MiB, 200,000 values and "
+                                               "64 levels, no anchors or aliases")
     prefix = serializers.CharField(required=False, allow_blank=True, max_length=32, trim_whitespace=False,
                                    help_text="put before each tool's name (its operationId, or method and path)")
     base_url = serializers.CharField(required=False, allow_blank=True, max_length=http_tools.URL_MAX,
