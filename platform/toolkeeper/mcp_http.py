@@ -222,8 +222,8 @@ def _caller_of(authorization: str, *, named: str, agent: str, opening: bool, mes
 
 def _message_of(body: bytes):
     """The JSON value a POST carries, or the RpcRefusal of a body that is no JSON (or too deep to read)."""
-    try:
-        return json.loads(body)
+    try:  # strict UTF-8: json.loads of bytes would take encoded surrogates ("surrogatepass")
+        return json.loads(body.decode("utf-8"))
     except RecursionError:
         return RpcRefusal(400, INVALID_PARAMS, f"JSON may be nested at most {MAX_JSON_DEPTH} levels deep")
     except ValueError:  # not JSON, or not UTF-8

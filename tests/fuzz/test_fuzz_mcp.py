@@ -19,8 +19,9 @@ kept, so each test below lists all the problems of its kind with a request that 
   of Django's modules) that the request did not;
 - a `tools/call` whose arguments hold a value no entry takes (docs/design-notes.md, "Request bodies and JSON
   values": NUL, a lone surrogate, NaN or Infinity, nesting past 64 levels) is refused with JSON-RPC's invalid
-  params (-32602), and nothing of it is stored: such calls speak for an agent of their own, which must end the
-  run without a call or an approval request.
+  params (-32602), or, when its body is no UTF-8 at all, as a parse error (-32700), and nothing of it is
+  stored: such calls speak for an agent of their own, which must end the run without a call or an approval
+  request.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from mcp.shared.inbound import encode_header_value
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
-from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.jsonrpc import INVALID_PARAMS, PARSE_ERROR
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("fuzz")]
@@ -264,6 +265,14 @@ def _name_of(method, params):
     return params.get("name") if method == "tools/call" else params.get("uri") if method == "resources/read" else None
 
 
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _encode(message, encoding: str) -> bytes:
     if encoding == "utf-8":  # raw UTF-8; a lone surrogate becomes bytes no UTF-8 decoder takes
         return json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass")
@@ -468,8 +477,10 @@ def check(run: FuzzRun, client: httpx.Client, case: Case) -> None:
         run.count(case.era, "answers for the request's id")
     if case.unstorable_arguments:
         run.count(case.era, "unstorable arguments")
-    if case.must_be_refused and codes != [INVALID_PARAMS]:
-        problem("unstorable arguments taken", f"answered {status} with the codes {codes}, not [{INVALID_PARAMS}]")
+    # a body no UTF-8 decoder takes is no JSON text at all (RFC 8259): a parse error refuses it as well
+    refusals = [[INVALID_PARAMS]] if _is_utf8(case.body) else [[INVALID_PARAMS], [PARSE_ERROR]]
+    if case.must_be_refused and codes not in refusals:
+        problem("unstorable arguments taken", f"answered {status} with the codes {codes}, not one of {refusals}")
 
 
 # --- the run --------------------------------------------------------------------------------------------

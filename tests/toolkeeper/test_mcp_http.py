@@ -31,6 +31,7 @@ def test_only_a_cancel_notification_names_a_request(body, expected):
     (b"notifications/cancelled {", -32700),
     (b"", -32700),
     (b"\xff\xfe{}", -32700),  # not UTF-8
+    (b'{"jsonrpc": "2.0", "id": "\xed\xaf\xbf\xed\xbf\xbf", "method": "ping"}', -32700),  # encoded surrogates
     (b"[" * 100_000 + b"]" * 100_000, -32602),  # too deep for the parser: a value no entry takes
 ])
 def test_a_body_that_cannot_be_read_is_refused_as_json_rpc_refuses_it(body, code):
