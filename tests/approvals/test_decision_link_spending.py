@@ -163,3 +163,21 @@ def test_people_on_one_link_at_once_cast_one_vote_and_a_refused_one_does_not_tak
     votes = Vote.objects.for_tenant(world.a.tenant).filter(request=pending)
     assert votes.count() == 2
     assert spent(token)
+
+
+def test_only_a_reviewer_of_the_links_tenant_may_click_it(world, inbox_pending, gov_queue):
+    """A reviewer of another tenant, or a viewer of this one, is refused before anything is decided."""
+    (pending,) = inbox_pending(1, queue=gov_queue())
+    token = link_token(pending)
+    for user in (world.b.users["reviewer"], world.a.users["viewer"]):
+        with pytest.raises(NotPermitted, match="^only reviewers decide$"):
+            decision_links.link_use(tenant=world.a.tenant, token=token, user=user)
+    assert not spent(token)
+    assert not Vote.objects.for_tenant(world.a.tenant).filter(request=pending).exists()
+
+
+def test_a_links_vote_says_it_came_through_a_link(world, inbox_pending, gov_queue, gov_member):
+    (pending,) = inbox_pending(1, queue=gov_queue())
+    decision_links.link_use(tenant=world.a.tenant, token=link_token(pending), user=gov_member())
+    vote = Vote.objects.for_tenant(world.a.tenant).get(request=pending)
+    assert (vote.decision, vote.message) == ("approve", "decided through a link in a notification")

@@ -16,7 +16,15 @@ from hypothesis import strategies as st
 
 from skills import archives
 from skills.archives import MAX_ARCHIVE_BYTES, MAX_CENTRAL_DIRECTORY_BYTES, package_from_upload, package_from_zip
-from skills.packages import MAX_ENTRIES, MAX_FILE_BYTES, MAX_FILES, MAX_TOTAL_BYTES, PackageProblems, package_from_files
+from skills.packages import (
+    MAX_ENTRIES,
+    MAX_FILE_BYTES,
+    MAX_FILES,
+    MAX_PATH_CHARS,
+    MAX_TOTAL_BYTES,
+    PackageProblems,
+    package_from_files,
+)
 
 from .test_packages import ATTACKS, skill_md
 
@@ -464,3 +472,157 @@ def test_upload_limits_and_shapes():
     assert upload_refused([("SKILL.md", SKILL), ("a.md",)]) == ["each uploaded file must be a (path, content) pair"]
     assert upload_refused([("demo-skill/SKILL.md", SKILL)], folder="other-skill") == [
         'the archive\'s folder "demo-skill" must be named "other-skill", like the skill']
+
+
+def test_an_upload_lists_every_problem_and_reads_on_past_each():
+    problems = upload_refused([("x.md",), ("../x", b"x"), ("a.md", "text"), ("c.md", b"1"), ("C.md", b"2"),
+                               ("big.bin", bytes(MAX_FILE_BYTES + 1)), ("SKILL.md", SKILL)])
+    assert problems == ["each uploaded file must be a (path, content) pair", dict(ATTACKS)["../x"],
+                        'file "a.md" is not bytes', 'path "C.md" clashes with "c.md" (they differ only in case)',
+                        f'file "big.bin" is {MAX_FILE_BYTES + 1} bytes; at most {MAX_FILE_BYTES}']
+
+
+def test_an_upload_at_every_limit_is_accepted():
+    """MAX_FILES files, one of them MAX_FILE_BYTES, MAX_TOTAL_BYTES in all: each limit is inclusive."""
+    full = [(f"full{i}.bin", bytes(MAX_FILE_BYTES)) for i in range(7)]
+    rest = MAX_TOTAL_BYTES - 7 * MAX_FILE_BYTES - len(SKILL)
+    empty = [(f"r/{i}.md", b"") for i in range(MAX_FILES - len(full) - 2)]
+    package = package_from_upload([("SKILL.md", SKILL), *full, ("rest.bin", bytes(rest)), *empty])
+    assert len(package.files) == MAX_FILES
+    assert sum(len(content) for content in package.files.values()) == MAX_TOTAL_BYTES
+
+
+def test_an_upload_over_the_total_is_refused_with_its_size():
+    files = [("SKILL.md", SKILL), *[(f"{i}.bin", bytes(MAX_FILE_BYTES)) for i in range(8)]]
+    assert upload_refused(files) == [
+        f"the files add up to {8 * MAX_FILE_BYTES + len(SKILL)} bytes; at most {MAX_TOTAL_BYTES}"]
+
+
+def test_an_uploads_wrapping_folder_does_not_count_against_the_path_limits():
+    deepest = "a/b/c/d/e/f/g/h.md"  # MAX_DEPTH levels below the wrapping folder
+    longest = "r/" + "x" * (MAX_PATH_CHARS - 5) + ".md"  # MAX_PATH_CHARS characters below it
+    package = package_from_upload([("demo-skill/SKILL.md", SKILL), (f"demo-skill/{deepest}", b"d"),
+                                   (f"demo-skill/{longest}", b"l")])
+    assert sorted(package.files) == sorted(["SKILL.md", deepest, longest])
+
+
+def test_an_uploads_refused_skill_md_is_not_also_reported_missing():
+    assert upload_refused([("SKILL.md", "text")]) == ['file "SKILL.md" is not bytes']
+
+
+def test_an_uploads_wrapping_folder_must_match_the_skill():
+    assert upload_refused([("my-skill/SKILL.md", SKILL)]) == ['name "demo-skill" must equal the folder name "my-skill"']
+
+
+def test_members_that_do_not_hold_what_they_declare_are_each_listed(monkeypatch):
+    data = make_zip([("SKILL.md", SKILL), ("a.md", b"0123456789"), ("b.md", b"0123456789")])
+    real_open = zipfile.ZipFile.open
+    monkeypatch.setattr(zipfile.ZipFile, "open", lambda self, info, *a, **k: (
+        io.BytesIO(b"short") if info.filename != "SKILL.md" else real_open(self, info)))
+    assert refused(data) == ['entry "a.md" holds 5 bytes, not the 10 it declares',
+                             'entry "b.md" holds 5 bytes, not the 10 it declares']
+
+
+class CorruptStream(EndlessStream):
+    def read(self, size=-1):
+        raise zipfile.BadZipFile("bad data")
+
+
+def test_corrupt_members_are_each_listed(monkeypatch):
+    data = make_zip([("SKILL.md", SKILL), ("a.md", b"0123456789"), ("b.md", b"0123456789")])
+    real_open = zipfile.ZipFile.open
+    monkeypatch.setattr(zipfile.ZipFile, "open", lambda self, info, *a, **k: (
+        CorruptStream() if info.filename != "SKILL.md" else real_open(self, info)))
+    assert refused(data) == ['entry "a.md" is corrupt: bad data', 'entry "b.md" is corrupt: bad data']
+
+
+@pytest.mark.parametrize("spare", [0, 1], ids=["a chunk past the total", "the total to the byte"])
+def test_inflating_past_the_total_stops_the_reading_at_once(monkeypatch, spare):
+    """What was read so far counts against the total: SKILL.md and b.md are read, then a.md (and c.md after
+    it) inflate by a whole chunk. With less than a chunk left that is past the total, and the reading stops
+    there; with exactly a chunk left it is not, and each is refused for inflating past what it declared."""
+    limit = len(SKILL) + 10 + archives.CHUNK_BYTES - 1 + spare
+    monkeypatch.setattr(archives, "MAX_TOTAL_BYTES", limit)  # a.md and b.md declare 10 bytes each: within it
+    data = make_zip([("SKILL.md", SKILL), ("b.md", b"0123456789"), ("a.md", b"0123456789"), ("c.md", b"0")])
+    real_open = zipfile.ZipFile.open
+    monkeypatch.setattr(zipfile.ZipFile, "open", lambda self, info, *a, **k: (
+        EndlessStream() if info.filename in ("a.md", "c.md") else real_open(self, info)))
+    expected = (['entry "a.md" inflates beyond its declared 10 bytes (a zip bomb?)',
+                 'entry "c.md" inflates beyond its declared 1 bytes (a zip bomb?)'] if spare
+                else [f"the files inflate to more than {limit} bytes"])
+    assert refused(data) == expected
+
+
+def test_the_ratio_is_checked_again_on_what_was_read(monkeypatch):
+    """Incompressible data hides a bomb's ratio in the declared sizes; if it then fails to read, what is left
+    is judged on its own."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("SKILL.md", SKILL)
+        archive.writestr("noise.bin", os.urandom(100_000))
+        zeros_member(archive, "a.bin", 900 * 1024)
+        zeros_member(archive, "b.bin", 900 * 1024)
+    data = buffer.getvalue()
+    infos = {info.filename: info for info in zipfile.ZipFile(io.BytesIO(data)).infolist()}
+    real_open = zipfile.ZipFile.open
+    monkeypatch.setattr(zipfile.ZipFile, "open", lambda self, info, *a, **k: (
+        CorruptStream() if info.filename == "noise.bin" else real_open(self, info)))
+    compressed = sum(infos[name].compress_size for name in ("SKILL.md", "a.bin", "b.bin"))
+    assert refused(data) == ['entry "noise.bin" is corrupt: bad data',
+                             f"the archive inflates {compressed} bytes to {1800 * 1024 + len(SKILL)} "
+                             "(more than 100 times): it looks like a zip bomb"]
+
+
+def test_a_member_larger_than_a_chunk_is_read_whole():
+    content = os.urandom(3 * archives.CHUNK_BYTES + 5)
+    assert package_from_zip(make_zip([("SKILL.md", SKILL), ("big.bin", content)])).files["big.bin"] == content
+
+
+def test_a_utf8_flagged_name_is_taken_as_it_is():
+    """Only names without the UTF-8 flag are guessed at: this one's characters, read as cp437 bytes, would
+    make other valid UTF-8 ("é")."""
+    name = "notes/\u251c\u2310.md"
+    assert sorted(package_from_zip(make_zip([("SKILL.md", SKILL), (name, b"x")])).files) == ["SKILL.md", name]
+
+
+def test_a_cp437_name_that_is_not_utf8_is_read_as_cp437():
+    data = make_zip([("SKILL.md", SKILL), ("notes/cafXY.md", b"menu")]).replace(b"cafXY", b"caf\x82s")
+    assert sorted(package_from_zip(data).files) == ["SKILL.md", "notes/caf\u00e9s.md"]
+
+
+def test_the_ratio_limit_applies_past_its_floor_and_over_its_ratio_only():
+    floor, ratio = archives.RATIO_FLOOR_BYTES, archives.MAX_RATIO
+    assert archives._ratio_problem(floor, 1) is None  # not past the floor, however compressed
+    assert archives._ratio_problem(ratio * 20_000, 20_000) is None  # exactly the ratio
+    assert archives._ratio_problem(ratio * 20_000 + 1, 20_000) is not None
+    assert archives._ratio_problem(2 * floor, floor) is None  # past the floor, barely compressed
+    assert archives._ratio_problem(floor + 1, 0) is not None
+
+
+def test_an_archives_wrapping_folder_does_not_count_against_the_path_limits():
+    deepest = "a/b/c/d/e/f/g/h.md"
+    longest = "r/" + "x" * (MAX_PATH_CHARS - 5) + ".md"
+    package = package_from_zip(make_zip([("demo-skill/SKILL.md", SKILL), (f"demo-skill/{deepest}", b"d"),
+                                         (f"demo-skill/{longest}", b"l")]))
+    assert sorted(package.files) == sorted(["SKILL.md", deepest, longest])
+
+
+def test_folder_entries_are_known_by_their_slash_or_their_mode_and_the_root_is_skipped():
+    by_slash = entry("references/")  # no Unix mode, as DOS tools write it
+    by_mode = entry("docs", mode=stat.S_IFDIR | 0o755)  # no slash
+    data = make_zip([("./", b""), ("SKILL.md", SKILL), (by_slash, b""), ("references/a.md", b"A"), (by_mode, b"")])
+    assert package_from_zip(data).files == {"SKILL.md": SKILL, "references/a.md": b"A"}
+
+
+def test_an_uploads_total_counts_the_files_it_skips_too():
+    files = [("SKILL.md", SKILL), *[(f"{i}.bin", bytes(MAX_FILE_BYTES)) for i in range(7)],
+             ("__MACOSX/._0.bin", bytes(MAX_FILE_BYTES))]
+    assert upload_refused(files) == [
+        f"the files add up to {8 * MAX_FILE_BYTES + len(SKILL)} bytes; at most {MAX_TOTAL_BYTES}"]
+
+
+def test_every_special_entry_is_listed_and_a_special_skill_md_is_not_also_missing():
+    link = stat.S_IFLNK | 0o777
+    assert refused(make_zip([(entry("a-link", mode=link), b"/etc/passwd"), (entry("SKILL.md", mode=link), b"x")])) == [
+        'entry "a-link" is a symbolic link; only regular files and folders are allowed',
+        'entry "SKILL.md" is a symbolic link; only regular files and folders are allowed']

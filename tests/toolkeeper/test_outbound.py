@@ -4,6 +4,8 @@ import asyncio
 import socket
 import ssl
 import threading
+import tracemalloc
+from pathlib import Path
 
 import httpcore2
 import httpx2
@@ -21,6 +23,8 @@ from toolkeeper.outbound import (
     check_url,
     http_client,
 )
+
+from .conftest import serving
 
 PUBLIC = "93.184.215.14"  # never connected to: every test that resolves it is refused before connecting
 
@@ -257,6 +261,20 @@ def test_https_to_a_name_verifies_the_name_not_the_address(tls_server, resolver)
         # and an untrusted certificate is refused: verification is on by default
         with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             fetch(f"https://mcp.test:{port}/ok")
+        with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            fetch_sync(f"https://mcp.test:{port}/ok")
+
+
+def test_the_clients_speak_http1_even_to_a_server_that_prefers_http2(tls_server, resolver):
+    """HTTP/2 only when a caller asks for it: a server that offers it first is answered in HTTP/1.1."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls_server["cafile"], Path(tls_server["cafile"]).with_name("key.pem"))
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    resolver["mcp.test"] = ["127.0.0.1"]
+    trusted = ssl.create_default_context(cafile=tls_server["cafile"])
+    with serving(context) as port, override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["127.0.0.1"]):
+        assert fetch(f"https://mcp.test:{port}/ok", verify=trusted).text == "hello"
+        assert fetch_sync(f"https://mcp.test:{port}/ok", verify=trusted).text == "hello"
 
 
 def test_tls_starts_on_the_checked_address_with_the_name_as_server_hostname(tls_server, resolver):
@@ -303,6 +321,31 @@ def test_proxies_from_the_environment_are_not_used(http_port, monkeypatch, conne
     assert connections == ["127.0.0.1"]
 
 
+class RecordingBackend(httpcore2.NetworkBackend):
+    """The blocking network layer under the guard: the connections it was asked for; the first `failing` fail."""
+
+    def __init__(self, failing: int):
+        self.asked = []
+        self.failing = failing
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        self.asked.append((host, port, timeout, local_address, socket_options))
+        if len(self.asked) <= self.failing:
+            raise httpcore2.ConnectError(f"{host} refused the connection")
+        return f"stream to {host}"
+
+
+def test_the_blocking_backend_tries_each_checked_address_with_the_callers_options(resolver):
+    resolver["two.test"] = [PUBLIC, "93.184.215.15"]
+    options = {"timeout": 3.0, "local_address": "10.1.2.3", "socket_options": [(6, 1, 1)]}
+    network = RecordingBackend(failing=1)
+    assert outbound.GuardedNetworkBackend(network).connect_tcp("two.test", 8443, **options) == "stream to 93.184.215.15"
+    assert network.asked == [(PUBLIC, 8443, *options.values()), ("93.184.215.15", 8443, *options.values())]
+    network = RecordingBackend(failing=2)
+    with pytest.raises(httpcore2.ConnectError, match="^93.184.215.15 refused the connection$"):
+        outbound.GuardedNetworkBackend(network).connect_tcp("two.test", 8443, **options)
+
+
 def test_options_that_would_bypass_the_guard_are_refused():
     for option in ({"proxy": "http://10.9.9.9:3128"}, {"transport": httpx2.AsyncHTTPTransport()},
                    {"mounts": {}}, {"trust_env": True}):
@@ -315,11 +358,107 @@ def test_options_that_would_bypass_the_guard_are_refused():
     assert client.timeout == outbound.DEFAULT_TIMEOUT
 
 
+@pytest.mark.parametrize("make", [async_http_client, http_client], ids=["async", "sync"])
+def test_the_clients_carry_the_callers_headers_timeout_and_auth(make):
+    client = make(headers={"X-Probe": "1"}, timeout=7, auth=("user", "secret"))
+    assert client.headers["X-Probe"] == "1"
+    assert client.timeout == httpx2.Timeout(7)
+    assert isinstance(client.auth, httpx2.BasicAuth)
+    assert make().timeout == outbound.DEFAULT_TIMEOUT
+
+
+@pytest.mark.parametrize("get", [fetch, fetch_sync], ids=["async", "sync"])
+def test_a_refused_connection_is_not_tried_again_unless_asked(connections, get):
+    """Retrying is the caller's decision (an HTTP tool's retry policy, say), not the transport's."""
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    with override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["127.0.0.1"]):
+        with pytest.raises(httpx2.ConnectError):
+            get(f"http://127.0.0.1:{port}/")
+        assert connections == ["127.0.0.1"]
+        with pytest.raises(httpx2.ConnectError):
+            get(f"http://127.0.0.1:{port}/", retries=1)
+        assert connections == ["127.0.0.1"] * 3
+
+
+@pytest.mark.filterwarnings("ignore:`cert=...` is deprecated:DeprecationWarning")  # httpx2 still honours it
+def test_a_client_certificate_is_presented_when_given(tls_server, resolver):
+    """mTLS: a server that requires a client certificate gets the one the caller gave."""
+    cert, key = tls_server["cafile"], str(Path(tls_server["cafile"]).with_name("key.pem"))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(cafile=cert)  # the test certificate is its own authority
+    resolver["mcp.test"] = ["127.0.0.1"]
+    with serving(context) as port, override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=["127.0.0.1"]):
+        for get in (fetch, fetch_sync):
+            trusted = ssl.create_default_context(cafile=cert)
+            assert get(f"https://mcp.test:{port}/ok", verify=trusted, cert=(cert, key)).text == "hello"
+            with pytest.raises((httpx2.HTTPError, ssl.SSLError)):  # TLS 1.3 may report it on the first read
+                get(f"https://mcp.test:{port}/ok", verify=ssl.create_default_context(cafile=cert))
+
+
 def test_unix_sockets_are_refused():
-    with pytest.raises(OutboundRefused, match="Unix sockets"):
+    with pytest.raises(OutboundRefused, match="^Unix sockets may not be reached$"):
         asyncio.run(outbound.AsyncGuardedNetworkBackend().connect_unix_socket("/var/run/docker.sock"))
-    with pytest.raises(OutboundRefused, match="Unix sockets"):
+    with pytest.raises(OutboundRefused, match="^Unix sockets may not be reached$"):
         outbound.GuardedNetworkBackend().connect_unix_socket("/var/run/docker.sock")
+
+
+def test_the_guarded_backends_sleep_as_long_as_asked():
+    slept = []
+
+    class AsyncBackend(httpcore2.AsyncNetworkBackend):
+        async def sleep(self, seconds: float) -> None:
+            slept.append(seconds)
+
+    class SyncBackend(httpcore2.NetworkBackend):
+        def sleep(self, seconds: float) -> None:
+            slept.append(seconds)
+
+    asyncio.run(outbound.AsyncGuardedNetworkBackend(AsyncBackend()).sleep(0.25))
+    outbound.GuardedNetworkBackend(SyncBackend()).sleep(0.5)
+    assert slept == [0.25, 0.5]
+
+
+class FakeStream(httpcore2.AsyncNetworkStream):
+    """A connection's stream as the network layer hands it to the guard: its socket, and what TLS was asked."""
+
+    def __init__(self, sock: socket.socket | None = None):
+        self.sock = sock
+        self.tls = []
+
+    def get_extra_info(self, info: str):
+        return self.sock if info == "socket" else None
+
+    async def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        self.tls.append((ssl_context, server_hostname, timeout))
+        return FakeStream(self.sock)
+
+
+def test_tls_is_started_within_the_callers_timeout():
+    stream = FakeStream()
+    started = asyncio.run(outbound._CheckedStream(stream).start_tls("context", "mcp.test", 7.5))
+    assert stream.tls == [("context", "mcp.test", 7.5)]
+    assert isinstance(started, outbound._CheckedStream)
+
+
+def test_an_idle_connection_is_readable_only_once_the_peer_sent_or_closed():
+    """What the pool asks before reusing a kept-alive connection: readable means the peer closed it (or sent
+    something unasked), so the pool drops it."""
+    assert outbound._CheckedStream(FakeStream(None)).get_extra_info("is_readable") is True
+    mine, peer = socket.socketpair()
+    stream = outbound._CheckedStream(FakeStream(mine))
+    try:
+        assert stream.get_extra_info("is_readable") is False
+        assert stream.get_extra_info("socket") is mine
+        peer.sendall(b"x")
+        assert stream.get_extra_info("is_readable") is True
+    finally:
+        mine.close()
+        peer.close()
+    assert stream.get_extra_info("is_readable") is True  # closed here: fileno() is -1
 
 
 def test_a_name_that_does_not_resolve_is_a_connect_error(resolver):
@@ -363,11 +502,21 @@ def test_a_body_over_the_limit_is_refused_whether_announced_or_not(http_port, sm
 
 
 @pytest.mark.parametrize("get", [fetch, fetch_sync], ids=["async", "sync"])
+def test_the_caller_hears_of_a_body_refused_for_its_size(http_port, small_limit, get):
+    base = f"http://127.0.0.1:{http_port}"
+    for url in (f"{base}/bytes?n={LIMIT + 1}", f"{base}/bytes?n={LIMIT * 5}&length=0"):  # announced, or not
+        heard = []
+        with pytest.raises(ResponseTooLarge) as refused:
+            get(url, on_too_large=heard.append)
+        assert [str(exc) for exc in heard] == [str(refused.value)]
+
+
+@pytest.mark.parametrize("get", [fetch, fetch_sync], ids=["async", "sync"])
 def test_an_event_stream_is_bounded_event_by_event(http_port, small_limit, get):
     base = f"http://127.0.0.1:{http_port}"
     many = get(f"{base}/events?count=50&size={LIMIT // 10}")  # five times the limit in all, each event small
     assert many.content.count(b"\n\n") == 50
-    with pytest.raises(ResponseTooLarge, match="one event of its stream"):
+    with pytest.raises(ResponseTooLarge, match=f"^the server sent more than {LIMIT} bytes in one event of its stream$"):
         get(f"{base}/events?count=1&size={LIMIT + 10}")
 
 
@@ -385,6 +534,43 @@ def test_an_event_end_split_across_chunks_still_ends_the_event():
     whole.take(b"x" * 10)
     with pytest.raises(ResponseTooLarge):
         whole.take(b"\n\n")  # a plain body counts every byte
+
+
+def test_several_events_in_one_chunk_are_each_bounded():
+    bound = MessageBound(10, events=True)
+    bound.take(b"data: 1\n\ndata: 2\n\ndata: 3\n\n")  # three events of 9 bytes, 27 together
+    assert bound.taken == 0
+    bound.take(b"data: 4\n\ndata: 5\n\n")  # after a chunk that ended an event, every end still counts
+    assert bound.taken == 0
+
+
+def test_event_ends_cut_across_many_chunks_each_end_an_event():
+    bound = MessageBound(10, events=True)
+    for chunk in (b"\r\r", b"\r", b"\r", b"\r", b"\r"):  # three ends, two of them cut in half
+        bound.take(chunk)
+    assert bound.taken == 0
+
+
+def test_an_empty_chunk_changes_no_count():
+    bound = MessageBound(10, events=True)
+    for chunk in (b"\r", b"\n", b"\r", b"\n\n"):
+        bound.take(chunk)
+    taken = bound.taken
+    bound.take(b"")
+    assert bound.taken == taken
+
+
+def test_an_event_stream_is_not_kept_in_memory_by_its_bound():
+    bound = MessageBound(1024 * 1024, events=True)
+    chunk = b"data: " + b"y" * 65536 + b"\n\n"
+    tracemalloc.start()
+    try:
+        for _ in range(100):  # 6.5 MB in all
+            bound.take(chunk)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1024 * 1024
 
 
 def test_a_pooled_connection_the_server_closed_is_not_reused(settings, connections):
