@@ -10,6 +10,7 @@ from skills.packages import (
     PackageProblems,
     package_from_files,
 )
+from tests.document_events import counted_events
 from toolkeeper import documents
 
 PARSERS = ["libyaml", "python"] if documents.CParser is not None else ["python"]
@@ -21,24 +22,7 @@ def events(request, monkeypatch):
     """The parser (each in turn) and how many events it handed out."""
     if request.param == "python":
         monkeypatch.setattr(documents, "CParser", None)
-    seen = {"events": 0}
-    real = documents.event_parser
-
-    def counting(text, max_depth):
-        parser = real(text, max_depth)
-        get_event = parser.get_event
-
-        class Counting:
-            check_event, dispose = parser.check_event, parser.dispose
-
-            def get_event(self):
-                seen["events"] += 1
-                return get_event()
-
-        return Counting()
-
-    monkeypatch.setattr(documents, "event_parser", counting)
-    return seen
+    return counted_events(monkeypatch)
 
 
 def problems(front_matter: str) -> list[str]:

@@ -8,6 +8,7 @@ import random
 import pytest
 import yaml
 
+from tests.document_events import counted_events
 from toolkeeper import documents
 from toolkeeper.errors import ServiceError
 from tools import http_tools
@@ -30,24 +31,7 @@ ISSUE = "openapi: 3.0.0\nx: " + "[" * 5000 + "]" * 5000  # 10 KB that took 8-55 
 @pytest.fixture
 def events(monkeypatch):
     """How many events the document's parser handed out."""
-    seen = {"events": 0}
-    real = documents.event_parser
-
-    def counting(text, max_depth):
-        parser = real(text, max_depth)
-        get_event = parser.get_event
-
-        class Counting:
-            check_event, dispose = parser.check_event, parser.dispose
-
-            def get_event(self):
-                seen["events"] += 1
-                return get_event()
-
-        return Counting()
-
-    monkeypatch.setattr(documents, "event_parser", counting)
-    return seen
+    return counted_events(monkeypatch)
 
 
 def refused(text: str) -> str:
