@@ -15,12 +15,24 @@ from asgiref.testing import ApplicationCommunicator
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django import forms
+from django.contrib.auth.models import AnonymousUser
 from django.core.asgi import get_asgi_application
 from django.urls import NoReverseMatch, get_resolver, reverse
+from rest_framework.request import Request
+from rest_framework.test import APIRequestFactory
 
 from realtime.consumers import CLOSE_RATE_LIMITED
 from tenancy import limits
-from tenancy.admission import Entry, NotAuthenticated, ValueRefused, admit
+from tenancy.admission import (
+    Entry,
+    NotAuthenticated,
+    RestAdmission,
+    ValueRefused,
+    admit,
+    api_key_for_token,
+    url_problem,
+)
+from tenancy.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION
 from tenancy.models import Tenant
 from tenancy.services import apikey_create
 from tests.realtime.test_socket_walker import ORIGIN, cookie_of, fill, routes
@@ -270,14 +282,20 @@ def test_admit_checks_who_then_the_limits_then_the_value(one_request_a_minute):
         admit(entry=Entry.MCP, authorization="Basic abc")
     with pytest.raises(NotAuthenticated):  # a console entry needs a login and its tenant
         admit(entry=Entry.CONSOLE, user=a.users["admin"])
-    with pytest.raises(NotPermitted):  # a scope refusal is not counted
+    for user in (None, AnonymousUser()):  # a tenant alone is nobody
+        with pytest.raises(NotAuthenticated) as refused:
+            admit(entry=Entry.CONSOLE, user=user, tenant=a.tenant)
+        assert refused.value.detail == "Authentication credentials were not provided."
+    with pytest.raises(NotPermitted) as refused:  # a scope refusal is not counted
         admit(entry=Entry.MCP, authorization=f"Bearer {a.keys['admin']}", scope="agent")
+    assert refused.value.detail == "This API key lacks the agent scope."
     with pytest.raises(ValueRefused):  # counted: the minute's one request
         admit(entry=Entry.MCP, authorization=f"Bearer {a.keys['agent']}", scope="agent", value={"x": "\u0000"})
     with pytest.raises(RateLimited):  # past the limit, the value is not even looked at
         admit(entry=Entry.MCP, authorization=f"Bearer {a.keys['agent']}", scope="agent", value={"x": "\u0000"})
     admitted = admit(entry=Entry.CONSOLE, user=a.users["admin"], tenant=a.tenant)  # a login has its own bucket
-    assert (admitted.tenant, admitted.api_key, admitted.user) == (a.tenant, None, a.users["admin"])
+    assert (admitted.entry, admitted.tenant, admitted.api_key, admitted.user) == (
+        Entry.CONSOLE, a.tenant, None, a.users["admin"])
     with pytest.raises(ValueRefused) as refused:  # named by the field that holds it
         admit(entry=Entry.REST, user=a.users["admin"], tenant=a.tenant, value={"env": {"TOKEN": "a\u0000"}, "x": 1})
     assert refused.value.fields == {"env": ["JSON strings may not contain the NUL character (\\u0000)"]}
@@ -287,6 +305,30 @@ def test_admit_checks_who_then_the_limits_then_the_value(one_request_a_minute):
     assert refused.value.fields == {} and "NUL" in refused.value.message
     other = admit(entry=Entry.REST, authorization=f"Bearer {a.keys['locked']}", value={"fine": [1, "two"]})
     assert (other.tenant, other.api_key, other.user) == (a.tenant, a.key_objects["locked"], None)
+
+
+def test_a_token_refusal_says_what_is_wrong(world):
+    with pytest.raises(NotAuthenticated) as refused:
+        api_key_for_token("Basic abc")
+    assert refused.value.detail == MALFORMED_AUTHORIZATION
+    with pytest.raises(NotAuthenticated) as refused:
+        api_key_for_token("Bearer tk_nope")
+    assert refused.value.detail == INVALID_KEY
+    assert api_key_for_token(f"Bearer {world.a.keys['agent']}") == world.a.key_objects["agent"]
+
+
+def test_the_rest_entry_leaves_an_anonymous_request_to_the_view_s_permissions():
+    """An open view (the OpenAPI document) is reached without credentials: nothing to count, nothing refused."""
+    request = Request(APIRequestFactory().get("/api/schema/"))
+    assert RestAdmission().allow_request(request, view=None) is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_rest_entry_reads_only_a_json_body(world, api):
+    """A body of another type is the view's to refuse (415 where it reads one): admission does not parse it."""
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {world.a.keys['admin']}")
+    response = api.generic("GET", "/api/v1/tools", "a=\u0000", content_type="text/plain")
+    assert response.status_code == 200, response.content
 
 
 # --- the URL, before anyone is asked ------------------------------------------------------------------------------
@@ -307,6 +349,16 @@ async def _get(application, path: str, query: bytes, headers: dict) -> tuple[int
             break
     await communicator.wait(timeout=5)
     return start["status"], body
+
+
+def test_url_problem_names_the_part_that_holds_a_nul():
+    path_problem = "The path may not contain the NUL character."
+    query_problem = "Query parameters may not contain the NUL character (%00)."
+    assert url_problem("/api/v1/tools/a\x00", b"") == path_problem
+    assert url_problem("/api/v1/tools/a\x00", b"agent=%00") == path_problem
+    assert url_problem("/api/v1/approvals", b"agent=%00") == query_problem
+    assert url_problem("/api/v1/approvals", b"agent=a\x00b") == query_problem  # a raw NUL byte
+    assert url_problem("/api/v1/approvals", b"agent=%2500&a=0") is None
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,8 +1,10 @@
 """Rate limits (tenancy.limits): requests per minute and calls in flight, per API key and per tenant."""
+import logging
 import time
 from types import SimpleNamespace
 
 import pytest
+from django.contrib.auth.models import AnonymousUser
 from django.core.cache import cache
 
 from audit.models import Event
@@ -81,6 +83,17 @@ def test_the_next_minute_opens_a_new_window(world, frozen_window):
     assert agent.get("/api/v1/sessions/" + str(world.a.session.pk)).status_code == 200
 
 
+def test_in_a_minute_s_last_second_the_retry_is_in_one_second(world, frozen_window):
+    set_limits(world.a, key_requests_per_minute=1)
+    tenant = type(world.a.tenant).objects.get(pk=world.a.tenant.pk)
+    frozen_window.time = lambda: WINDOW_START + 59.5
+    limits.requests_admit(tenant=tenant, api_key=world.a.key_objects["agent"])
+    with pytest.raises(RateLimited) as refused:
+        limits.requests_admit(tenant=tenant, api_key=world.a.key_objects["agent"])
+    assert refused.value.retry_after == 1
+    assert str(refused.value) == "Rate limit reached: this API key may make 1 requests a minute. Retry in 1 s."
+
+
 def test_the_tenant_limit_counts_every_key(world):
     set_limits(world.a, key_requests_per_minute=0, tenant_requests_per_minute=4)
     agent, admin = world.a.client("agent"), world.a.client("admin")
@@ -102,6 +115,49 @@ def test_console_logins_are_limited_through_the_api_too(world):
     response = console.get("/api/v1/tools", HTTP_X_TENANT="acme")
     assert "your console login may make 2 requests a minute" in assert_rate_limited(response, retry_after=45)
     assert world.a.console("admin").get("/api/v1/tools", HTTP_X_TENANT="acme").status_code == 200
+
+
+def test_every_admitted_request_counts_for_its_key_and_its_tenant_until_the_window_is_over(world, caplog):
+    set_limits(world.a, key_requests_per_minute=2, tenant_requests_per_minute=100)
+    tenant = type(world.a.tenant).objects.get(pk=world.a.tenant.pk)
+    key = world.a.key_objects["agent"]
+    store, window = limits.counter_store(), int(NOW // limits.WINDOW_S)
+    counters = {"key": f"tk:rate:k{key.pk}:{window}", "tenant": f"tk:rate:t{tenant.pk}:{window}"}
+    for admitted in (1, 2):  # the key's last request within its limit counts for the tenant too
+        limits.requests_admit(tenant=tenant, api_key=key)
+        assert {name: store.get(counter) for name, counter in counters.items()} == {"key": admitted,
+                                                                                   "tenant": admitted}
+    with pytest.raises(RateLimited):
+        limits.requests_admit(tenant=tenant, api_key=key)
+    assert {name: store.get(counter) for name, counter in counters.items()} == {"key": 3, "tenant": 2}
+    assert "counter unavailable" not in caplog.text
+    for counter in counters.values():  # kept past the window's end (COUNTER_TTL_S), not for ever
+        expires = store._expire_info[store.make_and_validate_key(counter)]
+        assert time.time() < expires <= time.time() + limits.COUNTER_TTL_S
+
+
+def test_a_request_of_nobody_in_particular_counts_for_the_tenant_only(world):
+    """No key and no login (or an anonymous one): there is no key's bucket to count, and no shared one."""
+    set_limits(world.a, key_requests_per_minute=1, tenant_requests_per_minute=100)
+    tenant = type(world.a.tenant).objects.get(pk=world.a.tenant.pk)
+    for _ in range(3):
+        limits.requests_admit(tenant=tenant)
+        limits.requests_admit(tenant=tenant, user=AnonymousUser())
+    assert limits.counter_store().get(f"tk:rate:t{tenant.pk}:{int(NOW // limits.WINDOW_S)}") == 6
+
+
+def test_an_unreachable_counter_store_admits_the_request_and_says_so(world, monkeypatch, caplog):
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("counter store down")
+
+    monkeypatch.setattr(limits.counter_store(), "add", unreachable)
+    set_limits(world.a, key_requests_per_minute=1, tenant_requests_per_minute=1)
+    tenant = type(world.a.tenant).objects.get(pk=world.a.tenant.pk)
+    with caplog.at_level(logging.WARNING, logger="toolkeeper.limits"):
+        for _ in range(3):
+            limits.requests_admit(tenant=tenant, api_key=world.a.key_objects["agent"])
+    assert [(r.getMessage(), r.exc_info[0]) for r in caplog.records] == [
+        ("rate limit counter unavailable; request admitted", ConnectionError)] * 3
 
 
 def test_zero_means_no_limit(world):
@@ -203,6 +259,27 @@ def test_calls_waiting_for_a_human_are_not_in_flight(world):
         assert response.json()["calls"][0]["status"] == "awaiting_approval"
 
 
+def test_calls_admit_asks_for_the_counts_only_when_a_limit_applies_to_new_calls():
+    """The count of calls in flight is a query: not made for a batch that adds nothing or when no limit
+    applies, and a key's limit is no limit for calls submitted without a key (a console login's)."""
+    def not_counted():
+        raise AssertionError("in_flight() called")
+
+    tenant = SimpleNamespace(key_calls_in_flight=1, tenant_calls_in_flight=1)
+    key = object()
+    for adding in (0, -1):  # nothing added: nothing refused, even with both limits already passed
+        limits.calls_admit(tenant=tenant, api_key=key, adding=adding, in_flight=not_counted)
+    no_limits = SimpleNamespace(key_calls_in_flight=0, tenant_calls_in_flight=0)
+    limits.calls_admit(tenant=no_limits, api_key=key, adding=5, in_flight=not_counted)
+    key_limit_only = SimpleNamespace(key_calls_in_flight=1, tenant_calls_in_flight=0)
+    limits.calls_admit(tenant=key_limit_only, api_key=None, adding=5, in_flight=not_counted)
+    with pytest.raises(RateLimited) as refused:
+        limits.calls_admit(tenant=key_limit_only, api_key=key, adding=2, in_flight=lambda: (0, 0))
+    assert refused.value.retry_after == limits.IN_FLIGHT_RETRY_S
+    assert str(refused.value) == ("Too many calls in flight: this API key has 0 calls received, queued or running, "
+                                  "and may have 1; this request adds 2. Retry when some have finished.")
+
+
 # --- who sets the limits -------------------------------------------------------------------------
 
 LIMITS_FORM = {"key_requests_per_minute": "2", "tenant_requests_per_minute": "100", "key_calls_in_flight": "5",
@@ -294,6 +371,51 @@ def test_on_redis_a_request_refused_for_its_key_does_not_count_for_its_tenant(wo
     assert redis_counters.get(f"tk:rate:t{tenant.pk}:{window}") == 3
     stored = redis_counters.make_and_validate_key(f"tk:rate:t{tenant.pk}:{window}")
     assert 0 < redis_counters._cache.get_client(stored).ttl(stored) <= limits.COUNTER_TTL_S
+
+
+def test_on_redis_the_counters_are_counted_by_the_script_not_by_add_and_incr(world, redis_counters, monkeypatch):
+    """One round trip a request: the script counts every bucket; add and incr (two trips a bucket) stay unused."""
+    used = []
+    monkeypatch.setattr(redis_counters, "add", lambda *args, **kwargs: used.append("add"))
+    monkeypatch.setattr(redis_counters, "incr", lambda *args, **kwargs: used.append("incr"))
+    set_limits(world.a, key_requests_per_minute=1, tenant_requests_per_minute=100)
+    tenant = type(world.a.tenant).objects.get(pk=world.a.tenant.pk)
+    limits.requests_admit(tenant=tenant, api_key=world.a.key_objects["agent"])
+    with pytest.raises(RateLimited):
+        limits.requests_admit(tenant=tenant, api_key=world.a.key_objects["agent"])
+    assert used == []
+
+
+def test_a_cache_of_another_kind_counts_by_add_and_incr(world, settings, tmp_path):
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+                                   "LOCATION": str(tmp_path / "counters")}}
+    set_limits(world.a, key_requests_per_minute=1, tenant_requests_per_minute=100)
+    tenant = type(world.a.tenant).objects.get(pk=world.a.tenant.pk)
+    limits.requests_admit(tenant=tenant, api_key=world.a.key_objects["agent"])
+    with pytest.raises(RateLimited):
+        limits.requests_admit(tenant=tenant, api_key=world.a.key_objects["agent"])
+    window = int(NOW // limits.WINDOW_S)
+    assert limits.counter_store().get(f"tk:rate:k{world.a.key_objects['agent'].pk}:{window}") == 2
+
+
+def test_on_redis_with_replicas_the_counters_are_written_to_the_primary(world, settings):
+    """Django's Redis cache reads from the replicas (the locations after the first): a counter is a write."""
+    url = getattr(settings, "TEST_REDIS_URL", None)
+    if not url:
+        pytest.skip("Redis is not reachable")
+    base = url.rsplit("/", 1)[0]
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                   "LOCATION": [f"{base}/15", f"{base}/14"],
+                                   "KEY_PREFIX": f"limits-test-{time.time_ns()}"}}
+    store = limits.counter_store()
+    try:
+        tenant = type(world.a.tenant).objects.get(pk=world.a.tenant.pk)
+        key = world.a.key_objects["agent"]
+        limits.requests_admit(tenant=tenant, api_key=key)
+        stored = store.make_and_validate_key(f"tk:rate:k{key.pk}:{int(NOW // limits.WINDOW_S)}")
+        assert int(store._cache.get_client(write=True).get(stored)) == 1
+    finally:
+        store.clear()
 
 
 def test_one_counter_store_per_process(world, redis_counters):

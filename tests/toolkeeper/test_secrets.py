@@ -41,6 +41,19 @@ class Vault(models.Model):
         return f"vault {self.pk}"
 
 
+class Strongbox(models.Model):
+    """A required credential (neither null nor blank), for the field's validation; no table is made."""
+
+    credentials = EncryptedJSONField()
+
+    class Meta:
+        app_label = "secrets_test"
+        apps = Apps()
+
+    def __str__(self):
+        return "strongbox"
+
+
 @pytest.fixture
 def vault(transactional_db):
     with connection.schema_editor() as editor:
@@ -64,6 +77,14 @@ def test_round_trip():
     assert isinstance(secret_decrypt(token), SecretDict)
     nested = {"env": {"API_TOKEN": PLAIN}, "list": [1, "é", None, 2.5, True], "emoji": "🔑"}
     assert secret_decrypt(secret_encrypt(nested)) == nested
+    assert secret_decrypt(token.encode("ascii")) == VALUE  # a ciphertext read back as bytes
+
+
+def test_the_plain_text_under_the_key_is_compact_json():
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[NEW]):
+        token = secret_encrypt(VALUE)
+    plain = Fernet(NEW).decrypt(token.encode("ascii"))
+    assert plain == b'{"Authorization":"Bearer tk-very-secret-value","X-Team":"ops"}'
 
 
 def test_the_ciphertext_shows_nothing_and_differs_each_time():
@@ -81,7 +102,8 @@ def test_a_wrong_key_fails_clearly_and_names_no_secret():
     with override_settings(TOOLKEEPER_SECRETS_KEYS=[NEW]), pytest.raises(SecretUnreadable) as refused:
         secret_decrypt(token)
     message = str(refused.value)
-    assert "cannot be decrypted with the configured keys (TOOLKEEPER_SECRETS_KEY)" in message
+    assert message == ("a stored secret cannot be decrypted with the configured keys (TOOLKEEPER_SECRETS_KEY): "
+                       "the key it was encrypted with is missing from the list, or the stored text was changed")
     for secret in (PLAIN, token, OLD, NEW):
         assert secret not in message
     assert refused.value.__cause__ is None and refused.value.__suppress_context__
@@ -107,16 +129,20 @@ def test_rotation_old_keys_decrypt_the_first_encrypts():
         assert secret_decrypt(rotated) == VALUE
         with pytest.raises(SecretUnreadable):
             secret_decrypt(old_token)
-        with pytest.raises(SecretUnreadable, match="cannot be re-encrypted"):
+        with pytest.raises(SecretUnreadable) as refused:
             secret_rotate(old_token)
+        assert str(refused.value) == ("a stored secret cannot be decrypted with the configured keys "
+                                      "(TOOLKEEPER_SECRETS_KEY), so it cannot be re-encrypted")
+        assert refused.value.__cause__ is None and refused.value.__suppress_context__
     with override_settings(TOOLKEEPER_SECRETS_KEYS=[OLD]), pytest.raises(SecretUnreadable):
         secret_decrypt(new_token)  # the new key encrypted it
 
 
 def test_only_json_objects_are_stored_and_the_refusal_names_no_value():
-    for value in (PLAIN, [PLAIN], 42):
-        with pytest.raises(TypeError, match="a stored secret is a JSON object") as refused:
+    for value, kind in ((PLAIN, "str"), ([PLAIN], "list"), (42, "int")):
+        with pytest.raises(TypeError) as refused:
             secret_encrypt(value)
+        assert str(refused.value) == f"a stored secret is a JSON object (dict), not {kind}"
         assert PLAIN not in str(refused.value)
     for unstorable, problem in (({"token": PLAIN, "n": float("nan")}, "finite"),
                                 ({"token": PLAIN, "bad": "\ud800"}, "lone surrogate")):
@@ -130,6 +156,8 @@ def test_a_secret_dict_shows_no_value():
     for shown in (repr(value), str(value), f"{value}", repr([value]), repr({"headers": value})):
         assert PLAIN not in shown and "ops" not in shown
     assert repr(value) == "<secret: 2 entries>"
+    one = SecretDict({"Authorization": PLAIN})
+    assert repr(one) == str(one) == "<secret: 1 entry>"
     assert value == VALUE and dict(value) == VALUE and value["Authorization"] == PLAIN
 
 
@@ -167,7 +195,22 @@ def test_validation_errors_name_no_value():
     with pytest.raises(ValidationError) as refused:
         vault.clean_fields()
     assert refused.value.message_dict == {"credentials": ["Enter a JSON object."]}
+    assert refused.value.error_dict["credentials"][0].code == "invalid"
     assert PLAIN not in str(refused.value)
+
+
+def test_validation_takes_json_objects_and_applies_the_platform_rules_for_stored_json():
+    Vault(credentials=VALUE).clean_fields()
+    Vault(credentials=None).clean_fields()  # null and blank allowed on this field
+    Strongbox(credentials=VALUE).clean_fields()
+    for empty, code in ((None, "null"), ({}, "blank")):  # Django's own checks still apply
+        with pytest.raises(ValidationError) as refused:
+            Strongbox(credentials=empty).clean_fields()
+        assert refused.value.error_dict["credentials"][0].code == code
+    with pytest.raises(ValidationError) as refused:
+        Vault(credentials={"token": PLAIN, "n": float("nan")}).clean_fields()
+    (error,) = refused.value.error_dict["credentials"]
+    assert error.code == "invalid" and "finite" in error.message and PLAIN not in error.message
 
 
 def test_a_query_cannot_compare_an_encrypted_value():

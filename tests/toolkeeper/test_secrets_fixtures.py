@@ -11,7 +11,7 @@ from django.core import serializers
 from django.core.management import call_command
 from django.test import override_settings
 
-from toolkeeper.secrets import EncryptedJSONField, SecretDict, secret_decrypt, secret_encrypt
+from toolkeeper.secrets import UNREADABLE, EncryptedJSONField, SecretDict, secret_decrypt, secret_encrypt
 from tools.models import McpServer
 
 pytestmark = pytest.mark.django_db
@@ -89,7 +89,8 @@ def test_a_dump_under_a_key_no_longer_configured_is_refused_clearly(world, tmp_p
     with pytest.raises(ValueError, match=r"Could not load tools.McpServer\(pk=\d+\): headers: ") as raised:
         load(tmp_path, output)
     message = str(raised.value)
-    assert "not a ciphertext the configured keys (TOOLKEEPER_SECRETS_KEY) open" in message
+    assert ("headers: the text given is not a ciphertext the configured keys (TOOLKEEPER_SECRETS_KEY) open; a "
+            "fixture holds what `dumpdata` wrote under one of them, or the value as a JSON object") in message
     assert TOKEN not in message
     assert not McpServer.all_tenants.filter(pk=saved.pk).exists()
 
@@ -126,3 +127,16 @@ def test_to_python_reads_a_ciphertext_and_leaves_a_value_as_it_is():
     assert field.to_python(secret_encrypt(HEADERS)) == HEADERS
     assert field.to_python(SecretDict(HEADERS)) == HEADERS
     assert field.to_python(None) is None and field.to_python("") is None
+
+
+def test_an_empty_credential_serialises_as_empty_text_and_reads_back_as_none():
+    field = McpServer._meta.get_field("headers")
+    assert field.value_to_string(McpServer(headers=None)) == ""
+    assert field.to_python(field.value_to_string(McpServer(headers=None))) is None
+
+
+def test_text_no_key_opens_is_held_as_a_marker_that_shows_no_text():
+    field = McpServer._meta.get_field("headers")
+    held = field.to_python("Bearer plain")
+    assert held is UNREADABLE
+    assert repr(held) == str(held) == "<text no configured key opens>"

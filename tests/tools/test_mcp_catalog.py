@@ -310,6 +310,34 @@ def test_a_disabled_server_disables_its_tools(world):
     assert counts["updated"] == 2 and all(t.enabled for t in tools_of(server).values())
 
 
+def test_disabling_a_server_touches_only_its_own_enabled_tools(world):
+    """Another server's tools and the tenant's other tools stay enabled; a tool an operator disabled stays
+    attached (it is the operator's, not the platform's, choice) and comes back disabled."""
+    server, other = server_of(world.a.tenant), server_of(world.a.tenant, name="other")
+    mcp_tools_reconcile(server=server, listed=[upstream("search"), upstream("list")])
+    mcp_tools_reconcile(server=other, listed=[upstream("search")])
+    tool_update(tool=tools_of(server)["list"], enabled=False)
+    enabled_elsewhere = set(Tool.objects.for_tenant(world.a.tenant).filter(enabled=True).exclude(
+        mcp_server=server).values_list("pk", flat=True))
+    mcp_server_update(server=server, enabled=False)
+    assert set(Tool.objects.for_tenant(world.a.tenant).filter(enabled=True).values_list(
+        "pk", flat=True)) == enabled_elsewhere
+    assert tools_of(server)["list"].mcp_server_id == server.pk and tools_of(server)["search"].mcp_server_id is None
+
+
+def test_the_tools_of_some_servers_leave_out_the_others_and_find_their_detached_tools(world):
+    """A detached tool is found by its name up to the first `__` after `mcp__` (an upstream name may hold `__`)."""
+    server, other = server_of(world.a.tenant), server_of(world.a.tenant, name="other")
+    mcp_tools_reconcile(server=server, listed=[upstream("search"), upstream("issues__list")])
+    mcp_tools_reconcile(server=other, listed=[upstream("search")])
+    mcp_tools_reconcile(server=server, listed=[upstream("search")])  # issues__list detached
+    detached = Tool.objects.for_tenant(world.a.tenant).get(mcp_server=None, source_ref="issues__list")
+    assert mcp_tools_by_server(world.a.tenant, [server]) == {server.pk: [detached, tools_of(server)["search"]]}
+    # a tool of another source is never taken for a detached one, whatever its name
+    Tool.objects.create(tenant=world.a.tenant, name="mcp__github__lookalike", source="external", enabled=False)
+    assert mcp_tools_by_server(world.a.tenant, [server]) == {server.pk: [detached, tools_of(server)["search"]]}
+
+
 def test_deleting_a_server_keeps_its_tools_disabled(world):
     tenant = world.a.tenant
     server = server_of(tenant)

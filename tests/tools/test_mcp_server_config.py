@@ -9,6 +9,7 @@ from django.test import override_settings
 
 from audit.models import Event
 from toolkeeper.errors import ServiceError
+from toolkeeper.secrets import SecretUnreadable
 from tools import mcp_servers
 from tools.mcp_client import UpstreamUnavailable
 from tools.mcp_servers import mcp_server_create, mcp_server_delete, mcp_server_sync, mcp_server_update
@@ -295,3 +296,107 @@ def test_an_upstream_failure_is_told_in_one_plain_line_without_stored_secrets(wo
     assert "ghp_5ecret" not in text and "[hidden]" in text
     assert "\n" not in text and "\x00" not in text and "\ud800" not in text and len(text) == 500
     assert mcp_servers._upstream_failure(RuntimeError(TOKEN), server) == mcp_servers.UNEXPECTED
+
+
+def test_an_upstream_failure_is_told_in_exact_words(world):
+    server = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN, "X-Short": "abcd",
+                                                                   "X-Shorter": "xyz"}))
+    told = mcp_servers._upstream_failure
+    assert told(SecretUnreadable("x"), server) == ("the stored credentials cannot be read with the platform's keys; "
+                                                   "enter them again")
+    assert told(UpstreamUnavailable(""), server) == "the server could not be reached"
+    assert told(UpstreamUnavailable(" \x00\n"), server) == "the server could not be reached"
+    assert told(UpstreamUnavailable(f"refused\x00{TOKEN}\tabcd xyz"), server) == "refused [hidden] [hidden] xyz"
+    exactly_max = "e" * mcp_servers.ERROR_MAX
+    assert told(UpstreamUnavailable(exactly_max), server) == exactly_max  # cut only past the bound
+    assert told(UpstreamUnavailable(exactly_max + "f"), server) == "e" * (mcp_servers.ERROR_MAX - 1) + "…"
+    # a value that is no text (none is stored so, but nothing assumes it) is not looked for
+    assert told(UpstreamUnavailable("down 1234"), McpServer(headers={"X-Number": 1234})) == "down 1234"
+
+
+def test_an_unexpected_failure_is_logged_with_the_server_and_the_kind_of_error(world, caplog):
+    server = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN}))
+    with caplog.at_level(logging.ERROR, logger="tools.mcp_servers"):
+        assert mcp_servers._upstream_failure(RuntimeError(f"bad {TOKEN}"), server) == mcp_servers.UNEXPECTED
+        assert mcp_servers._upstream_failure(KeyError(), server) == mcp_servers.UNEXPECTED
+    assert [r.getMessage() for r in caplog.records] == [
+        f"MCP server {server.pk} of tenant {world.a.tenant.pk}: unexpected failure RuntimeError: bad [hidden]",
+        f"MCP server {server.pk} of tenant {world.a.tenant.pk}: unexpected failure KeyError: "]
+
+
+def test_a_connection_test_is_audited_with_its_outcome(world, monkeypatch):
+    server = mcp_server_create(**http(world.a.tenant))
+    admin = world.a.users["admin"]
+    monkeypatch.setattr(mcp_servers.mcp_client, "mcp_probe", lambda endpoint: ["not", "an", "object"])
+    assert mcp_servers.mcp_server_probe(server=server, actor=admin) == {"ok": True, "info": {}}
+    monkeypatch.setattr(mcp_servers.mcp_client, "mcp_probe", lambda endpoint: {"name": "upstream"})
+    assert mcp_servers.mcp_server_probe(server=server, actor=admin) == {"ok": True, "info": {"name": "upstream"}}
+
+    def unreachable(endpoint):
+        raise UpstreamUnavailable("connection refused")
+
+    monkeypatch.setattr(mcp_servers.mcp_client, "mcp_probe", unreachable)
+    with pytest.raises(ServiceError) as refused:
+        mcp_servers.mcp_server_probe(server=server, actor=admin)
+    assert str(refused.value) == "the connection test failed: connection refused"
+    events = Event.objects.for_tenant(world.a.tenant).filter(verb="mcp_server.tested").order_by("pk")
+    assert [(e.actor, e.target, e.data) for e in events] == [
+        (admin, "mcp_server:github", {"ok": True}), (admin, "mcp_server:github", {"ok": True}),
+        (admin, "mcp_server:github", {"ok": False, "error": "connection refused"})]
+    server.enabled = False
+    with pytest.raises(ServiceError) as refused:
+        mcp_servers.mcp_server_probe(server=server, actor=admin)
+    assert str(refused.value) == "the server is disabled: enable it to test the connection"
+
+
+def test_the_origin_of_what_is_no_url_is_empty():
+    assert mcp_servers._origin("") == mcp_servers._origin(None) == mcp_servers._origin("files") == ""
+    assert mcp_servers._origin("HTTPS://Example.COM:8443/mcp?x=1") == "https://example.com:8443"
+
+
+@override_settings(TOOLKEEPER_MCP_STDIO_SERVERS=STDIO)
+def test_the_environment_s_refusals_in_exact_words(world):
+    stdio = {"tenant": world.a.tenant, "name": "files", "transport": "stdio", "command": "files"}
+    assert refused("env", **stdio, env="API_TOKEN=x") == "a JSON object of environment variable names and values"
+    assert refused("env", **stdio, env={"HOME": "/"}) == ("HOME is not a variable files lets tenants set "
+                                                          "(allowed: API_TOKEN)")
+    longest = "v" * mcp_servers.ENV_VALUE_MAX
+    assert mcp_server_create(**stdio, env={"API_TOKEN": longest}).env == {"API_TOKEN": longest}
+    assert refused("env", **{**stdio, "name": "files2"}, env={"API_TOKEN": longest + "v"}) == (
+        f"the value of API_TOKEN must be text of at most {mcp_servers.ENV_VALUE_MAX} characters")
+
+
+def test_a_disabled_server_is_not_synced_and_says_so(world):
+    server = mcp_server_create(**http(world.a.tenant, enabled=False))
+    with pytest.raises(ServiceError) as refused_sync:
+        mcp_server_sync(server=server)
+    assert str(refused_sync.value) == "the server is disabled: enable it to sync its tools"
+
+
+def test_a_failed_sync_is_answered_recorded_audited_and_logged(world, monkeypatch, caplog):
+    server = mcp_server_create(**http(world.a.tenant))
+
+    def unreachable(endpoint):
+        raise UpstreamUnavailable("connection refused")
+
+    monkeypatch.setattr(mcp_servers.mcp_client, "mcp_list_tools", unreachable)
+    with caplog.at_level(logging.INFO, logger="tools.mcp_servers"):
+        answer = mcp_server_sync(server=server, actor=world.a.users["admin"])
+    assert answer == {"status": McpStatus.ERROR, "error": "connection refused", "added": 0, "updated": 0,
+                      "disabled": 0, "skipped": []}
+    event = Event.objects.for_tenant(world.a.tenant).get(verb="mcp_server.synced")
+    assert (event.actor, event.target, event.data) == (world.a.users["admin"], "mcp_server:github",
+                                                       {"status": "error", "error": "connection refused"})
+    assert f"MCP server {server.pk} of tenant {world.a.tenant.pk} not synced: connection refused" in [
+        r.getMessage() for r in caplog.records]
+
+
+def test_a_sync_after_a_failure_clears_the_error_and_stamps_the_time(world, monkeypatch):
+    server = mcp_server_create(**http(world.a.tenant))
+    McpServer.objects.for_tenant(world.a.tenant).filter(pk=server.pk).update(status=McpStatus.ERROR,
+                                                                             last_error="connection refused")
+    monkeypatch.setattr(mcp_servers.mcp_client, "mcp_list_tools", lambda endpoint: [])
+    assert mcp_server_sync(server=server)["status"] == McpStatus.OK
+    stored = McpServer.objects.for_tenant(world.a.tenant).get(pk=server.pk)
+    assert (stored.status, stored.last_error) == (McpStatus.OK, "")
+    assert stored.last_synced_at is not None and stored.last_synced_at == server.last_synced_at
