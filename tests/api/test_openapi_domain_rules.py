@@ -7,19 +7,10 @@ import re
 
 import jsonschema
 import pytest
-from django.test import Client
 from rest_framework.exceptions import ValidationError
 
 from tests.fuzz.schemathesis_run import Finding, load_departures, triage
 from tools.api.serializers import CallBatchSerializer, GroupSerializer
-
-
-@pytest.fixture(scope="module")
-def schema(django_db_blocker):
-    with django_db_blocker.unblock():
-        response = Client().get("/api/schema/", HTTP_ACCEPT="application/json")
-    assert response.status_code == 200
-    return response.json()
 
 
 def component_validator(schema, name: str) -> jsonschema.Draft4Validator:
