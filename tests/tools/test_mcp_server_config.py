@@ -1,5 +1,6 @@
 """Registering an MCP server (tools.mcp_servers): what a tenant may not point it at, the stdio allow-list, and
 credentials that are written, used and never shown back — not in errors, the audit trail or the log."""
+import hashlib
 import logging
 import socket
 
@@ -11,9 +12,9 @@ from audit.models import Event
 from toolkeeper.errors import ServiceError
 from toolkeeper.secrets import SecretUnreadable
 from tools import mcp_servers
-from tools.mcp_client import UpstreamUnavailable
+from tools.mcp_client import UpstreamTool, UpstreamUnavailable
 from tools.mcp_servers import mcp_server_create, mcp_server_delete, mcp_server_sync, mcp_server_update
-from tools.models import McpServer, McpStatus
+from tools.models import McpServer, McpStatus, Tool
 
 pytestmark = pytest.mark.django_db
 
@@ -400,3 +401,189 @@ def test_a_sync_after_a_failure_clears_the_error_and_stamps_the_time(world, monk
     stored = McpServer.objects.for_tenant(world.a.tenant).get(pk=server.pk)
     assert (stored.status, stored.last_error) == (McpStatus.OK, "")
     assert stored.last_synced_at is not None and stored.last_synced_at == server.last_synced_at
+
+
+def test_a_sync_is_audited_with_its_counts_and_the_first_skipped_names(world, monkeypatch):
+    admin = world.a.users["admin"]
+    server = mcp_server_create(**http(world.a.tenant))
+    schema = {"type": "object"}
+    monkeypatch.setattr(mcp_servers.mcp_client, "mcp_list_tools", lambda endpoint: [
+        UpstreamTool("search", "Search", schema), UpstreamTool("fetch", "Fetch", schema)])
+    mcp_server_sync(server=server, actor=admin)
+    twice = [UpstreamTool("dup", "listed again and again", schema)] * (mcp_servers.SKIPPED_IN_AUDIT + 2)
+    monkeypatch.setattr(mcp_servers.mcp_client, "mcp_list_tools", lambda endpoint: [
+        UpstreamTool("search", "Search, better", schema), *twice])
+    answer = mcp_server_sync(server=server, actor=admin)
+    assert (answer["added"], answer["updated"], answer["disabled"]) == (1, 1, 1)
+    assert len(answer["skipped"]) == mcp_servers.SKIPPED_IN_AUDIT + 1  # the first "dup" was added
+    events = list(Event.objects.for_tenant(world.a.tenant).filter(verb="mcp_server.synced").order_by("id"))
+    assert [(e.actor, e.target) for e in events] == [(admin, "mcp_server:github")] * 2
+    assert events[0].data == {"status": "ok", "added": 2, "updated": 0, "disabled": 0, "skipped": []}
+    assert events[1].data == {"status": "ok", "added": 1, "updated": 1, "disabled": 1,
+                              "skipped": ["dup"] * mcp_servers.SKIPPED_IN_AUDIT}
+
+
+def test_a_sync_after_a_failure_clears_the_error_on_the_instance_too(world, monkeypatch):
+    server = mcp_server_create(**http(world.a.tenant))
+
+    def unreachable(endpoint):
+        raise UpstreamUnavailable("connection refused")
+
+    monkeypatch.setattr(mcp_servers.mcp_client, "mcp_list_tools", unreachable)
+    mcp_server_sync(server=server)
+    assert (server.status, server.last_error) == (McpStatus.ERROR, "connection refused")
+    monkeypatch.setattr(mcp_servers.mcp_client, "mcp_list_tools", lambda endpoint: [])
+    mcp_server_sync(server=server)
+    assert (server.status, server.last_error) == (McpStatus.OK, "")
+
+
+@pytest.mark.parametrize("allow_list", ["absent", ["files"], "files"])
+def test_an_allow_list_that_is_absent_or_no_mapping_allows_nothing(world, settings, allow_list):
+    if allow_list == "absent":
+        del settings.TOOLKEEPER_MCP_STDIO_SERVERS
+    else:
+        settings.TOOLKEEPER_MCP_STDIO_SERVERS = allow_list
+    assert mcp_servers.stdio_servers() == {}
+    assert refused("command", tenant=world.a.tenant, name="files", transport="stdio", command="files") == (
+        "not an allowed stdio server (the platform allows: none are configured)")
+
+
+@override_settings(TOOLKEEPER_MCP_STDIO_SERVERS={"bare": "/usr/bin/env", "nameless": {"args": ["x"]},
+                                                 "numbered": {"command": 7}})
+def test_an_allow_list_entry_without_a_command_allows_nothing(world):
+    for command in ("bare", "nameless", "numbered"):
+        assert refused("command", tenant=world.a.tenant, name="x", transport="stdio", command=command) == (
+            "not an allowed stdio server (the platform allows: bare, nameless, numbered)")
+
+
+@override_settings(TOOLKEEPER_MCP_STDIO_SERVERS=STDIO)
+@pytest.mark.parametrize("command", [["files"], {"files": 1}, 7, None])
+def test_a_command_that_is_no_text_is_refused_by_field(world, command):
+    assert refused("command", tenant=world.a.tenant, name="x", transport="stdio", command=command) == (
+        "not an allowed stdio server (the platform allows: clock, files)")
+
+
+@override_settings(TOOLKEEPER_MCP_STDIO_SERVERS=STDIO)
+def test_each_transport_s_refusals_in_exact_words(world):
+    stdio = {"tenant": world.a.tenant, "name": "files", "transport": "stdio", "command": "files"}
+    assert refused("url", **stdio, url=PUBLIC_URL) == "a stdio server has no URL"
+    assert refused("headers", **stdio, headers={"Authorization": TOKEN}) == "a stdio server takes no headers"
+    server = mcp_server_create(**stdio, env={"API_TOKEN": ENV_SECRET})
+    with pytest.raises(ServiceError) as caught:
+        mcp_server_update(server=server, command="clock")
+    assert caught.value.fields == {"env": [
+        "the command changed: send the environment again (stored values are only given to the command they were "
+        "entered for), or {} to give none"]}
+
+
+def test_headers_refusals_in_exact_words_and_at_their_bounds(world):
+    tenant = world.a.tenant
+    assert refused("headers", **http(tenant, headers=["Authorization"])) == "a JSON object of header names and values"
+    most = {f"X-{n}": "v" for n in range(mcp_servers.HEADERS_MAX)}
+    assert dict(mcp_server_create(**http(tenant, name="most", headers=most)).headers) == most
+    longest = "v" * mcp_servers.HEADER_VALUE_MAX
+    assert dict(mcp_server_create(**http(tenant, name="longest", headers={"X-Key": longest})).headers) == {
+        "X-Key": longest}
+    assert refused("headers", **http(tenant, headers={"X-Key": longest + "v"})) == (
+        f"the value of X-Key must be at most {mcp_servers.HEADER_VALUE_MAX} visible ASCII characters, "
+        "without line breaks")
+    bad_name = "bad name " + "x" * 100
+    assert refused("headers", **http(tenant, headers={bad_name: "v", "Other Bad": "v", "Host": "h"})) == " ".join([
+        f"{bad_name[:60]!r} is not a header name", "'Other Bad' is not a header name",
+        "Host is set by the connection itself and cannot be given"])
+    assert refused("headers", **http(tenant, headers={7: "v"})) == "'7' is not a header name"
+
+
+@pytest.mark.parametrize(("trusted", "annotations", "flags"), [
+    (True, None, (False, True, False)),  # no annotations: MCP's defaults
+    (True, {}, (False, True, False)),
+    (True, {"readOnlyHint": True, "destructiveHint": True}, (True, False, False)),  # read-only is never destructive
+    (True, {"destructiveHint": False}, (False, False, False)),
+    (True, {"destructiveHint": "no", "idempotentHint": True}, (False, True, True)),
+    (False, {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True}, (False, True, False)),
+])
+def test_the_flags_of_a_synced_tool_follow_its_hints_when_trusted(trusted, annotations, flags):
+    values = mcp_servers._flags(McpServer(trusted=trusted), annotations)
+    assert (values["read_only"], values["destructive"], values["idempotent"]) == flags
+    assert values["concurrency_safe"] is flags[0] and values["trusted"] is trusted
+
+
+def test_a_synced_definition_keeps_the_upstream_schema_and_reads_only_text_and_objects():
+    server = McpServer(trusted=True, timeout_s=12.0)
+    listed = UpstreamTool(name="find", description=None, input_schema={"properties": {}, "type": "object"},
+                          output_schema={"type": "object"}, annotations={"readOnlyHint": True})
+    values, reason = mcp_servers._definition(server, listed)
+    assert reason == "" and list(values["input_schema"]) == ["properties", "type"]  # kept as the server sent it
+    assert (values["description"], values["output_schema"], values["source_ref"], values["timeout_s"]) == (
+        "", {"type": "object"}, "find", 12.0)
+    untyped, _ = mcp_servers._definition(server, UpstreamTool(name="n", description=7, input_schema={"properties": {}},
+                                                               output_schema=["not", "a", "schema"]))
+    assert untyped["input_schema"] == {"type": "object", "properties": {}} and untyped["output_schema"] is None
+    assert untyped["description"] == ""
+    assert mcp_servers._definition(server, UpstreamTool(name="n", description="", input_schema=["x"])) == (
+        None, 'its input schema is not a JSON Schema of type "object"')
+
+
+def test_an_output_schema_is_stored_up_to_its_bound():
+    server = McpServer(trusted=True, timeout_s=5.0)
+    bound = 4 * 64 * 1024  # characters of its repr
+
+    def stored(size: int):
+        output = {"d": "x" * (size - len(repr({"d": ""})))}
+        assert len(repr(output)) == size
+        values, _ = mcp_servers._definition(server, UpstreamTool(name="n", description="", input_schema={
+            "type": "object"}, output_schema=output))
+        return values["output_schema"]
+
+    assert stored(bound) is not None and stored(100) is not None
+    assert stored(bound + 1) is None
+
+
+def test_a_name_that_fits_is_kept_and_one_with_a_lone_surrogate_is_hashed():
+    prefix = "mcp__s__"
+    fits = "a" * (mcp_servers.TOOL_NAME_MAX - len(prefix))
+    assert mcp_servers.mcp_tool_name("s", fits) == prefix + fits
+    longer = mcp_servers.mcp_tool_name("s", fits + "b")
+    assert len(longer) == mcp_servers.TOOL_NAME_MAX and longer != prefix + fits + "b"
+    lone = mcp_servers.mcp_tool_name("s", "a\ud800")
+    digest = hashlib.sha256("a\ud800".encode("utf-8", "surrogatepass")).hexdigest()[:mcp_servers.HASH_LENGTH]
+    assert lone == f"{prefix}a__{digest}"
+    assert lone != mcp_servers.mcp_tool_name("s", "a\udc00")
+
+
+@override_settings(TOOLKEEPER_MCP_STDIO_SERVERS=STDIO)
+def test_a_servers_audit_record_holds_its_fields_by_name(world):
+    mcp_server_create(**http(world.a.tenant, headers={"X-B": "b", "Authorization": TOKEN}, trusted=True))
+    mcp_server_create(tenant=world.a.tenant, name="files", transport="stdio", command="files",
+                      env={"API_TOKEN": ENV_SECRET}, enabled=False)
+    created = {e.target: e.data for e in Event.objects.for_tenant(world.a.tenant).filter(verb="mcp_server.created")}
+    assert created == {
+        "mcp_server:github": {"transport": "streamable_http", "header_names": ["Authorization", "X-B"],
+                              "env_names": [], "command": "", "enabled": True, "trusted": True},
+        "mcp_server:files": {"transport": "stdio", "header_names": [], "env_names": ["API_TOKEN"],
+                             "command": "files", "enabled": False, "trusted": False}}
+
+
+def test_an_http_servers_url_is_needed_and_bounded(world):
+    assert refused("url", **http(world.a.tenant, url="")) == "an HTTP server needs its URL"
+    assert refused("url", **http(world.a.tenant, url=None)) == "an HTTP server needs its URL"
+    at_bound = PUBLIC_URL + "/" + "x" * (2000 - len(PUBLIC_URL) - 1)
+    assert len(at_bound) == 2000
+    assert mcp_server_create(**http(world.a.tenant, url=at_bound)).url == at_bound
+    assert refused("url", **http(world.a.tenant, name="other", url=at_bound + "x")) == "at most 2000 characters"
+
+
+def test_a_servers_tools_are_its_own_and_those_detached_under_its_name(world):
+    github = mcp_server_create(**http(world.a.tenant))
+    other = mcp_server_create(**http(world.a.tenant, name="gitlab"))
+
+    def tool(name, server=None):
+        return Tool.objects.create(tenant=world.a.tenant, name=name, source="mcp", mcp_server=server,
+                                   input_schema={"type": "object"})
+
+    own, detached = tool("mcp__github__a", github), tool("mcp__github__b")
+    tool("mcp__gitlab__c")  # another server's, detached
+    tool("mcp__gitlab__d", other)
+    assert sorted(t.pk for t in mcp_servers.server_tools(github)) == sorted([own.pk, detached.pk])
+    by_server = mcp_servers.mcp_tools_by_server(world.a.tenant, [github])
+    assert [t.name for t in by_server[github.pk]] == ["mcp__github__a", "mcp__github__b"]
