@@ -12,6 +12,7 @@ from django.db import models
 from audit.services import audit_record
 from toolkeeper.errors import ServiceError
 from toolkeeper.json_values import JSONValueField
+from toolkeeper.secrets import secret_names
 
 from .mcp_servers import FIELDS as MCP_SERVER_FIELDS
 from .mcp_servers import SECRET_FIELDS, mcp_server_check, mcp_server_delete
@@ -202,11 +203,11 @@ class McpServerAdmin(PlatformAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="headers (names only)")
     def header_names(self, server) -> str:
-        return ", ".join(sorted(server.headers or {})) or "—"
+        return ", ".join(secret_names(server, "headers")) or "—"
 
     @admin.display(description="environment (names only)")
     def env_names(self, server) -> str:
-        return ", ".join(sorted(server.env or {})) or "—"
+        return ", ".join(secret_names(server, "env")) or "—"
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)

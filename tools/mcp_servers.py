@@ -35,7 +35,7 @@ from audit.services import audit_record
 from toolkeeper.errors import ServiceError
 from toolkeeper.json_values import flags_check, json_problem, seconds_check
 from toolkeeper.outbound import OutboundRefused, check_url
-from toolkeeper.secrets import SecretUnreadable
+from toolkeeper.secrets import SecretUnreadable, secret_readable
 
 from . import mcp_client
 from .mcp_client import UpstreamTool, UpstreamUnavailable
@@ -397,9 +397,18 @@ def mcp_server_check(tenant, changes: dict, instance: McpServer | None = None) -
     unknown = set(changes) - set(FIELDS)
     if unknown:
         raise ServiceError({name: ["not a field of an MCP server"] for name in sorted(unknown)})
-    current = {name: getattr(instance, name) for name in FIELDS} if instance is not None else {
-        "name": "", "transport": "", "url": "", "headers": None, "command": "", "env": None, "enabled": True,
-        "timeout_s": 30.0, "include": [], "exclude": [], "trusted": False}
+    unreadable = []  # stored credentials no configured key opens: they must be sent again, or go
+    if instance is None:
+        current = {"name": "", "transport": "", "url": "", "headers": None, "command": "", "env": None,
+                   "enabled": True, "timeout_s": 30.0, "include": [], "exclude": [], "trusted": False}
+    else:
+        current = {}
+        for name in FIELDS:
+            try:
+                current[name] = getattr(instance, name)
+            except SecretUnreadable:
+                current[name] = None
+                unreadable.append(name)
     values = {**current, **changes}
     errors: dict = {}
     _check_name(tenant, values["name"], errors, instance)
@@ -411,6 +420,12 @@ def mcp_server_check(tenant, changes: dict, instance: McpServer | None = None) -
         for name in (("command", "env") if transport in HTTP_TRANSPORTS else ("url", "headers")):
             if name not in changes:
                 values[name] = None if name in SECRET_FIELDS else ""
+                if name in unreadable:
+                    unreadable.remove(name)  # it goes with its transport
+    for name in unreadable:
+        if name not in changes:
+            errors[name] = [f"the stored {'headers' if name == 'headers' else 'environment'} cannot be read with "
+                            "the platform's keys: send it again, or {} for none"]
     flags_check(values, ("enabled", "trusted"), errors)
     seconds_check(values, "timeout_s", TIMEOUT_RANGE, errors)
     for name in ("include", "exclude"):
@@ -444,7 +459,7 @@ def _check_http(values: dict, changes: dict, instance, errors: dict) -> None:
         errors["env"] = ["only a stdio server takes environment variables"]
     if values["headers"] is not None:
         values["headers"] = check_headers(values["headers"], errors)
-    if (instance is not None and "headers" not in changes and instance.headers
+    if (instance is not None and "headers" not in changes and secret_readable(instance, "headers")
             and "url" not in errors and _origin(url) != _origin(instance.url)):
         errors["headers"] = ["the URL now points at another server: send the headers again (stored credentials "
                              "are only sent where they were entered for), or {} to send none"]
@@ -462,7 +477,7 @@ def _check_stdio(values: dict, changes: dict, instance, errors: dict) -> None:
         errors["headers"] = ["a stdio server takes no headers"]
     if values["env"] is not None:
         values["env"] = _check_env(values["env"], entry, command, errors)
-    if (instance is not None and "env" not in changes and instance.env and entry is not None
+    if (instance is not None and "env" not in changes and secret_readable(instance, "env") and entry is not None
             and command != instance.command):
         errors["env"] = ["the command changed: send the environment again (stored values are only given to the "
                          "command they were entered for), or {} to give none"]
@@ -487,7 +502,7 @@ def mcp_server_create(*, tenant, actor=None, **fields) -> McpServer:
 @transaction.atomic
 def mcp_server_update(*, server: McpServer, actor=None, **changes) -> McpServer:
     values = mcp_server_check(server.tenant, changes, instance=server)
-    changed = sorted(name for name in FIELDS if values[name] != getattr(server, name))
+    changed = sorted(name for name in FIELDS if _differs(server, name, values[name]))
     if not changed:
         return server
     for name in changed:
@@ -501,6 +516,13 @@ def mcp_server_update(*, server: McpServer, actor=None, **changes) -> McpServer:
     audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.updated", target=_target(server),
                  data={"fields": changed, **_described(values), **({"tools_disabled": disabled} if disabled else {})})
     return server
+
+
+def _differs(server: McpServer, name: str, value) -> bool:
+    try:
+        return value != getattr(server, name)
+    except SecretUnreadable:
+        return True  # what no key opens is replaced (mcp_server_check let it through only so)
 
 
 def _restamp_tools(server: McpServer) -> None:

@@ -33,6 +33,7 @@ from tenancy.web import (
     shows_issued_key,
     tenant_view,
 )
+from toolkeeper.secrets import secret_names
 from tools import mcp_servers
 from tools import services as tool_services
 from tools.calls import call_cancel
@@ -199,7 +200,7 @@ def mcp_server_detail(request, server):
             for tool in tools]
     return render(request, "console/mcp_server_detail.html", {
         "server": server, "rows": rows,
-        "header_names": sorted(server.headers or {}), "env_names": sorted(server.env or {}),
+        "header_names": secret_names(server, "headers"), "env_names": secret_names(server, "env"),
     })
 
 

@@ -13,6 +13,10 @@ Values are JSON objects (a dict of header name → value, env name → value). O
 as `SecretDict`, whose repr and str name no value, so a debug page, a log line or an error message that
 shows the object does not show the secret; the field has no form field and cannot be compared in a
 query (every encryption of the same value differs).
+
+A row whose secret no configured key opens (a key lost or not yet configured) still loads: the field raises
+SecretUnreadable when it is read, so the code that needs the value says what to do (enter it again), lists
+and pages that show only names show none (`secret_names`), and saving the row keeps the ciphertext as it was.
 """
 import json
 from functools import lru_cache
@@ -92,13 +96,50 @@ class _Unreadable:
 UNREADABLE = _Unreadable()
 
 
+class SealedSecret:
+    """A stored ciphertext that no configured key opens, as loaded. The row still loads (a list of servers or
+    tools stays up); reading the field raises SecretUnreadable, where the caller can say what to do (enter the
+    credential again); saving the row writes the ciphertext back as it was."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: str):
+        self.token = token
+
+    def __repr__(self) -> str:
+        return "<secret: unreadable>"
+
+    __str__ = __repr__
+
+
 class SecretAttribute(DeferredAttribute):
-    """Whatever is assigned to the field (by a constructor, a load, a form) is held as a SecretDict."""
+    """Whatever is assigned to the field (by a constructor, a load, a form) is held as a SecretDict; a value
+    loaded sealed raises SecretUnreadable when read."""
+
+    def __get__(self, instance, cls=None):
+        value = super().__get__(instance, cls)
+        if isinstance(value, SealedSecret):
+            value = secret_decrypt(value.token)  # SecretUnreadable, unless a key configured since opens it
+            instance.__dict__[self.field.attname] = value
+        return value
 
     def __set__(self, instance, value) -> None:
         if isinstance(value, dict) and not isinstance(value, SecretDict):
             value = SecretDict(value)
         instance.__dict__[self.field.attname] = value
+
+
+def secret_readable(instance, attname: str):
+    """A model's stored secret, or None when no configured key opens it."""
+    try:
+        return getattr(instance, attname)
+    except SecretUnreadable:
+        return None
+
+
+def secret_names(instance, attname: str) -> list[str]:
+    """The names a stored secret holds, sorted (never a value); none when no configured key opens it."""
+    return sorted(secret_readable(instance, attname) or {})
 
 
 class NoComparison(Exact):
@@ -123,7 +164,10 @@ class EncryptedJSONField(models.Field):
     def from_db_value(self, value, expression, connection):
         if value is None:
             return None
-        return secret_decrypt(value)
+        try:
+            return secret_decrypt(value)
+        except SecretUnreadable:
+            return SealedSecret(value)
 
     def to_python(self, value):
         """The value itself (a model's, a form's), or the ciphertext a fixture holds read back (`loaddata`).
@@ -140,9 +184,15 @@ class EncryptedJSONField(models.Field):
         except SecretUnreadable:
             return UNREADABLE
 
+    def pre_save(self, model_instance, add):
+        held = model_instance.__dict__.get(self.attname)
+        return held if isinstance(held, SealedSecret) else super().pre_save(model_instance, add)
+
     def get_prep_value(self, value):
         if value is None:
             return None
+        if isinstance(value, SealedSecret):
+            return value.token  # written back unchanged: no key here can read it, a restored key still may
         if value is UNREADABLE:
             raise ValueError(f"{self.name}: the text given is not a ciphertext the configured keys "
                              "(TOOLKEEPER_SECRETS_KEY) open; a fixture holds what `dumpdata` wrote under one of them, "
@@ -159,6 +209,9 @@ class EncryptedJSONField(models.Field):
     def value_to_string(self, obj) -> str:
         """What a fixture or a backup holds (Django's serializers, `dumpdata`): the ciphertext, never the value;
         `to_python` reads it back."""
+        held = obj.__dict__.get(self.attname)
+        if isinstance(held, SealedSecret):
+            return held.token
         value = self.value_from_object(obj)
         return "" if value is None else secret_encrypt(value)
 

@@ -18,6 +18,7 @@ from toolkeeper.secrets import (
     SecretUnreadable,
     secret_decrypt,
     secret_encrypt,
+    secret_names,
     secret_rotate,
 )
 from toolkeeper.settings import DEV_SECRETS_KEY_FILE, development_secrets_key, secrets_keys
@@ -243,14 +244,35 @@ def test_the_column_holds_ciphertext_and_the_model_the_value(vault):
     assert list(vault.objects.filter(credentials=None)) == [empty]
 
 
-def test_a_row_under_a_lost_key_fails_to_load_clearly(vault):
+def test_a_row_under_a_lost_key_loads_and_fails_clearly_when_read(vault):
     with override_settings(TOOLKEEPER_SECRETS_KEYS=[OLD]):
         saved = vault.objects.create(credentials=VALUE)
-    with override_settings(TOOLKEEPER_SECRETS_KEYS=[NEW]), pytest.raises(SecretUnreadable) as refused:
-        vault.objects.get(pk=saved.pk)
-    assert PLAIN not in str(refused.value)
+    stored = raw_column(saved.pk)
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[NEW]):
+        loaded = vault.objects.get(pk=saved.pk)  # a list of such rows still shows
+        assert repr(loaded.__dict__["credentials"]) == "<secret: unreadable>"
+        for _ in range(2):  # every read, not only the first
+            with pytest.raises(SecretUnreadable) as refused:
+                loaded.credentials  # noqa: B018
+            assert PLAIN not in str(refused.value)
+        assert secret_names(loaded, "credentials") == []
+        assert vault._meta.get_field("credentials").value_to_string(loaded) == stored  # a backup keeps it
+        loaded.save()  # written back as it was: a restored key still opens it
+        assert raw_column(saved.pk) == stored
+        deferred = vault.objects.defer("credentials").get(pk=saved.pk)
+        with pytest.raises(SecretUnreadable):
+            deferred.credentials  # noqa: B018
+        loaded.credentials = {"X-New": "v"}  # entered again
+        loaded.save()
+        assert vault.objects.get(pk=saved.pk).credentials == {"X-New": "v"}
     with override_settings(TOOLKEEPER_SECRETS_KEYS=[NEW, OLD]):
-        assert vault.objects.get(pk=saved.pk).credentials == VALUE
+        assert secret_decrypt(stored) == VALUE
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[OLD]):
+        held = vault.objects.create(credentials=VALUE)
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[NEW]):
+        sealed = vault.objects.get(pk=held.pk)
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[NEW, OLD]):  # a key configured after the load opens it
+        assert sealed.credentials == VALUE and secret_names(sealed, "credentials") == ["Authorization", "X-Team"]
 
 
 # -- the key --------------------------------------------------------------------------------------------

@@ -1,15 +1,21 @@
 """The parts of an HTTP tool (tools.http_tools) one by one, at their edges: filling the templates, the request a
 call makes, hiding secrets, how a status, a body or a client's exception becomes the result or the error, and
 the checks of a definition with their exact messages and bounds. The calls end to end: test_http_tools.py."""
+import json
+import threading
+from types import SimpleNamespace
 
 import httpx2
 import pytest
+from cryptography.fernet import Fernet
+from django.test import override_settings
 
 from audit.models import Event
 from toolkeeper.errors import ServiceError
 from toolkeeper.outbound import OutboundRefused, ResponseTooLarge
 from tools import http_tools as ht
-from tools.decorators import ToolError
+from tools.decorators import CallCancelled, ToolError
+from tools.isolation import CallStop
 from tools.models import HttpEndpoint, Tool
 
 
@@ -740,3 +746,117 @@ def test_a_long_refusal_is_cut_in_the_report(world):
     headers = {f"bad name {i} " + "x" * 60: "v" for i in range(30)}
     [entry] = ht.http_tools_import(tenant=world.a.tenant, document=document, base_url=PUBLIC, headers=headers)
     assert entry["created"] is False and len(entry["reason"]) == 1000 and entry["reason"].startswith("headers: ")
+
+
+# --- sending: the answer, the deadline and the stop signal ---------------------------------------------
+
+@pytest.fixture
+def served(settings):
+    from .http_endpoint import serve
+
+    settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    yield from serve()
+
+
+def test_sending_returns_the_status_type_and_whole_body(served):
+    signal = CallStop()
+    assert ht._send({"method": "GET", "url": served.url + "/text", "headers": {}}, timeout_s=5, cancelled=signal) == (
+        200, "text/plain; charset=utf-8", b"plain words")
+    assert signal._hooks == []  # the wake-up hook is taken back once the answer is in
+    status, content_type, body = ht._send({"method": "PUT", "url": served.url + "/echo/x", "headers": {},
+                                           "json": {"n": 1}}, timeout_s=5, cancelled=None)
+    assert (status, content_type) == (200, "application/json") and json.loads(body)["body"] == {"n": 1}
+    assert ht._send({"method": "GET", "url": served.url + "/nothing", "headers": {}}, timeout_s=5,
+                    cancelled=None)[:2] == (404, "text/plain")
+
+
+def test_sending_gives_up_at_the_deadline(served):
+    with pytest.raises(ToolError) as caught:
+        ht._send({"method": "GET", "url": served.url + "/slow", "headers": {}}, timeout_s=0.3, cancelled=None)
+    assert (str(caught.value), caught.value.error_type, caught.value.transient) == (
+        "the endpoint did not answer within 0.3 s", "TimedOut", True)
+
+
+@pytest.mark.parametrize("signal", [CallStop, threading.Event], ids=["call stop", "plain event"])
+def test_sending_stops_when_the_call_is_cancelled(served, signal):
+    cancelled = signal()
+    timer = threading.Timer(0.2, cancelled.set)
+    timer.start()
+    with pytest.raises(CallCancelled) as caught:
+        ht._send({"method": "GET", "url": served.url + "/slow", "headers": {}}, timeout_s=60, cancelled=cancelled)
+    assert str(caught.value) == "the call was cancelled"
+    already = signal()
+    already.set()
+    with pytest.raises(CallCancelled):
+        ht._send({"method": "GET", "url": served.url + "/slow", "headers": {}}, timeout_s=60, cancelled=already)
+
+
+def test_the_clients_own_exception_reaches_the_caller(served):
+    import socket
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(httpx2.ConnectError):
+        ht._send({"method": "GET", "url": f"http://127.0.0.1:{port}/", "headers": {}}, timeout_s=5, cancelled=None)
+
+
+def invoke(tool, arguments, ctx=None):
+    return ht.HttpSource().invoke(Tool.objects.for_tenant(tool.tenant_id).get(pk=tool.pk), arguments, ctx)
+
+
+@pytest.mark.django_db
+def test_a_call_without_arguments_an_endpoint_or_readable_secrets(world, served):
+    tool = make(world, url=served.url + "/text", method="GET")
+    assert invoke(tool, None)["content"] == [{"type": "text", "text": "plain words"}]  # no object: no arguments
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[old]):
+        keyed = make(world, name="t2", url=served.url + "/text", headers={"A": "{secret:t}"}, secrets={"t": "v4lue"})
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[new]), pytest.raises(ToolError) as unreadable:
+        invoke(keyed, {})
+    assert str(unreadable.value) == ("the endpoint's stored secrets cannot be read with the platform's keys; an "
+                                     "operator must enter them again")
+    assert unreadable.value.error_type == "ToolNotAvailable" and served.received[1:] == []
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[new]), pytest.raises(ServiceError) as check:
+        ht.http_tool_update(tool=Tool.objects.for_tenant(world.a.tenant).get(pk=keyed.pk), description="x")
+    assert check.value.fields == {"headers": ["{secret:t} names no stored secret"]}  # unreadable: none kept
+    HttpEndpoint.objects.for_tenant(world.a.tenant).filter(tool=tool).delete()
+    with pytest.raises(ToolError) as missing:
+        invoke(tool, {})
+    assert (str(missing.value), missing.value.error_type) == ("t1 has no endpoint configured", "ToolNotAvailable")
+
+
+@pytest.mark.django_db
+def test_a_call_waits_past_its_timeout_by_the_backstop_and_stops_on_its_signal(world, served):
+    tool = make(world, url=served.url + "/slow", method="GET", timeout_s=0.3)
+    with pytest.raises(ToolError) as caught:
+        invoke(tool, {})
+    assert str(caught.value) == f"the endpoint did not answer within {0.3 + ht.BACKSTOP_S:g} s"
+    stop = CallStop()
+    stop.set()
+    with pytest.raises(CallCancelled):
+        invoke(tool, {}, SimpleNamespace(cancel_signal=stop))
+
+
+@pytest.mark.django_db
+def test_lists_and_pages_stay_up_when_no_key_opens_the_stored_credentials(world):
+    from django.urls import reverse
+
+    from tools.mcp_servers import mcp_server_create
+
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[old]):
+        tool = make(world, headers={"A": "{secret:t}"}, secrets={"t": "v4lue-one"})
+        server = mcp_server_create(tenant=world.a.tenant, name="github", transport="streamable_http",
+                                   url="https://93.184.215.14/mcp", headers={"Authorization": "Bearer x-y-z"})
+    api, console = world.a.client("admin"), world.a.console("admin")
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[new]):
+        tools = api.get("/api/v1/http-tools")
+        assert tools.status_code == 200
+        [listed] = [t for t in tools.json()["results"] if t["name"] == tool.name]
+        assert listed["secret_names"] == [] and listed["headers"] == {"A": "{secret:t}"}
+        servers = api.get("/api/v1/mcp-servers")
+        assert servers.status_code == 200 and servers.json()["results"][0]["header_names"] == []
+        page = console.get(reverse("console:mcp_server_detail", kwargs={"tenant": world.a.tenant.slug,
+                                                                         "server_id": server.pk}))
+        assert page.status_code == 200

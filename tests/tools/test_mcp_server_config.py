@@ -587,3 +587,43 @@ def test_a_servers_tools_are_its_own_and_those_detached_under_its_name(world):
     assert sorted(t.pk for t in mcp_servers.server_tools(github)) == sorted([own.pk, detached.pk])
     by_server = mcp_servers.mcp_tools_by_server(world.a.tenant, [github])
     assert [t.name for t in by_server[github.pk]] == ["mcp__github__a", "mcp__github__b"]
+
+
+def test_a_server_whose_credentials_no_key_opens_asks_for_them_again(world):
+    from cryptography.fernet import Fernet
+
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[old]):
+        created = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN}))
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[new]):
+        server = McpServer.objects.for_tenant(world.a.tenant).get(pk=created.pk)  # loads: its pages stay up
+        answer = mcp_server_sync(server=server)
+        assert (answer["status"], answer["error"]) == (
+            McpStatus.ERROR, "the stored credentials cannot be read with the platform's keys; enter them again")
+        with pytest.raises(ServiceError) as caught:
+            mcp_server_update(server=server, timeout_s=5)
+        assert caught.value.fields == {"headers": [
+            "the stored headers cannot be read with the platform's keys: send it again, or {} for none"]}
+        mcp_server_update(server=server, headers={"Authorization": TOKEN + "2"}, timeout_s=5)
+        assert McpServer.objects.for_tenant(world.a.tenant).get(pk=created.pk).headers == {
+            "Authorization": TOKEN + "2"}
+        event = Event.objects.for_tenant(world.a.tenant).filter(verb="mcp_server.updated").get()
+        assert event.data["fields"] == ["headers", "timeout_s"]
+
+
+@override_settings(TOOLKEEPER_MCP_STDIO_SERVERS=STDIO)
+def test_unreadable_credentials_go_with_their_transport(world):
+    from cryptography.fernet import Fernet
+
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[old]):
+        created = mcp_server_create(tenant=world.a.tenant, name="files", transport="stdio", command="files",
+                                    env={"API_TOKEN": ENV_SECRET})
+    with override_settings(TOOLKEEPER_SECRETS_KEYS=[new]):
+        server = McpServer.objects.for_tenant(world.a.tenant).get(pk=created.pk)
+        with pytest.raises(ServiceError) as caught:
+            mcp_server_update(server=server, command="clock")
+        assert caught.value.fields == {"env": [
+            "the stored environment cannot be read with the platform's keys: send it again, or {} for none"]}
+        mcp_server_update(server=server, transport="streamable_http", url=PUBLIC_URL)
+        assert McpServer.objects.for_tenant(world.a.tenant).get(pk=created.pk).env is None

@@ -8,6 +8,7 @@ from rest_framework.response import Response
 from tenancy.api.base import TenantScopedViewSet
 from tenancy.web import acting_user
 from toolkeeper import serializers as strict
+from toolkeeper.secrets import secret_names
 from tools import http_tools
 from tools.models import HttpEndpoint, ToolSource
 
@@ -61,7 +62,7 @@ class HttpToolSerializer(strict.Serializer):
     updated_at = serializers.DateTimeField(read_only=True)
 
     def get_secret_names(self, endpoint) -> list[str]:
-        return sorted(endpoint.secrets or {})
+        return secret_names(endpoint, "secrets")
 
     def to_representation(self, endpoint):
         """The tool's fields and its endpoint's, side by side (the serializer's fields are the service's)."""

@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from toolkeeper import serializers as strict
 from toolkeeper.openapi import NOT_NULL, only_with
+from toolkeeper.secrets import secret_names
 from tools.declared import DECLARED_MAX, DESCRIPTION_MAX
 from tools.mcp_servers import (
     HEADERS_MAX,
@@ -532,10 +533,10 @@ class McpServerSerializer(strict.ModelSerializer):
         validators = []  # the service checks the name's uniqueness in the tenant
 
     def get_header_names(self, server) -> list[str]:
-        return sorted(server.headers or {})
+        return secret_names(server, "headers")
 
     def get_env_names(self, server) -> list[str]:
-        return sorted(server.env or {})
+        return secret_names(server, "env")
 
     @extend_schema_field(McpServerToolSerializer(many=True))
     def get_tools(self, server) -> list[dict]:
