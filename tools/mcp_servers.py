@@ -330,9 +330,7 @@ def _check_name(tenant, name, errors: dict, instance=None) -> None:
     if instance is not None and name != instance.name:
         errors["name"] = ["the name is part of its tools' names and cannot change; add the server again instead"]
         return
-    if tool_name_reserved(f"mcp__{name}__"):
-        errors["name"] = [f"{name!r} is reserved"]
-    elif instance is None and McpServer.objects.for_tenant(tenant).filter(name=name).exists():
+    if instance is None and McpServer.objects.for_tenant(tenant).filter(name=name).exists():
         errors["name"] = [f"a server named {name!r} exists"]
 
 

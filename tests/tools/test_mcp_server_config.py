@@ -627,3 +627,32 @@ def test_unreadable_credentials_go_with_their_transport(world):
             "the stored environment cannot be read with the platform's keys: send it again, or {} for none"]}
         mcp_server_update(server=server, transport="streamable_http", url=PUBLIC_URL)
         assert McpServer.objects.for_tenant(world.a.tenant).get(pk=created.pk).env is None
+
+
+def test_name_lists_at_their_bounds(world):
+    names = [f"t{i}" for i in range(mcp_servers.NAMES_MAX)]
+    server = mcp_server_create(**http(world.a.tenant, include=["x", *names[1:]], exclude=["y" * 128]))
+    assert len(server.include) == mcp_servers.NAMES_MAX
+    words = (f"a list of at most {mcp_servers.NAMES_MAX} upstream tool names (1-{mcp_servers.NAME_LENGTH_MAX} "
+             "characters each)")
+    assert refused("include", **http(world.a.tenant, name="b", include=[*names, "one-more"])) == words
+    assert refused("exclude", **http(world.a.tenant, name="c", exclude=[""])) == words
+    too_long = ["n" * (mcp_servers.NAME_LENGTH_MAX + 1)]
+    assert refused("exclude", **http(world.a.tenant, name="d", exclude=too_long)) == words
+
+
+def test_an_http_servers_refusals_in_exact_words(world):
+    assert refused("command", **http(world.a.tenant, command="files")) == "only a stdio server names a command"
+    assert refused("env", **http(world.a.tenant, env={"A": "b"})) == "only a stdio server takes environment variables"
+    server = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN}))
+    with pytest.raises(ServiceError) as caught:
+        mcp_server_update(server=server, name="renamed")
+    assert caught.value.fields == {"name": [
+        "the name is part of its tools' names and cannot change; add the server again instead"]}
+    with pytest.raises(ServiceError) as caught:
+        mcp_server_update(server=server, url="https://93.184.215.15/mcp")
+    assert caught.value.fields == {"headers": [
+        "the URL now points at another server: send the headers again (stored credentials are only sent where "
+        "they were entered for), or {} to send none"]}
+    mcp_server_update(server=server, url=PUBLIC_URL + "/other")  # the same server: the headers stay
+    assert McpServer.objects.for_tenant(world.a.tenant).get(pk=server.pk).headers == {"Authorization": TOKEN}
