@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from approvals.models import RequestStatus, Vote
 from approvals.services import _same_person, decide_refusals, request_decide, reviewer_may_decide
 from tenancy.authentication import ApiKeyPrincipal
+from tenancy.services import apikey_create
 from tools.models import CallStatus
 
 from .conftest import console_api
@@ -93,3 +94,22 @@ def test_decide_refusals_answers_for_a_key_as_deciding_would(world, inbox_pendin
     assert decide_refusals(requests=rows, user=key_principal) == {open_four_eyes.pk: VOTED, named.pk: NOT_NAMED}
     # a person's refusals are not confused with the key's vote
     assert decide_refusals(requests=rows, user=world.a.users["reviewer"]) == {named.pk: NOT_NAMED}
+
+
+def test_one_keys_vote_is_not_anothers(world, inbox_pending, gov_queue, key_principal):
+    other = ApiKeyPrincipal(apikey_create(tenant=world.a.tenant, name="second-admin", scopes=["admin"], agent="",
+                                          created_by=world.a.users["admin"]).api_key)
+    (pending,) = inbox_pending(1, queue=gov_queue(name="pair", required_approvals=2))
+    request_decide(request=pending, reviewer=key_principal, decision="approve")
+    rows = pending_rows(world.a.tenant)
+    assert decide_refusals(requests=rows, user=key_principal) == {pending.pk: VOTED}
+    assert decide_refusals(requests=rows, user=other) == {}
+    assert request_decide(request=rows[0], reviewer=other, decision="approve").status == RequestStatus.APPROVED
+
+
+@pytest.mark.parametrize(("reviewer", "session_user"), [
+    (get_user_model()(username="xxxx", email="x@example.com"), ""),  # no user named: nobody, whatever the names
+    (get_user_model()(username="bob", email=""), "XXXX"),  # no address: no name to match
+])
+def test_an_absent_name_matches_no_one(reviewer, session_user):
+    assert _same_person(reviewer, session_user) is False

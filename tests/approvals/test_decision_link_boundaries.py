@@ -101,3 +101,24 @@ def test_the_inbox_decides_a_request_that_expires_in_a_second(world, inbox_pendi
     pending = expiring_at(pending, frozen_now + timedelta(seconds=1))
     settled = approvals.request_decide(request=pending, reviewer=world.a.users["reviewer"], decision="approve")
     assert settled.status == RequestStatus.APPROVED
+
+
+def test_each_refusal_of_a_link_in_exact_words(world, pending_link):
+    def refusal(token: str, tenant=None) -> str:
+        with pytest.raises(decision_links.LinkRefused) as caught:
+            decision_links.link_open(tenant=tenant or world.a.tenant, token=token)
+        return str(caught.value)
+
+    token = notifications.link_token(pending_link.pk)
+    assert refusal(token + "x") == "this link is not valid or has expired"  # the signature
+    assert refusal(signing.TimestampSigner(salt=notifications.LINK_SALT).sign("not a number")) == (
+        "this link is not valid or has expired")
+    assert refusal(token, tenant=world.b.tenant) == "this link is not valid or has expired"  # another's
+    assert refusal(notifications.link_token(pending_link.pk + 1000)) == "this link is not valid or has expired"
+    links = DecisionLink.objects.for_tenant(world.a.tenant).filter(pk=pending_link.pk)
+    links.update(used_at=timezone.now())
+    assert refusal(token) == "this link was used already"
+    links.update(used_at=None)
+    ApprovalRequest.objects.for_tenant(world.a.tenant).filter(pk=pending_link.request_id).update(
+        status=RequestStatus.REJECTED)
+    assert refusal(token) == "this request was already decided: rejected"

@@ -860,3 +860,73 @@ def test_lists_and_pages_stay_up_when_no_key_opens_the_stored_credentials(world)
         page = console.get(reverse("console:mcp_server_detail", kwargs={"tenant": world.a.tenant.slug,
                                                                          "server_id": server.pk}))
         assert page.status_code == 200
+
+
+def test_only_a_local_reference_is_followed():
+    document = {"a": {"type": "string"}}
+    assert ht._local(document, {"$ref": "x/a"}) is None  # "/a" after its first character, but no "#/"
+    assert ht._local(document, {"$ref": "#/a"}) == {"type": "string"}
+
+
+def test_only_a_ref_is_rewritten_and_a_component_is_carried_once():
+    copies = ht._SchemaCopies({"components": {"schemas": {"A": {"type": "object", "properties": {"n": {}}},
+                                                          "B": {"type": "string"}}}})
+    text = {"description": "#/components/schemas/B", "title": "see #/components/schemas/B"}
+    assert copies.copy(text) == text and copies.defs() == {}  # text that looks like a reference is text
+    left = copies.left
+    copied = copies.copy({"a": {"$ref": "#/components/schemas/A"}, "b": {"$ref": "#/components/schemas/A"},
+                          "c": {"$ref": "#/components/schemas/A/properties/n"}})
+    assert copied["c"] == {"$ref": "#/$defs/A/properties/n"}
+    assert copies.defs() == {"A": {"type": "object", "properties": {"n": {}}}}
+    assert left - copies.left == 7 + 3 * 3 + (5 + 3 + 1)  # the mapping, its three references, then A once
+
+
+def test_an_operations_name_keeps_its_own_letters_and_the_base_url_its_path():
+    document = {"paths": {"/x": {"get": {"operationId": "_XlistX_"}}}}
+    operation = document["paths"]["/x"]["get"]
+    name, fields, _ = ht._operation_tool(document, "/x", "get", operation, "https://h/apiX//", "",
+                                         ht._SchemaCopies(document))
+    assert name == "XlistX" and fields["url"] == "https://h/apiX/x" and fields["description"] == ""
+
+
+def test_parameters_and_bodies_by_reference_and_every_parameter_read():
+    document = {"paths": {"/x": {"post": {
+        "parameters": [{"name": "h", "in": "header"}, {"name": "q", "in": "query",
+                                                       "schema": {"$ref": "#/components/schemas/Id"}}],
+        "requestBody": {"$ref": "#/components/requestBodies/Thing"}}}},
+        "components": {"schemas": {"Id": {"type": "integer"}},
+                       "requestBodies": {"Thing": {"content": {"application/json": {"schema": {
+                           "type": "object", "properties": {"n": {"type": "string"}}}}}}}}}
+    operation = document["paths"]["/x"]["post"]
+    _, fields, reason = ht._operation_tool(document, "/x", "post", operation, "https://h", "",
+                                           ht._SchemaCopies(document))
+    assert reason == "" and fields["query"] == {"q": "{q}"} and fields["body"] == {"n": "{n}"}
+    assert fields["input_schema"]["properties"] == {"q": {"type": "integer"}, "n": {"type": "string"}}
+
+
+@pytest.mark.parametrize(("operation", "reason"), [
+    ({"parameters": [{"name": "b" * 80, "in": "body"}]}, f"the parameter {'b' * 60!r} cannot be an argument"),
+    ({"requestBody": {"content": {"application/json": {"schema": {"properties": {"p q" + "r" * 80: {}}}}}}},
+     f"the body's property {('p q' + 'r' * 80)[:60]!r} cannot be an argument"),
+])
+def test_a_long_name_in_a_reason_is_cut(operation, reason):
+    assert operation_fields(operation, path="/x")[2] == reason
+
+
+@pytest.mark.django_db
+def test_an_import_takes_every_method_and_the_default_timeout(world):
+    document = ("openapi: 3.0.0\npaths:\n  /a:\n" + "".join(f"    {m}: {{operationId: {m}A}}\n"
+                                                         for m in ("get", "post", "put", "patch", "delete", "head")))
+    report = ht.http_tools_import(tenant=world.a.tenant, document=document, base_url=PUBLIC)
+    assert [(e["operation"], e["created"]) for e in report] == [
+        ("GET /a", True), ("POST /a", True), ("PUT /a", True), ("PATCH /a", True), ("DELETE /a", True)]
+    assert {t.timeout_s for t in Tool.objects.for_tenant(world.a.tenant).filter(source="http")} == {30.0}
+
+
+@pytest.mark.django_db
+def test_an_http_tool_without_its_endpoint_is_not_changed_here(world):
+    tool = make(world)
+    HttpEndpoint.objects.for_tenant(world.a.tenant).filter(tool=tool).delete()
+    with pytest.raises(ServiceError) as caught:
+        ht.http_tool_update(tool=Tool.objects.for_tenant(world.a.tenant).get(pk=tool.pk), description="x")
+    assert str(caught.value.detail) == "this tool is not an HTTP tool"
