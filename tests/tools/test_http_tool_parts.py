@@ -930,3 +930,32 @@ def test_an_http_tool_without_its_endpoint_is_not_changed_here(world):
     with pytest.raises(ServiceError) as caught:
         ht.http_tool_update(tool=Tool.objects.for_tenant(world.a.tenant).get(pk=tool.pk), description="x")
     assert str(caught.value.detail) == "this tool is not an HTTP tool"
+
+
+def test_a_documents_refusals_in_exact_words():
+    assert parse_refusal("openapi: 3.0.0\npaths: {}\n#" + "x" * ht.IMPORT_MAX_BYTES) == [
+        f"the document is {ht.IMPORT_MAX_BYTES + 26} bytes; at most {ht.IMPORT_MAX_BYTES}"]
+    assert parse_refusal('openapi: 3.0.0\npaths: {}\nx: "a\\0b"') == [  # YAML's escapes reach what JSON refuses
+        "JSON strings may not contain the NUL character (\\u0000)"]
+    assert parse_refusal("openapi: 3.0.0\npaths: {}\nx: .nan") == [
+        "JSON numbers must be finite (NaN and Infinity are not JSON)"]
+
+
+def test_an_answer_is_read_as_utf_8_and_given_back_unescaped():
+    assert ht.result_of(200, "text/plain", b"\xff ok \xc3\xa9", endpoint(), [])["content"] == [
+        {"type": "text", "text": "\ufffd ok é"}]
+    assert ht.result_of(200, "application/json", '{"k": "é"}'.encode(), endpoint(), [])["content"] == [
+        {"type": "text", "text": '{"k": "é"}'}]
+
+
+@pytest.mark.django_db
+def test_an_import_passes_over_what_it_cannot_use_or_was_not_asked_for(world):
+    document = ("openapi: 3.0.0\npaths:\n  /0: 7\n  /a:\n    get: 5\n    post: {operationId: makeA}\n"
+                "    put: {operationId: putA}\n    delete: {operationId: dropA}\n")
+    admin = world.a.users["admin"]
+    report = ht.http_tools_import(tenant=world.a.tenant, document=document, base_url=PUBLIC, actor=admin)
+    assert [e["operation"] for e in report] == ["POST /a", "PUT /a", "DELETE /a"]
+    assert {e.actor for e in Event.objects.for_tenant(world.a.tenant).filter(verb="tool.created")} == {admin}
+    again = ht.http_tools_import(tenant=world.a.tenant, document=document, base_url=PUBLIC, prefix="b_",
+                                 operations=["dropA"])
+    assert [(e["operation"], e["name"], e["created"]) for e in again] == [("DELETE /a", "b_dropA", True)]
