@@ -626,3 +626,112 @@ def test_every_special_entry_is_listed_and_a_special_skill_md_is_not_also_missin
     assert refused(make_zip([(entry("a-link", mode=link), b"/etc/passwd"), (entry("SKILL.md", mode=link), b"x")])) == [
         'entry "a-link" is a symbolic link; only regular files and folders are allowed',
         'entry "SKILL.md" is a symbolic link; only regular files and folders are allowed']
+
+
+# --- each refusal, each bound, and reading on past each bad entry ------------------------------------------
+
+LINK = 'entry "z-link" is a symbolic link; only regular files and folders are allowed'
+LINKED = (entry("z-link", mode=stat.S_IFLNK | 0o777), b"/etc/passwd")  # a second bad entry, listed last
+
+
+@pytest.mark.parametrize("data", ["SKILL.md", None, [b"PK"]])
+def test_what_is_no_file_is_refused(data):
+    assert refused(data) == ["the upload is not a file"]
+
+
+def test_an_archive_of_the_largest_size_is_read():
+    assert refused(b"\0" * MAX_ARCHIVE_BYTES) == ["the upload is not a zip archive"]
+
+
+def test_the_largest_count_of_entries_and_files_is_taken():
+    entries = make_zip([("SKILL.md", SKILL), *[(f"d{i}/", b"") for i in range(MAX_ENTRIES - 1)]])
+    assert package_from_zip(entries).name == "demo-skill"
+    files = make_zip([("SKILL.md", SKILL), *[(f"r/{i}.md", b"") for i in range(MAX_FILES - 1)]])
+    assert len(package_from_zip(files).files) == MAX_FILES
+
+
+def test_files_of_the_largest_total_are_judged_by_their_ratio_not_their_total():
+    sizes = {f"part{i}.bin": MAX_FILE_BYTES for i in range(MAX_TOTAL_BYTES // MAX_FILE_BYTES - 1)}
+    sizes["last.bin"] = MAX_FILE_BYTES - len(SKILL)
+    (problem,) = refused(zip_of_zeros(sizes))
+    assert problem.startswith("the archive inflates ") and f"to {MAX_TOTAL_BYTES} (more than 100 times)" in problem
+
+
+def test_reading_goes_on_past_each_kind_of_bad_entry():
+    encrypted = patch_central(make_zip([("SKILL.md", SKILL), ("secret.md", b"x"), LINKED]), b"secret.md", 8, "<H", 1)
+    assert refused(encrypted) == ['entry "secret.md" is encrypted; upload the archive without a password', LINK]
+    compressed = make_zip([("SKILL.md", SKILL), (entry("a.md", compression=zipfile.ZIP_BZIP2), b"x"), LINKED])
+    assert refused(compressed) == [
+        'entry "a.md" uses compression method 12; only stored and deflate are accepted', LINK]
+    twice = make_zip([("SKILL.md", SKILL), ("a.md", b"x"), ("a.md", b"y"), LINKED])
+    assert refused(twice) == ['path "a.md" appears more than once', LINK]
+    large = patch_central(make_zip([("SKILL.md", SKILL), ("big.md", b"x"), LINKED]), b"big.md", 24, "<L",
+                          MAX_FILE_BYTES + 1)
+    assert refused(large) == [f'file "big.md" is {MAX_FILE_BYTES + 1} bytes; at most {MAX_FILE_BYTES}', LINK]
+    ignored = make_zip([("./", b""), ("__MACOSX/._SKILL.md", b"fork"), ("SKILL.md", SKILL)])
+    assert package_from_zip(ignored).files == {"SKILL.md": SKILL}
+
+
+def test_a_refused_skill_md_is_only_reported_for_what_is_wrong_with_it():
+    bzip = make_zip([(entry("SKILL.md", compression=zipfile.ZIP_BZIP2), SKILL)])
+    assert refused(bzip) == ['entry "SKILL.md" uses compression method 12; only stored and deflate are accepted']
+    large = patch_central(make_zip([("SKILL.md", SKILL)]), b"SKILL.md", 24, "<L", MAX_FILE_BYTES + 1)
+    assert refused(large) == [f'file "SKILL.md" is {MAX_FILE_BYTES + 1} bytes; at most {MAX_FILE_BYTES}']
+
+
+# --- the end record, read before zipfile parses the directory ------------------------------------------
+
+END = struct.Struct("<4s4H2LH")  # the end of central directory record (22 bytes)
+MISSING = ("SKILL.md is missing: put it at the top of the archive, or in a single folder that holds everything")
+
+
+def test_an_empty_archive_is_read_from_its_end_record_at_the_start():
+    assert make_zip([]) == END.pack(b"PK\x05\x06", 0, 0, 0, 0, 0, 0, 0)
+    assert refused(make_zip([])) == [MISSING]
+
+
+def test_the_end_record_is_looked_for_only_where_a_comment_can_reach():
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("SKILL.md", SKILL)
+        archive.comment = b"c" * 0xFFFF  # the longest comment: the record starts 65,557 bytes from the end
+    assert package_from_zip(buffer.getvalue()).name == "demo-skill"
+    beyond = END.pack(b"PK\x05\x06", 0, 0, 0, 0, 0, 0, 0) + bytes(70_000)  # too far from the end to be one
+    assert refused(beyond) == ["the upload is not a zip archive"]
+
+
+def test_the_last_end_record_is_the_one_read():
+    fake = END.pack(b"PK\x05\x06", 1, 0, 0, 0, 0, 0, 0)  # a record of a second disk, inside a stored file
+    data = make_zip([("SKILL.md", SKILL), ("fake.bin", fake)], compression=zipfile.ZIP_STORED)
+    assert package_from_zip(data).files["fake.bin"] == fake
+
+
+def test_an_archive_over_several_disks_is_refused():
+    data = bytearray(make_zip([("SKILL.md", SKILL)]))
+    struct.pack_into("<H", data, data.rfind(b"PK\x05\x06") + 4, 1)
+    assert refused(bytes(data)) == ["the archive spans several disks; upload a single zip file"]
+
+
+def test_a_zip64_locator_without_its_record_is_refused(monkeypatch):
+    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, 0, 1)
+    for before in (b"", b"x" * 56):  # nothing before the locator, or what is no ZIP64 end record
+        assert refused(before + locator + END.pack(b"PK\x05\x06", 0, 0, 0, 0, 0, 0, 0)) == [
+            "the archive is corrupt: its ZIP64 end record is missing"]
+    monkeypatch.setattr(zipfile, "ZIP_FILECOUNT_LIMIT", -1)  # ZIP64 end records even for no entries
+    empty64 = make_zip([])
+    monkeypatch.undo()
+    assert empty64.startswith(b"PK\x06\x06")  # the record at the very start
+    assert refused(empty64) == [MISSING]
+
+
+def test_a_directory_of_the_largest_size_passes_the_end_records_check():
+    data = bytearray(make_zip([("SKILL.md", SKILL)]))
+    struct.pack_into("<L", data, data.rfind(b"PK\x05\x06") + 12, MAX_CENTRAL_DIRECTORY_BYTES)
+    (problem,) = refused(bytes(data))
+    assert problem.startswith("the archive is corrupt: ")  # zipfile's own finding, not the size bound's
+
+
+def test_a_missing_skill_md_names_at_most_five_found_elsewhere():
+    nested = [f"f{i}/SKILL.md" for i in range(6)]
+    assert refused(make_zip([(name, SKILL) for name in nested])) == [
+        MISSING + ' (found "f0/SKILL.md", "f1/SKILL.md", "f2/SKILL.md", "f3/SKILL.md", "f4/SKILL.md")']
