@@ -122,3 +122,6 @@ def test_each_refusal_of_a_link_in_exact_words(world, pending_link):
     ApprovalRequest.objects.for_tenant(world.a.tenant).filter(pk=pending_link.request_id).update(
         status=RequestStatus.REJECTED)
     assert refusal(token) == "this request was already decided: rejected"
+    ApprovalRequest.objects.for_tenant(world.a.tenant).filter(pk=pending_link.request_id).update(
+        status=RequestStatus.PENDING, expires_at=timezone.now() - timedelta(seconds=1))
+    assert refusal(token) == "this request has expired"
