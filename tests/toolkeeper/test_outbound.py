@@ -607,3 +607,33 @@ def test_a_pooled_connection_the_server_closed_is_not_reused(settings, connectio
         server.join(timeout=5)
         listener.close()
     assert connections == ["127.0.0.1", "127.0.0.1"]  # a second connection: the closed one was not used
+
+
+class RecordingStream(httpcore2.AsyncNetworkStream):
+    """An inner stream that records what the checked stream hands it."""
+
+    def __init__(self):
+        self.calls = []
+
+    async def read(self, max_bytes, timeout=None):
+        self.calls.append(("read", max_bytes, timeout))
+        return b"data"
+
+    async def write(self, buffer, timeout=None):
+        self.calls.append(("write", buffer, timeout))
+
+    async def aclose(self):
+        self.calls.append(("aclose",))
+
+    def get_extra_info(self, info):
+        self.calls.append(("info", info))
+        return {"socket": None, "server_addr": ("198.51.100.7", 443)}.get(info)
+
+
+def test_a_checked_stream_passes_the_timeouts_on_and_looks_its_socket_up_once():
+    inner = RecordingStream()
+    checked = outbound._CheckedStream(inner)
+    assert asyncio.run(checked.read(10, 2.5)) == b"data"
+    asyncio.run(checked.write(b"x", 1.5))
+    assert checked.get_extra_info("socket") is None and checked.get_extra_info("server_addr") == ("198.51.100.7", 443)
+    assert inner.calls == [("info", "socket"), ("read", 10, 2.5), ("write", b"x", 1.5), ("info", "server_addr")]
