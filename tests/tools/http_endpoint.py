@@ -5,6 +5,7 @@
 - `/fail`: 500, a text body that repeats the Authorization header
 - `/busy`: 503
 - `/slow`: answers only when the test ends (`release`), long after any tool's timeout
+- `/drip`: 200, a few bytes every 50 ms without a Content-Length, until the test ends (`release`)
 - `/stream/N`: 200, N bytes of JSON sent in pieces without a Content-Length (the answer ends when the
   connection closes), so only what arrives tells its size
 """
@@ -75,6 +76,14 @@ def _handler(endpoint: Endpoint):
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client may stop reading
                     for start in range(0, len(body), 4096):
                         self.wfile.write(body[start:start + 4096])
+            elif split.path == "/drip":
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.end_headers()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client may stop reading
+                    while not endpoint.release.wait(0.05):
+                        self.wfile.write(b"drop ")
+                        self.wfile.flush()
             elif split.path == "/slow":
                 endpoint.release.wait(30)
                 # the client gave up long ago: that is what this path is for

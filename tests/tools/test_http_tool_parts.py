@@ -3,6 +3,7 @@ call makes, hiding secrets, how a status, a body or a client's exception becomes
 the checks of a definition with their exact messages and bounds. The calls end to end: test_http_tools.py."""
 import json
 import threading
+import time
 from types import SimpleNamespace
 
 import httpx2
@@ -807,8 +808,9 @@ def invoke(tool, arguments, ctx=None):
 
 @pytest.mark.django_db
 def test_a_call_without_arguments_an_endpoint_or_readable_secrets(world, served):
-    tool = make(world, url=served.url + "/text", method="GET")
+    tool = make(world, url=served.url + "/text", method="POST")
     assert invoke(tool, None)["content"] == [{"type": "text", "text": "plain words"}]  # no object: no arguments
+    assert served.received[0].body == b"{}"
     old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
     with override_settings(TOOLKEEPER_SECRETS_KEYS=[old]):
         keyed = make(world, name="t2", url=served.url + "/text", headers={"A": "{secret:t}"}, secrets={"t": "v4lue"})
@@ -959,3 +961,25 @@ def test_an_import_passes_over_what_it_cannot_use_or_was_not_asked_for(world):
     again = ht.http_tools_import(tenant=world.a.tenant, document=document, base_url=PUBLIC, prefix="b_",
                                  operations=["dropA"])
     assert [(e["operation"], e["name"], e["created"]) for e in again] == [("DELETE /a", "b_dropA", True)]
+
+
+def request_threads_end(within_s: float = 5.0) -> bool:
+    """Whether every request thread of an HTTP tool has ended, waiting up to `within_s`."""
+    deadline = time.monotonic() + within_s
+    while any(t.name == "toolkeeper-http-tool" for t in threading.enumerate()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_request_given_up_stops_its_own_thread(served):
+    assert request_threads_end()  # none left by an earlier test
+    with pytest.raises(ToolError):  # the endpoint never answers: the client's own timeout ends the request
+        ht._send({"method": "GET", "url": served.url + "/slow", "headers": {}}, timeout_s=0.3, cancelled=None)
+    assert request_threads_end()
+    cancelled = CallStop()
+    threading.Timer(0.2, cancelled.set).start()
+    with pytest.raises(CallCancelled):  # the endpoint keeps sending: the next piece that arrives ends it
+        ht._send({"method": "GET", "url": served.url + "/drip", "headers": {}}, timeout_s=60, cancelled=cancelled)
+    assert request_threads_end()
