@@ -637,3 +637,45 @@ def test_a_checked_stream_passes_the_timeouts_on_and_looks_its_socket_up_once():
     asyncio.run(checked.write(b"x", 1.5))
     assert checked.get_extra_info("socket") is None and checked.get_extra_info("server_addr") == ("198.51.100.7", 443)
     assert inner.calls == [("info", "socket"), ("read", 10, 2.5), ("write", b"x", 1.5), ("info", "server_addr")]
+
+
+class AsyncRecordingBackend(httpcore2.AsyncNetworkBackend):
+    """The async network layer under the guard: the connections it was asked for; the first `failing` fail."""
+
+    def __init__(self, failing: int = 0):
+        self.asked = []
+        self.failing = failing
+
+    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        self.asked.append((host, port, timeout, local_address, socket_options))
+        if len(self.asked) <= self.failing:
+            raise httpcore2.ConnectError(f"{host} refused the connection")
+        return RecordingStream()
+
+
+def test_the_async_backend_tries_each_checked_address_with_the_callers_options(resolver):
+    resolver["two.test"] = [PUBLIC, "93.184.215.15"]
+    options = {"timeout": 3.0, "local_address": "10.1.2.3", "socket_options": [(6, 1, 1)]}
+    network = AsyncRecordingBackend(failing=1)
+    stream = asyncio.run(outbound.AsyncGuardedNetworkBackend(network).connect_tcp("two.test", 8443, **options))
+    assert isinstance(stream, outbound._CheckedStream)
+    assert network.asked == [(PUBLIC, 8443, *options.values()), ("93.184.215.15", 8443, *options.values())]
+    network = AsyncRecordingBackend(failing=2)
+    with pytest.raises(httpcore2.ConnectError, match="^93.184.215.15 refused the connection$"):
+        asyncio.run(outbound.AsyncGuardedNetworkBackend(network).connect_tcp("two.test", 8443, **options))
+
+def test_a_lookup_past_the_timeout_is_abandoned(monkeypatch):
+    release, finished = threading.Event(), threading.Event()
+
+    def slow_lookup(host, port):
+        release.wait(10)
+        finished.set()
+        return ["93.184.215.14"]
+
+    monkeypatch.setattr(outbound, "resolved_addresses", slow_lookup)
+    with pytest.raises(httpcore2.ConnectTimeout) as caught:
+        asyncio.run(outbound.AsyncGuardedNetworkBackend(AsyncRecordingBackend()).connect_tcp("slow.test", 443,
+                                                                                    timeout=0.1))
+    assert str(caught.value) == "slow.test could not be resolved in time"
+    assert not finished.is_set()  # not waited for: the lookup's thread is left to end on its own
+    release.set()

@@ -2,6 +2,7 @@
 
 - `/echo/...`: 200, JSON of what it received (method, path, query, headers, body), Authorization included
 - `/text`: 200, text/plain
+- `/bare`: 200, without a Content-Type
 - `/fail`: 500, a text body that repeats the Authorization header
 - `/busy`: 503
 - `/slow`: answers only when the test ends (`release`), long after any tool's timeout
@@ -76,6 +77,11 @@ def _handler(endpoint: Endpoint):
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client may stop reading
                     for start in range(0, len(body), 4096):
                         self.wfile.write(body[start:start + 4096])
+            elif split.path == "/bare":
+                self.send_response(200)
+                self.send_header("Content-Length", "4")
+                self.end_headers()
+                self.wfile.write(b"bare")
             elif split.path == "/drip":
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")

@@ -983,3 +983,11 @@ def test_a_request_given_up_stops_its_own_thread(served):
     with pytest.raises(CallCancelled):  # the endpoint keeps sending: the next piece that arrives ends it
         ht._send({"method": "GET", "url": served.url + "/drip", "headers": {}}, timeout_s=60, cancelled=cancelled)
     assert request_threads_end()
+
+
+def test_an_answer_without_a_type_is_text_and_a_long_one_comes_whole(served):
+    assert ht._send({"method": "GET", "url": served.url + "/bare", "headers": {}}, timeout_s=5, cancelled=None) == (
+        200, "", b"bare")
+    status, _, body = ht._send({"method": "GET", "url": served.url + "/stream/100000", "headers": {}}, timeout_s=5,
+                               cancelled=None)
+    assert body == b'"' + b"x" * 99_998 + b'"'  # many pieces, joined as they came
