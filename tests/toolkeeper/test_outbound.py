@@ -679,3 +679,23 @@ def test_a_lookup_past_the_timeout_is_abandoned(monkeypatch):
     assert str(caught.value) == "slow.test could not be resolved in time"
     assert not finished.is_set()  # not waited for: the lookup's thread is left to end on its own
     release.set()
+
+
+@override_settings(TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES=100)
+@pytest.mark.parametrize(("headers", "events"), [
+    ({"Content-Type": "text/event-stream; charset=utf-8", "Content-Length": "5000"}, True),  # counted by event
+    ({"Content-Type": " Text/Event-Stream "}, True),
+    ({"Content-Type": "application/json", "Content-Length": "100"}, False),
+    ({}, False),
+])
+def test_what_is_counted_follows_the_media_type_and_a_declared_length(headers, events):
+    bound = outbound._bound_of(httpx2.Response(200, headers=headers), None)
+    assert (bound.events, bound.limit) == (events, 100)
+
+
+@override_settings(TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES=100)
+def test_a_declared_length_over_the_limit_is_refused_before_reading():
+    heard = []
+    with pytest.raises(outbound.ResponseTooLarge) as caught:
+        outbound._bound_of(httpx2.Response(200, headers={"Content-Length": "101"}), heard.append)
+    assert str(caught.value) == "the server announced an answer of 101 bytes, over 100" and heard == [caught.value]
