@@ -991,3 +991,9 @@ def test_an_answer_without_a_type_is_text_and_a_long_one_comes_whole(served):
     status, _, body = ht._send({"method": "GET", "url": served.url + "/stream/100000", "headers": {}}, timeout_s=5,
                                cancelled=None)
     assert body == b'"' + b"x" * 99_998 + b'"'  # many pieces, joined as they came
+
+
+@pytest.mark.django_db
+def test_a_tool_made_of_nothing_needs_its_name_and_url(world):
+    assert refusals(world.a.tenant, {}) == {"name": ["1-64 letters, digits, '_' or '-'"],
+                                            "url": ["the endpoint's URL (http or https)"]}
