@@ -997,3 +997,10 @@ def test_an_answer_without_a_type_is_text_and_a_long_one_comes_whole(served):
 def test_a_tool_made_of_nothing_needs_its_name_and_url(world):
     assert refusals(world.a.tenant, {}) == {"name": ["1-64 letters, digits, '_' or '-'"],
                                             "url": ["the endpoint's URL (http or https)"]}
+
+
+@pytest.mark.django_db
+def test_a_refused_url_is_not_also_another_host(world):
+    tool = make(world, headers={"A": "{secret:t}"}, secrets={"t": "first-v4lue"})
+    fields = refusals(world.a.tenant, {"url": "ftp://93.184.215.15/x/{a}"}, tool)
+    assert list(fields) == ["url"]
