@@ -710,11 +710,11 @@ def test_an_import_reports_each_operation_it_looked_at(world):
 
 @pytest.mark.django_db
 def test_an_import_takes_so_many_operations_at_once(world, monkeypatch):
-    monkeypatch.setattr(ht, "IMPORT_OPERATIONS_MAX", 2)
+    monkeypatch.setattr(ht, "IMPORT_OPERATIONS_MAX", 1)
     report = ht.http_tools_import(tenant=world.a.tenant, document=IMPORTED)
     assert [(e["operation"], e["created"], e["reason"]) for e in report] == [
-        ("GET /a", True, ""), ("POST /a", True, ""),
-        ("DELETE /b/{id}", False, "only 2 operations are imported at once")]
+        ("GET /a", True, ""), ("POST /a", False, "only 1 operations are imported at once"),
+        ("DELETE /b/{id}", False, "only 1 operations are imported at once")]  # each one past the bound
     assert report[2]["name"] == "" and report[2]["id"] is None
 
 
@@ -881,6 +881,9 @@ def test_only_a_ref_is_rewritten_and_a_component_is_carried_once():
     assert copied["c"] == {"$ref": "#/$defs/A/properties/n"}
     assert copies.defs() == {"A": {"type": "object", "properties": {"n": {}}}}
     assert left - copies.left == 7 + 3 * 3 + (5 + 3 + 1)  # the mapping, its three references, then A once
+    into = ht._SchemaCopies({"components": {"schemas": {"A": {"type": "string"}}}})
+    into.copy({"$ref": "#/components/schemas/A/properties/n"})  # a reference into a component carries it
+    assert into.defs() == {"A": {"type": "string"}}
 
 
 def test_an_operations_name_keeps_its_own_letters_and_the_base_url_its_path():

@@ -656,3 +656,10 @@ def test_an_http_servers_refusals_in_exact_words(world):
         "they were entered for), or {} to send none"]}
     mcp_server_update(server=server, url=PUBLIC_URL + "/other")  # the same server: the headers stay
     assert McpServer.objects.for_tenant(world.a.tenant).get(pk=server.pk).headers == {"Authorization": TOKEN}
+
+
+def test_a_refused_url_is_not_also_another_server(world):
+    server = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN}))
+    with pytest.raises(ServiceError) as caught:
+        mcp_server_update(server=server, url="ftp://93.184.215.15/mcp")
+    assert list(caught.value.fields) == ["url"]
