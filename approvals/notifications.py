@@ -479,7 +479,7 @@ async def _post(url: str, body: bytes, headers: dict) -> int:
 # --- what a message says, in each medium ------------------------------------------------------
 # A message is built once as lines of parts: our own words (str), values (`Shown`: text a tenant, an app or a
 # model controls: tool, agent, reason, queue and channel names) and links we made (`Linked`). Each medium then
-# renders the parts its own way, so a value is never read as markup (docs/design-notes.md, Notifications).
+# renders the parts its own way, so a value is never read as markup (docs/notes/governance.md, Notifications).
 
 @dataclass(frozen=True)
 class Shown:

@@ -240,7 +240,7 @@ def _same_person(reviewer, session_user: str) -> bool:
     """Four-eyes: the session's user names the reviewer, by username or e-mail, whatever the case or spaces.
 
     An API key is never the session's user: the user an app names is a person, and a key is not one, even if
-    the name reads like the key's label (docs/design-notes.md, Governance)."""
+    the name reads like the key's label (docs/notes/governance.md, Governance)."""
     if not _is_person(reviewer):
         return False
     claimed = (session_user or "").strip().lower()

@@ -1,4 +1,4 @@
-"""Every entry admits its requests through `tenancy.admission.admit` (docs/design-notes.md, "Admission").
+"""Every entry admits its requests through `tenancy.admission.admit` (docs/notes/entry-and-admission.md, "Admission").
 
 The walker goes to every door there is: each route and method of the REST API, each console route that takes a
 change, each WebSocket route, each method of `/mcp/`. With the caller's requests-per-minute used up, every

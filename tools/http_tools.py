@@ -614,7 +614,8 @@ def http_tool_delete(*, tool: Tool, actor=None) -> None:
 
 IMPORT_MAX_BYTES = 1024 * 1024
 # values (scalars, keys, lists, mappings) of a document; a realistic OpenAPI document of IMPORT_MAX_BYTES holds
-# about 50,000 (indented JSON) to 95,000 (compact JSON, YAML): docs/design-notes.md, "Documents from tenants"
+# about 50,000 (indented JSON) to 95,000 (compact JSON, YAML): docs/notes/entry-and-admission.md,
+# "Documents from tenants"
 IMPORT_MAX_NODES = 200_000
 IMPORT_OPERATIONS_MAX = 200
 # values in the input schemas of the tools one import makes, together (checking them costs about 40 µs a value);

@@ -1,4 +1,4 @@
-"""Admission: the one set of checks every entry makes before it acts on a request (docs/design-notes.md,
+"""Admission: the one set of checks every entry makes before it acts on a request (docs/notes/entry-and-admission.md,
 "Admission").
 
 Every entry that takes requests from outside — the REST API, `/mcp/`, the WebSocket streams and the console's

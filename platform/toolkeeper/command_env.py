@@ -5,7 +5,7 @@ a tenant may set; this is its backstop, one rule read where the allow-list is re
 client), where a tenant saves (`tools.mcp_servers`) and where the command starts (`tools.mcp_client`). A
 name is refused when it is not a plain name, or when it changes what the command or its runtime loads and
 runs, where it reads its settings, or whom its connections trust and pass through: such a value turns "set
-my API token" into "run my code next to the admin's credentials". docs/design-notes.md ("MCP servers —
+my API token" into "run my code next to the admin's credentials". docs/notes/mcp.md ("MCP servers —
 client") gives the reasons name by name. Names compare case-insensitively (`http_proxy` is read as well as
 `HTTP_PROXY`).
 """

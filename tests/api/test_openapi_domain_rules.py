@@ -1,5 +1,5 @@
 """Rules of the domain that the OpenAPI document states, so that whatever request the fuzzer draws as valid
-the API takes (docs/design-notes.md, "OpenAPI and fuzzing"); and the fuzz run's departures
+the API takes (docs/notes/entry-and-admission.md, "OpenAPI and fuzzing"); and the fuzz run's departures
 (tests/fuzz/departures.toml) cover the rules the document cannot state, and nothing beside them.
 """
 import json

@@ -1,4 +1,4 @@
-"""An admin API key decides for automation (docs/design-notes.md, Governance): a key is not a person, so it is
+"""An admin API key decides for automation (docs/notes/governance.md, Governance): a key is not a person, so it is
 never the session's user, and four-eyes never keeps it out of a queue it may decide in. Every check that compares
 a reviewer with someone answers for a key as it does for a person, and never fails on the fields only people
 have (a key has no e-mail address, no user id)."""

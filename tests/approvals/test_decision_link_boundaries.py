@@ -1,4 +1,4 @@
-"""Where a decision link's life ends, to the second (docs/design-notes.md, Notifications): a token is good for
+"""Where a decision link's life ends, to the second (docs/notes/governance.md, Notifications): a token is good for
 a week (7 × 24 × 3600 s) after it was signed, and a request that expires at this very moment is expired for a
 link and for the inbox alike; one second earlier, both still act."""
 from datetime import timedelta

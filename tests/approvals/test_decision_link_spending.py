@@ -1,4 +1,4 @@
-"""A one-time decision link is spent only by a decision it made (docs/design-notes.md, Notifications): a click
+"""A one-time decision link is spent only by a decision it made (docs/notes/governance.md, Notifications): a click
 that is refused (a vote already cast, four-eyes, not a reviewer of the queue, an expired request) leaves the
 link to the reviewer it was meant for, and two people on one link at once still cast one vote."""
 import os

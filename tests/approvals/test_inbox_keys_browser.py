@@ -2,7 +2,7 @@
 
 A reason typed straight after `r` (or an input after `e`) while the request page loads must never be read as
 the list's shortcuts; `a` approves only a row whose whole input is on screen; a burst of keys that began on
-one page never acts on the page that replaces it. The rules are in docs/design-notes.md ("Console").
+one page never acts on the page that replaces it. The rules are in docs/notes/console.md ("Console").
 
 The server is a real daphne process (`inbox_live_server`): the demo holds support-bot's `slow_write` for a
 reviewer. What was decided is read back through the API after the browser loaded one more page: the server

@@ -1,4 +1,4 @@
-"""Messages to people carry no attacker's markup (docs/design-notes.md, Notifications): the tool, the agent, the
+"""Messages to people carry no attacker's markup (docs/notes/governance.md, Notifications): the tool, the agent, the
 reason and every name in a message are values, escaped for each medium. In Slack a value sits in inline code
 with `&`, `<`, `>` escaped, so it opens no link, pings nobody and forges no emphasis; in e-mail it stays on one
 line (the subject is one header) and the HTML part is escaped; a webhook gets the values as JSON data. The links

@@ -1,4 +1,5 @@
-"""Schemathesis fuzzes the live API (docs/design-notes.md, "OpenAPI and fuzzing") with an agent key and an admin key.
+"""Schemathesis fuzzes the live API (docs/notes/entry-and-admission.md, "OpenAPI and fuzzing") with an agent key
+and an admin key.
 
 A real daphne process with the bootstrapped demo tenant (`fuzz_server`, shared with the MCP fuzz) answers every
 operation of /api/schema/ with generated requests, valid and invalid, all checks on: no 5xx, every answer as

@@ -17,7 +17,8 @@ kept, so each test below lists all the problems of its kind with a request that 
   JSON-RPC's ranges, or one of the HTTP refusals `/mcp/` documents, in the API's error envelope;
 - no answer carries internal text (a traceback, SQL, a database's error, the names of the database drivers or
   of Django's modules) that the request did not;
-- a `tools/call` whose arguments hold a value no entry takes (docs/design-notes.md, "Request bodies and JSON
+- a `tools/call` whose arguments hold a value no entry takes (docs/notes/entry-and-admission.md,
+  "Request bodies and JSON
   values": NUL, a lone surrogate, NaN or Infinity, nesting past 64 levels) is refused with JSON-RPC's invalid
   params (-32602), or, when its body is no UTF-8 at all, as a parse error (-32700), and nothing of it is
   stored: such calls speak for an agent of their own, which must end the run without a call or an approval

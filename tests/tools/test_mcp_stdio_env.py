@@ -1,4 +1,4 @@
-"""A stdio MCP server's environment: the names a tenant may set are allowed, never filtered (docs/design-notes.md,
+"""A stdio MCP server's environment: the names a tenant may set are allowed, never filtered (docs/notes/mcp.md,
 "MCP servers — client"). A name that changes what the command loads or runs, where it reads its settings or whom
 it trusts is refused where the platform admin's allow-list is read, where a tenant saves, and where the command
 is started; nothing is dropped in silence."""
