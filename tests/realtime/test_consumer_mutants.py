@@ -15,8 +15,10 @@ from django.conf import settings
 from django.test import Client
 from django.urls import path
 
-from realtime.consumers import CLOSE_UNAUTHORIZED, MAX_SEQ
+from realtime import consumers
+from realtime.consumers import CLOSE_BAD_REQUEST, CLOSE_UNAUTHORIZED, MAX_SEQ
 from realtime.groups import inbox_group, session_group
+from tenancy.admission import Entry
 from tenancy.grants import grant_watch
 from tenancy.models import Role
 from tenancy.services import apikey_create, apikey_revoke, membership_remove
@@ -294,3 +296,54 @@ def test_events_are_forwarded_while_the_sync_thread_is_busy(world):
         await console.disconnect()
 
     asyncio.run(scenario())
+
+
+def test_a_console_stream_with_a_malformed_query_is_told_so(world):
+    """A browser cannot read a refused handshake: a console stream accepts, then closes with the reason's code."""
+    cookie = cookie_of(world.a.users["admin"])
+
+    async def scenario():
+        socket = console_socket(cookie, f"/ws/console/{world.a.tenant.slug}/calls/?after=soon")
+        assert (await socket.connect())[0]
+        assert await socket.receive_output() == {"type": "websocket.close", "code": CLOSE_BAD_REQUEST}
+        await socket.wait()
+
+    asyncio.run(scenario())
+
+
+def test_a_scope_without_headers_opens_with_the_subprotocol_and_refuses_without(world):
+    """ASGI servers may leave `headers` out of the scope too."""
+    async def scenario():
+        protocol = f"bearer.{world.a.keys['agent']}"
+        socket = app_socket(world.a.session, "", subprotocols=[protocol])
+        del socket.scope["headers"]
+        assert await socket.connect() == (True, protocol)
+        await socket.disconnect()
+        keyless = app_socket(world.a.session, "")
+        del keyless.scope["headers"]
+        assert await keyless.connect() == (False, CLOSE_UNAUTHORIZED)
+        await keyless.wait()
+
+    asyncio.run(scenario())
+
+
+def test_every_stream_is_admitted_as_a_websocket(world, monkeypatch):
+    """The admission of a stream names its entry, as every entry's does (tenancy.admission)."""
+    entries = []
+    real_admit = consumers.admit
+
+    def admit(**kwargs):
+        entries.append(kwargs["entry"])
+        return real_admit(**kwargs)
+
+    monkeypatch.setattr(consumers, "admit", admit)
+    cookie = cookie_of(world.a.users["admin"])
+
+    async def scenario():
+        for socket in (app_socket(world.a.session, world.a.keys["agent"]),
+                       console_socket(cookie, f"/ws/console/{world.a.tenant.slug}/calls/")):
+            assert (await socket.connect())[0]
+            await socket.disconnect()
+
+    asyncio.run(scenario())
+    assert entries == [Entry.WEBSOCKET, Entry.WEBSOCKET]

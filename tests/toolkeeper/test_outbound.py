@@ -146,6 +146,19 @@ def test_malformed_urls_are_refused(url, message):
         check_url(url)
 
 
+@pytest.mark.parametrize(("url", "message"), [
+    ("ftp://example.com/", "only http and https URLs may be reached, not ftp"),
+    ("/relative", "only http and https URLs may be reached, not a relative URL"),
+    ("http://user:pass@example.com/", "the URL may not carry a user name or password; send credentials as headers"),
+    ("http:///path", "the URL has no host"),
+    ("http://0177.0.0.1/", "not a valid URL"),
+])
+def test_a_malformed_url_is_refused_in_exact_words(url, message):
+    with pytest.raises(OutboundRefused) as refused:
+        check_url(url)
+    assert str(refused.value) == message
+
+
 def test_a_name_resolving_to_loopback_is_refused_at_connect(http_port, resolver, connections):
     resolver["evil.test"] = ["127.0.0.1"]
     check_url(f"http://evil.test:{http_port}/ok")  # a name is not looked up when saved, unless asked
@@ -699,3 +712,70 @@ def test_a_declared_length_over_the_limit_is_refused_before_reading():
     with pytest.raises(outbound.ResponseTooLarge) as caught:
         outbound._bound_of(httpx2.Response(200, headers={"Content-Length": "101"}), heard.append)
     assert str(caught.value) == "the server announced an answer of 101 bytes, over 100" and heard == [caught.value]
+
+
+def test_an_address_literal_is_its_own_answer_brackets_and_all(monkeypatch):
+    def no_lookup(*args, **kwargs):
+        raise AssertionError("a literal is not looked up")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_lookup)
+    assert outbound.resolved_addresses("[::1]", 443) == ["::1"]
+    assert outbound.resolved_addresses("[fe80::1]", 443) == ["fe80::1"]
+    assert outbound.resolved_addresses("127.0.0.1", 443) == ["127.0.0.1"]
+
+
+def test_a_name_is_looked_up_as_it_is_written(monkeypatch):
+    """Only brackets come off: a name that ends in an address once other letters are cut off is a name."""
+    asked = []
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        asked.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    for host in ("X127.0.0.1X", " 127.0.0.1", "x.test"):
+        with pytest.raises(httpcore2.ConnectError) as failed:
+            outbound.resolved_addresses(host, 80)
+        assert str(failed.value) == f"{host} could not be resolved"
+    assert asked == ["X127.0.0.1X", " 127.0.0.1", "x.test"]
+
+
+def test_each_address_is_tried_once_in_the_resolvers_order_and_only_ip_ones(monkeypatch):
+    answers = [
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", 443)),
+        (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2606:2800:21f::1", 443, 0, 0)),
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", 443)),
+        (socket.AF_UNIX, socket.SOCK_STREAM, 0, "", "/run/x.sock"),
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.15", 443)),
+    ]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: answers)
+    assert outbound.resolved_addresses("many.test", 443) == ["93.184.215.14", "2606:2800:21f::1", "93.184.215.15"]
+
+
+def test_a_refused_address_is_logged_for_admins_with_the_name_the_address_and_its_class(caplog):
+    with caplog.at_level("WARNING", logger="toolkeeper.outbound"), pytest.raises(OutboundRefused):
+        outbound.checked_addresses("inner.test", [PUBLIC, "10.0.0.7"], outbound.allow_list())
+    assert [r.getMessage() for r in caplog.records] == [
+        "outbound connection refused: inner.test resolves to 10.0.0.7 (a private address)"]
+
+
+def test_the_tls_context_ignores_certificate_locations_from_the_environment(monkeypatch, tmp_path):
+    """SSL_CERT_FILE and SSL_CERT_DIR would let the process's environment choose whom the platform trusts."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "missing"))
+    options = outbound._pool_options(True, None, True, False, httpx2.Limits(), 0)
+    assert isinstance(options["ssl_context"], ssl.SSLContext)
+    http_client().close()  # a client is built without reading them either
+
+
+def test_the_refusal_of_a_bypassing_option_names_each_option_taken():
+    with pytest.raises(TypeError) as refused:
+        async_http_client(proxy="http://10.9.9.9:3128", trust_env=True)
+    assert str(refused.value) == "the guarded client sets proxy, trust_env itself"
+
+
+def test_a_literal_is_read_in_brackets_and_a_name_never_as_one():
+    assert outbound.literal_address("[::1]") == outbound.literal_address("::1") is not None
+    assert str(outbound.literal_address("[fd00::7]")) == "fd00::7"
+    for name in ("X10.0.0.1", "10.0.0.1X", " 10.0.0.1", "[ ::1 ]"):
+        assert outbound.literal_address(name) is None, name

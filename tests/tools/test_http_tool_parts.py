@@ -2,6 +2,7 @@
 call makes, hiding secrets, how a status, a body or a client's exception becomes the result or the error, and
 the checks of a definition with their exact messages and bounds. The calls end to end: test_http_tools.py."""
 import json
+import socket
 import threading
 import time
 from types import SimpleNamespace
@@ -283,6 +284,7 @@ def test_placeholders_name_properties_or_stored_secrets_each_once():
     ("/relative/{a}", "an absolute http or https URL"),
     ("https://{a}.example/x", "placeholders may stand in the path and the query, not in the scheme or the host"),
     ("https://h}/x", "placeholders may stand in the path and the query, not in the scheme or the host"),
+    ("https://api{.example/x", "placeholders may stand in the path and the query, not in the scheme or the host"),
     (PUBLIC + "/x#frag", "the URL may not have a fragment"),
     (PUBLIC + "/{nope}", "{nope} names no property of the input schema"),
 ])
@@ -299,6 +301,21 @@ def test_a_url_at_the_length_bound_with_placeholders_is_taken():
 def test_the_guard_checks_the_url_with_its_placeholders_filled():
     errors = checked(ht._check_url, {"url": "http://127.0.0.1/{a}"}, {"a"})
     assert list(errors) == ["url"] and "loopback" in errors["url"][0]
+
+
+def test_a_name_is_looked_up_when_the_url_is_saved(monkeypatch):
+    """An early answer for a name that resolves to an address tenants may not reach (checked again at every
+    connection)."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host == "inner.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.7", port))]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    errors = checked(ht._check_url, {"url": "https://inner.test/{a}"}, {"a"})
+    assert list(errors) == ["url"] and "a private address" in errors["url"][0]
 
 
 QUERY_MESSAGE = (f"a JSON object of at most {ht.QUERY_MAX} parameter names and templates (text of at most "
@@ -716,6 +733,10 @@ def test_an_import_takes_so_many_operations_at_once(world, monkeypatch):
         ("GET /a", True, ""), ("POST /a", False, "only 1 operations are imported at once"),
         ("DELETE /b/{id}", False, "only 1 operations are imported at once")]  # each one past the bound
     assert report[2]["name"] == "" and report[2]["id"] is None
+    monkeypatch.setattr(ht, "IMPORT_OPERATIONS_MAX", 0)  # both of a path's operations past it: each reported
+    report = ht.http_tools_import(tenant=world.a.tenant, document=IMPORTED, prefix="y-")
+    assert [(e["operation"], e["created"]) for e in report] == [
+        ("GET /a", False), ("POST /a", False), ("DELETE /b/{id}", False)]
 
 
 @pytest.mark.django_db

@@ -639,6 +639,24 @@ def test_name_lists_at_their_bounds(world):
     assert refused("exclude", **http(world.a.tenant, name="c", exclude=[""])) == words
     too_long = ["n" * (mcp_servers.NAME_LENGTH_MAX + 1)]
     assert refused("exclude", **http(world.a.tenant, name="d", exclude=too_long)) == words
+    at_most = ["n" * mcp_servers.NAME_LENGTH_MAX]
+    assert mcp_server_create(**http(world.a.tenant, name="e", include=at_most)).include == at_most
+    assert refused("include", **http(world.a.tenant, name="f", include=["ok", "nul\x00name"])) == words
+
+
+def test_a_server_is_made_of_its_own_fields_only(world):
+    with pytest.raises(ServiceError) as caught:
+        mcp_servers.mcp_server_check(world.a.tenant, {"name": "g", "zeta": 1, "alpha": 2})
+    assert caught.value.fields == {"alpha": ["not a field of an MCP server"], "zeta": ["not a field of an MCP server"]}
+
+
+def test_a_new_server_needs_a_name(world):
+    with pytest.raises(ServiceError) as caught:
+        mcp_servers.mcp_server_check(world.a.tenant, {"transport": "streamable_http", "url": PUBLIC_URL})
+    assert caught.value.fields == {"name": [mcp_servers.SERVER_NAME_RULE]}
+    with pytest.raises(ServiceError) as caught:
+        mcp_servers.mcp_server_check(world.a.tenant, {"name": "h", "transport": "carrier-pigeon"})
+    assert caught.value.fields == {"transport": ["one of: streamable_http, sse, stdio"]}
 
 
 def test_an_http_servers_refusals_in_exact_words(world):
