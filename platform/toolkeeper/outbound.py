@@ -146,15 +146,9 @@ def forbidden_class(address: IPAddress) -> str | None:
     for network, what in FORBIDDEN_NETWORKS:
         if address in network:
             return what
-    if address.is_loopback:
-        return "a loopback address"
-    if address.is_link_local:
-        return "a link-local address"
-    if address.is_multicast:
-        return "a multicast address"
-    if address.is_private:
-        return "a private address"
-    if address.is_reserved or address.is_unspecified or not address.is_global:
+    # Python's own table: its loopback, link-local, multicast, private and unspecified ranges are all in the
+    # list above; what it calls reserved (4000::/3, …) or adds in a later version is refused here.
+    if address.is_reserved or not address.is_global:
         return "a reserved address"
     return None
 

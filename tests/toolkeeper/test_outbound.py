@@ -1,6 +1,7 @@
 """The outbound guard: a tenant's URL reaches public addresses only, checked on the address actually
 connected to, at connect time, for every hop; the admin's allow-list opens named exceptions."""
 import asyncio
+import ipaddress
 import socket
 import ssl
 import threading
@@ -779,3 +780,59 @@ def test_a_literal_is_read_in_brackets_and_a_name_never_as_one():
     assert str(outbound.literal_address("[fd00::7]")) == "fd00::7"
     for name in ("X10.0.0.1", "10.0.0.1X", " 10.0.0.1", "[ ::1 ]"):
         assert outbound.literal_address(name) is None, name
+
+
+# -- the fourth look: zones, the last of Python's table, the lookup's port, an absent setting -------
+
+def test_a_zoned_address_is_judged_and_opened_without_its_zone():
+    """A zone (fe80::1%eth0, as the resolver answers for link-local names) does not change what an address
+    is: a metadata address with a zone is still one, and a network entry still does not open it."""
+    zoned_metadata = ipaddress.ip_address("fd00:ec2::254%eth0")
+    assert outbound.forbidden_class(zoned_metadata) == outbound.METADATA
+    assert outbound.unzoned(zoned_metadata) == ipaddress.ip_address("fd00:ec2::254")
+    assert outbound.unzoned(ipaddress.ip_address("10.0.0.1")) == ipaddress.ip_address("10.0.0.1")
+    opened = outbound.parse_allow_list(("fd00::/8",))
+    assert opened.permits("inner.test", ipaddress.ip_address("fd00::7%eth0"))
+    assert not opened.permits("inner.test", zoned_metadata)
+    with pytest.raises(OutboundRefused) as refused:
+        outbound.checked_addresses("inner.test", ["fd00:ec2::254%eth0"], opened)
+    assert str(refused.value) == "inner.test resolves to a cloud metadata address; only public addresses may be reached"
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    # ::2 is an IPv4-compatible address (0.0.0.2); only :: and ::1 are themselves
+    ("http://[::2]/", "::2 is an unspecified address (0.0.0.2 written as IPv6); only public addresses may be reached"),
+    # reserved by the IETF, which Python still calls global: refused by its reserved flag alone
+    ("http://[4000::1]/", "4000::1 is a reserved address; only public addresses may be reached"),
+    ("http://[e000::1]/", "e000::1 is a reserved address; only public addresses may be reached"),
+])
+def test_the_last_ranges_are_refused_in_exact_words(url, message):
+    with pytest.raises(OutboundRefused) as refused:
+        check_url(url)
+    assert str(refused.value) == message
+
+
+def test_a_literal_in_brackets_is_named_without_them():
+    """The network layer may be handed a literal host in its URL form; the tenant is told the address."""
+    assert outbound.refusal("[::1]", ipaddress.ip_address("::1"), outbound.allow_list()) == (
+        "::1 is a loopback address; only public addresses may be reached")
+
+
+def test_an_early_lookup_asks_for_the_urls_port(monkeypatch):
+    asked = []
+
+    def resolved(host, port):
+        asked.append((host, port))
+        return [PUBLIC]
+
+    monkeypatch.setattr(outbound, "resolved_addresses", resolved)
+    for url in ("http://pub.test/", "https://pub.test/", "http://pub.test:8080/"):
+        check_url(url, resolve=True)
+    assert asked == [("pub.test", 80), ("pub.test", 443), ("pub.test", 8080)]
+
+
+def test_without_the_setting_nothing_is_opened(settings):
+    del settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS
+    assert outbound.allow_list() == outbound.AllowList(frozenset(), ())
+    with pytest.raises(OutboundRefused):
+        check_url("http://10.0.0.1/")

@@ -244,6 +244,15 @@ def test_the_column_holds_ciphertext_and_the_model_the_value(vault):
     assert list(vault.objects.filter(credentials=None)) == [empty]
 
 
+def test_saving_credentials_that_were_not_loaded_keeps_them(vault):
+    """A save naming the field of an instance loaded without it reads the stored value first, never
+    writes an empty one in its place."""
+    saved = vault.objects.create(credentials=VALUE)
+    deferred = vault.objects.defer("credentials").get(pk=saved.pk)
+    deferred.save(update_fields=["credentials"])
+    assert secret_decrypt(raw_column(saved.pk)) == VALUE
+
+
 def test_a_row_under_a_lost_key_loads_and_fails_clearly_when_read(vault):
     with override_settings(TOOLKEEPER_SECRETS_KEYS=[OLD]):
         saved = vault.objects.create(credentials=VALUE)
