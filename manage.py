@@ -7,7 +7,7 @@ from pathlib import Path
 
 def main():
     root = Path(__file__).resolve().parent
-    # platform/ is a source root, not a package (DESIGN §2).
+    # platform/ is a source root, not a package (docs/architecture.md).
     sys.path.insert(0, str(root / "platform"))
     sys.path.insert(0, str(root))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolkeeper.settings")

@@ -7,23 +7,26 @@ class ApprovalsConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import post_save
 
+        from approvals.exposure import tools_always_denied
+        from approvals.models import Vote
+        from approvals.notifications import DELIVER_JOB, DIGEST_JOB, deliveries_send, expiry_digest
+        from approvals.pipeline import External, Permission
+        from approvals.selectors import approvals_for_calls, ever_asked
+        from approvals.services import default_queue, request_cancel_for_call, requests_expire_due
+        from approvals.timeline import vote_on_timeline
         from tenancy.signals import tenant_created
-        from tools.registry import (
+        from tools.calls.pipeline import CALL_STEPS
+        from tools.calls.runtime import runtime
+        from tools.catalog.registry import (
             register_background,
             register_call_annotator,
             register_exposure_filter,
             register_periodic,
         )
-        from tools.runtime import runtime
         from tools.signals import call_cancelled
 
-        from .exposure import tools_always_denied
-        from .models import Vote
-        from .notifications import DELIVER_JOB, DIGEST_JOB, deliveries_send, expiry_digest
-        from .selectors import approvals_for_calls, ever_asked
-        from .services import default_queue, request_cancel_for_call, requests_expire_due
-        from .timeline import vote_on_timeline
-
+        CALL_STEPS.register(400, Permission)
+        CALL_STEPS.register(500, External)
         register_call_annotator(approvals_for_calls, describes=ever_asked)
         register_periodic("approvals.expire", lambda: requests_expire_due(), every_s=5)
         register_exposure_filter(tools_always_denied)

@@ -10,12 +10,11 @@ from django.core import signing
 from django.db import transaction
 from django.utils import timezone
 
+from approvals.models import ApprovalRequest, DecisionLink, RequestStatus
+from approvals.notifications import LINK_MAX_AGE_S, LINK_SALT
+from approvals.services import request_decide
 from tenancy.models import Membership
 from toolkeeper.errors import NotPermitted, ServiceError
-
-from .models import ApprovalRequest, DecisionLink, RequestStatus
-from .notifications import LINK_MAX_AGE_S, LINK_SALT
-from .services import request_decide
 
 
 class LinkRefused(Exception):

@@ -1,6 +1,6 @@
 """The decision engine: the permission step of the call chain, `rules/evaluate`, the simulator.
 
-Order (DESIGN §5): deny rules → ask rules → read-only auto-allow → allow rules → tenant default.
+Order (docs/governance.md): deny rules → ask rules → read-only auto-allow → allow rules → tenant default.
 Within a behaviour the highest priority, then the oldest rule, decides. Rules are compiled into an
 index per tenant: exact tool names in a dict, patterns filed by their literal prefix, so deciding
 looks at the few rules that can match rather than at all of them. Each process keeps a tenant's index
@@ -9,9 +9,7 @@ as long as the tenant's policy version stays (`index_cache`, a `tenancy.versions
 from bisect import insort
 from dataclasses import dataclass
 
-from tenancy.versions import VersionedCache
-
-from .matching import (
+from approvals.matching import (
     MAX_MATCHED_CHARS,
     OVERSIZED,
     AbsentMatch,
@@ -22,7 +20,8 @@ from .matching import (
     compile_glob,
     pattern_prefix,
 )
-from .models import PolicyVersion
+from approvals.models import PolicyVersion
+from tenancy.versions import VersionedCache
 
 BEHAVIOR_RANK = {"deny": 0, "ask": 1, "allow": 2}
 

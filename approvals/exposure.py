@@ -1,4 +1,4 @@
-"""What the rules keep off a session's listed surface (`tools.registry.register_exposure_filter`).
+"""What the rules keep off a session's listed surface (`tools.catalog.registry.register_exposure_filter`).
 
 A tool that an enabled deny rule refuses whatever the arguments — its pattern matches the tool, its agents and
 users include the session's (or are empty), and it has no argument conditions — is not advertised: every call
@@ -9,13 +9,12 @@ still let a call through.
 """
 from dataclasses import dataclass
 
-from tools.catalog import catalog_snapshot
+from approvals.engine import CompiledRule, Decision
+from approvals.selectors import evaluate, rule_index
+from tools.catalog.schemas import with_bound
+from tools.catalog.selectors import active_group_names, visible_tools
+from tools.catalog.snapshot import catalog_snapshot
 from tools.models import AgentSession
-from tools.schemas import with_bound
-from tools.selectors import active_group_names, visible_tools
-
-from .engine import CompiledRule, Decision
-from .selectors import evaluate, rule_index
 
 
 def _always_denies(rule: CompiledRule, *, tool_name: str, agent: str, user: str) -> bool:

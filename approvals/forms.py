@@ -10,12 +10,11 @@ from datetime import timedelta
 from django import forms
 from django.contrib.auth import get_user_model
 
+from approvals.models import ChannelKind, NotifyEvent, Queue, VoteDecision
+from approvals.notifications import CHANNEL_EVENTS
 from tenancy.models import Behavior, Membership
 from tenancy.web import TenantForm
 from toolkeeper.json_values import json_parse
-
-from .models import ChannelKind, NotifyEvent, Queue, VoteDecision
-from .notifications import CHANNEL_EVENTS
 
 JSON_ROWS = 10
 

@@ -1,4 +1,4 @@
-"""Glob matching for rules (DESIGN §5).
+"""Glob matching for rules (docs/governance.md).
 
 Patterns match the whole value. A `*` next to white space stands for whole words: `git *` matches
 `git` and `git push` but never `gitx`; `* --force` matches `--force` and `git push --force`. A `*`

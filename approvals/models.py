@@ -7,7 +7,7 @@ from toolkeeper.secrets import EncryptedJSONField
 
 
 class PermissionRule(TenantOwned):
-    """allow / deny / ask for calls whose tool, scope and effective input match (DESIGN §5)."""
+    """allow / deny / ask for calls whose tool, scope and effective input match (docs/governance.md)."""
 
     behavior = models.CharField(max_length=8, choices=Behavior.choices)
     tool_pattern = models.CharField(max_length=200, help_text="exact name, or a glob with *, e.g. mcp__github__*")

@@ -40,14 +40,7 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from audit.services import audit_record
-from tenancy.models import Role
-from toolkeeper.errors import ServiceError
-from toolkeeper.outbound import OutboundRefused, async_http_client, check_url
-from tools.models import ToolCall
-from tools.runtime import runtime
-
-from .models import (
+from approvals.models import (
     ApprovalRequest,
     ChannelKind,
     DecisionLink,
@@ -60,6 +53,12 @@ from .models import (
     RequestStatus,
     ReviewerNotifySetting,
 )
+from audit.services import audit_record
+from tenancy.models import Role
+from toolkeeper.errors import ServiceError
+from toolkeeper.outbound import OutboundRefused, async_http_client, check_url
+from tools.calls.runtime import runtime
+from tools.models import ToolCall
 
 logger = logging.getLogger("toolkeeper.notifications")
 

@@ -1,11 +1,11 @@
-"""The permission step of the call chain (settings.TOOLKEEPER_CALL_MIDDLEWARE)."""
+"""The permission step of the call chain, and the wait for an external result (both registered in
+`tools.calls.pipeline.CALL_STEPS` by approvals.apps)."""
+from approvals.notifications import notify_external_task
+from approvals.selectors import evaluate
+from approvals.services import request_open
+from tools.calls.pipeline import CallContext, Step
+from tools.calls.pipeline import External as ExternalStep
 from tools.models import CallStatus
-from tools.pipeline import CallContext, Step
-from tools.pipeline import External as ExternalStep
-
-from .notifications import notify_external_task
-from .selectors import evaluate
-from .services import request_open
 
 META_DECISION = {"behavior": "allow", "rule": None, "reason": "meta tools change only the session's tool surface"}
 

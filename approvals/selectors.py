@@ -7,14 +7,13 @@ from dataclasses import dataclass
 from django.db.models import Count, F, OuterRef, Prefetch, Subquery, TextField
 from django.db.models.functions import Cast, Left
 
+from approvals.engine import CompiledRule, Decision, RuleIndex, compile_rule, decide, index_cache
+from approvals.matching import Arguments, canonical_json, compile_glob
+from approvals.models import ApprovalRequest, PermissionRule, Queue, RequestKind, RequestStatus, Vote, VoteDecision
 from tenancy.models import Tenant
+from tools.catalog.schemas import with_bound
+from tools.catalog.selectors import CALL_PAYLOADS, SESSION_PAYLOADS, TOOL_PAYLOADS, bindings_for, related
 from tools.models import CallStatus, Tool, ToolCall, ToolSource
-from tools.schemas import with_bound
-from tools.selectors import CALL_PAYLOADS, SESSION_PAYLOADS, TOOL_PAYLOADS, bindings_for, related
-
-from .engine import CompiledRule, Decision, RuleIndex, compile_rule, decide, index_cache
-from .matching import Arguments, canonical_json, compile_glob
-from .models import ApprovalRequest, PermissionRule, Queue, RequestKind, RequestStatus, Vote, VoteDecision
 
 
 def _rule_index_build(tenant_id: int, version: int) -> RuleIndex:

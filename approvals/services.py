@@ -3,23 +3,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.services import audit_record
-from realtime.broadcast import publish_on_commit
-from realtime.groups import inbox_group
-from tenancy.models import REVIEW_ROLES, Membership
-from tenancy.versions import version_bump
-from toolkeeper.errors import Conflict, NotPermitted, ServiceError
-from tools.aftercare import result_finish
-from tools.declared import call_exposed
-from tools.events import call_fail, call_transition
-from tools.models import CallStatus, ToolCall, ToolSource
-from tools.pipeline import input_problems, pipeline_resume
-from tools.results import tool_result
-from tools.schemas import with_bound
-
-from .engine import Decision
-from .matching import is_arg_spec, normalize_space
-from .models import (
+from approvals.engine import Decision
+from approvals.matching import is_arg_spec, normalize_space
+from approvals.models import (
     ApprovalRequest,
     PermissionRule,
     PolicyVersion,
@@ -29,8 +15,21 @@ from .models import (
     Vote,
     VoteDecision,
 )
-from .notifications import notify_request
-from .selectors import approvals_of, approved_edit, evaluate
+from approvals.notifications import notify_request
+from approvals.selectors import approvals_of, approved_edit, evaluate
+from audit.services import audit_record
+from realtime.broadcast import publish_on_commit
+from realtime.groups import inbox_group
+from tenancy.models import REVIEW_ROLES, Membership
+from tenancy.versions import version_bump
+from toolkeeper.errors import Conflict, NotPermitted, ServiceError
+from tools.calls.aftercare import result_finish
+from tools.calls.events import call_fail, call_transition
+from tools.calls.pipeline import input_problems, pipeline_resume
+from tools.catalog.declared import call_exposed
+from tools.catalog.schemas import with_bound
+from tools.models import CallStatus, ToolCall, ToolSource
+from tools.python.results import tool_result
 
 PERMISSION_STEP = "permission"
 EXPIRE_BATCH = 500  # requests (and external calls) the periodic job settles per pass, most overdue first

@@ -1,4 +1,4 @@
-"""The inbox's WebSocket stream (DESIGN §9): new and settled approval requests, for the inbox list and
+"""The inbox's WebSocket stream (docs/notes/realtime.md): new and settled approval requests, for the inbox list and
 the pending count. The shared machinery is `realtime.consumers`."""
 from realtime.consumers import ConsoleStream
 from realtime.groups import inbox_group

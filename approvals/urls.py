@@ -6,11 +6,10 @@ names is declared here for `tenant_view`.
 """
 from django.urls import path
 
+from approvals import views
+from approvals.models import ApprovalRequest, NotificationChannel, PermissionRule, Queue
 from tenancy.web import register_url_objects
 from tools.models import ToolCall
-
-from . import views
-from .models import ApprovalRequest, NotificationChannel, PermissionRule, Queue
 
 app_name = "inbox"
 

@@ -16,6 +16,31 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from approvals import decision_links, notifications, selectors, services
+from approvals.forms import (
+    ChannelForm,
+    DecisionForm,
+    ExternalResultForm,
+    InboxFilterForm,
+    QueueForm,
+    ReviewerNotifyForm,
+    RuleForm,
+    SimulatorForm,
+)
+from approvals.models import (
+    ApprovalRequest,
+    ChannelKind,
+    DeliveryStatus,
+    Notification,
+    NotificationChannel,
+    NotifyEvent,
+    PermissionRule,
+    Queue,
+    RequestStatus,
+    ReviewerNotifySetting,
+    Vote,
+    VoteDecision,
+)
 from tenancy.editing import ObjectDeleteView, ObjectFormView
 from tenancy.web import (
     INVALID_STATUS,
@@ -30,33 +55,7 @@ from tenancy.web import (
     tenant_view,
 )
 from toolkeeper.errors import Conflict, NotPermitted
-from tools.declared import call_exposed
-
-from . import decision_links, notifications, selectors, services
-from .forms import (
-    ChannelForm,
-    DecisionForm,
-    ExternalResultForm,
-    InboxFilterForm,
-    QueueForm,
-    ReviewerNotifyForm,
-    RuleForm,
-    SimulatorForm,
-)
-from .models import (
-    ApprovalRequest,
-    ChannelKind,
-    DeliveryStatus,
-    Notification,
-    NotificationChannel,
-    NotifyEvent,
-    PermissionRule,
-    Queue,
-    RequestStatus,
-    ReviewerNotifySetting,
-    Vote,
-    VoteDecision,
-)
+from tools.catalog.declared import call_exposed
 
 BEHAVIOR_ORDER = Case(When(behavior="deny", then=Value(0)), When(behavior="ask", then=Value(1)),
                       default=Value(2), output_field=IntegerField())

@@ -2,7 +2,7 @@
 register it): emits progress events as fast as it can, each carrying its emit time."""
 import time
 
-from tools.decorators import ToolContext, ToolError, tool
+from tools.python.decorators import ToolContext, ToolError, tool
 
 
 @tool(read_only=True, idempotent=True, timeout=300, groups=("bench",))

@@ -1,4 +1,4 @@
-"""Knowledge bases and the `knowledge_search` tool (DESIGN §3, §7).
+"""Knowledge bases and the `knowledge_search` tool (docs/notes/knowledge-and-skills.md).
 
 - Models: Dataset(tenant, name), Document(tenant, dataset, external_id, title, text, metadata,
   content_hash, chunk_count), Chunk(tenant, document, dataset, ordinal, title, text, metadata copy).

@@ -1,4 +1,4 @@
-"""Knowledge bases: datasets of documents, chunked for full-text retrieval (DESIGN §3).
+"""Knowledge bases: datasets of documents, chunked for full-text retrieval (docs/notes/knowledge-and-skills.md).
 
 The full-text index lives beside `Chunk` and is created by the migrations for the database in
 use (see `knowledge.fts`): an FTS5 table kept in sync by triggers on SQLite, a generated

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from django.db import connections, transaction
 from django.db.models import Count
 
-from . import fts
-from .models import Chunk, Dataset, Document
+from knowledge import fts
+from knowledge.models import Chunk, Dataset, Document
 
 ALL_DATASETS = "*"
 MAX_QUERY_CHARS = 500

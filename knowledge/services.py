@@ -10,16 +10,15 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from knowledge import fts
+from knowledge.chunking import chunk_text
+from knowledge.models import Chunk, Dataset, Document
 from tenancy.fastread import tables_exist
 from tenancy.models import Tenant
 from toolkeeper.errors import ServiceError
 from toolkeeper.json_values import json_problem
+from tools.catalog.services import binding_set
 from tools.models import BoundArgument, Tool, ToolGroup
-from tools.services import binding_set
-
-from . import fts
-from .chunking import chunk_text
-from .models import Chunk, Dataset, Document
 
 TOOL_NAME = "knowledge_search"
 TOOL_GROUP = "knowledge"

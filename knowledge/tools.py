@@ -10,11 +10,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from tools.decorators import ToolContext, ToolError, tool
-
-from .models import Dataset
-from .selectors import ALL_DATASETS, MAX_TOP_K, InvalidQuery, chunks_search
-from .services import documents_ingest_bulk
+from knowledge.models import Dataset
+from knowledge.selectors import ALL_DATASETS, MAX_TOP_K, InvalidQuery, chunks_search
+from knowledge.services import documents_ingest_bulk
+from tools.python.decorators import ToolContext, ToolError, tool
 
 SERVER_BOUND = ("datasets", "filter")
 FilterValue = str | int | float | bool | None

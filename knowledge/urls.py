@@ -2,10 +2,9 @@
 what each names is declared here for `tenant_view`."""
 from django.urls import path
 
+from knowledge import views
+from knowledge.models import Dataset, Document
 from tenancy.web import register_url_objects
-
-from . import views
-from .models import Dataset, Document
 
 app_name = "knowledge"
 

@@ -8,6 +8,10 @@ from django.contrib import messages
 from django.shortcuts import render
 from pydantic import ValidationError as InputError
 
+from knowledge import selectors, services
+from knowledge.forms import DatasetForm, ScopeForm, SearchForm, UploadForm
+from knowledge.models import Dataset
+from knowledge.tools import results_payload
 from tenancy.editing import ObjectActionView, ObjectDeleteView, ObjectFormView
 from tenancy.web import (
     INVALID_STATUS,
@@ -19,17 +23,12 @@ from tenancy.web import (
     tenant_redirect,
     tenant_view,
 )
-from tools.calls import work_start
-from tools.decorators import python_tool
+from tools.calls.submit import work_start
+from tools.catalog.schemas import with_bound
+from tools.catalog.selectors import bindings_for
+from tools.catalog.services import binding_delete, binding_set
 from tools.models import BoundArgument, Tool
-from tools.schemas import with_bound
-from tools.selectors import bindings_for
-from tools.services import binding_delete, binding_set
-
-from . import selectors, services
-from .forms import DatasetForm, ScopeForm, SearchForm, UploadForm
-from .models import Dataset
-from .tools import results_payload
+from tools.python.decorators import python_tool
 
 
 def _search_tool(tenant) -> Tool | None:

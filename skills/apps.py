@@ -7,12 +7,11 @@ class SkillsConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import post_migrate
 
+        from skills.mcp_resources import SkillResources
+        from skills.meta import SkillLoader
+        from skills.services import platform_skills_sync, platform_skills_sync_all
         from tenancy.signals import tenant_created
-        from tools.registry import register_meta_provider, register_resource_provider
-
-        from .mcp_resources import SkillResources
-        from .meta import SkillLoader
-        from .services import platform_skills_sync, platform_skills_sync_all
+        from tools.catalog.registry import register_meta_provider, register_resource_provider
 
         register_meta_provider(SkillLoader())
         register_resource_provider(SkillResources())

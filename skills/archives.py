@@ -25,7 +25,7 @@ import zipfile
 import zlib
 from collections.abc import Iterable
 
-from .packages import (
+from skills.packages import (
     MAX_DEPTH,
     MAX_ENTRIES,
     MAX_FILE_BYTES,

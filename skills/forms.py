@@ -10,10 +10,9 @@ import html
 
 from django import forms
 
+from skills.archives import MAX_ARCHIVE_BYTES, package_from_upload, package_from_zip
+from skills.packages import MAX_FILE_BYTES, MAX_FILES, MAX_TOTAL_BYTES, SkillPackage, show
 from tools.models import RESERVED_GROUP, ToolGroup
-
-from .archives import MAX_ARCHIVE_BYTES, package_from_upload, package_from_zip
-from .packages import MAX_FILE_BYTES, MAX_FILES, MAX_TOTAL_BYTES, SkillPackage, show
 
 MAX_AGENTS = 1000
 MAX_AGENT_CHARS = 200

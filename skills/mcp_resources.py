@@ -5,11 +5,10 @@ import base64
 import mimetypes
 from urllib.parse import unquote, urlsplit
 
+from skills.models import Skill, SkillFile
+from skills.packages import SKILL_FILE, SkillPathError, skill_path
+from skills.selectors import session_skill_paths, session_skill_version, session_skills
 from tools.models import AgentSession
-
-from .models import Skill, SkillFile
-from .packages import SKILL_FILE, SkillPathError, skill_path
-from .selectors import session_skill_paths, session_skill_version, session_skills
 
 SCHEME = "skill"
 

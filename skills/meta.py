@@ -1,12 +1,11 @@
-"""`load_skill_through_path`, the skills' meta tool on a session's surface (through `tools.registry`)."""
-from tools.catalog import ExposedTool
-from tools.decorators import ToolError
+"""`load_skill_through_path`, the skills' meta tool on a session's surface (through `tools.catalog.registry`)."""
+from skills.models import Skill
+from skills.selectors import session_skills
+from skills.services import SKILL_FILE, skill_read
+from tools.catalog.registry import META_LOAD_SKILL
+from tools.catalog.snapshot import ExposedTool
 from tools.models import AgentSession, ToolCall
-from tools.registry import META_LOAD_SKILL
-
-from .models import Skill
-from .selectors import session_skills
-from .services import SKILL_FILE, skill_read
+from tools.python.decorators import ToolError
 
 DESCRIPTION = (
     "Load a skill: packaged instructions for a kind of task. Call it with path \"SKILL.md\" when a task matches "

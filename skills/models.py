@@ -1,4 +1,4 @@
-"""Skills (DESIGN §7): packaged know-how an agent loads when a task calls for it.
+"""Skills (docs/notes/knowledge-and-skills.md): packaged know-how an agent loads when a task calls for it.
 
 A skill belongs to a tenant: one it uploaded, or a platform skill (shipped in the repository's `skills/`
 folder) copied into every tenant's catalog, off until an operator enables it. Each upload or change of a

@@ -4,7 +4,8 @@ A skill is a folder: `SKILL.md` (YAML front matter between `---` lines, then a M
 files read by relative path. `package_from_files` checks a set of files by the Agent Skills rules (the
 reference validator's, ../shared/MCP-NOTES.md) and by this platform's limits, and reports every problem at
 once (`PackageProblems.problems`). `package_from_folder` reads a platform skill from disk; uploads come in
-through `skills.archives`. `skill_path` is the path rule of `load_skill_through_path` (DESIGN §7).
+through `skills.archives`. `skill_path` is the path rule of `load_skill_through_path`
+(docs/notes/knowledge-and-skills.md).
 
 Paths inside a package are relative POSIX paths, NFC-normalised. Refused everywhere: empty paths, NUL and
 control characters, invisible formatting characters (bidi overrides, zero-width), percent-encoding (`%2e`),

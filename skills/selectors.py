@@ -5,10 +5,9 @@ from operator import or_
 
 from django.db.models import Count, Q
 
+from skills.models import Skill, SkillFile, SkillVersion
 from tenancy.versions import VersionedCache
 from tools.models import AgentSession, CatalogVersion, ToolGroup
-
-from .models import Skill, SkillFile, SkillVersion
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
-from tenancy.fastread import tables_exist
-from tenancy.models import Tenant
-from toolkeeper.errors import Conflict, ServiceError
-from tools.catalog import catalog_bump
-from tools.decorators import ToolError
-from tools.models import AgentSession
-
-from .models import Skill, SkillFile, SkillSource, SkillVersion
-from .packages import (
+from skills.models import Skill, SkillFile, SkillSource, SkillVersion
+from skills.packages import (
     SKILL_FILE,
     PackageProblems,
     SkillPackage,
@@ -25,7 +18,13 @@ from .packages import (
     platform_skill_folders,
     skill_path,
 )
-from .selectors import session_skill_version
+from skills.selectors import session_skill_version
+from tenancy.fastread import tables_exist
+from tenancy.models import Tenant
+from toolkeeper.errors import Conflict, ServiceError
+from tools.catalog.snapshot import catalog_bump
+from tools.models import AgentSession
+from tools.python.decorators import ToolError
 
 logger = logging.getLogger("toolkeeper.skills")
 

@@ -2,10 +2,9 @@
 declared here for `tenant_view`."""
 from django.urls import path
 
+from skills import views
+from skills.models import Skill
 from tenancy.web import register_url_objects
-
-from . import views
-from .models import Skill
 
 app_name = "skills"
 

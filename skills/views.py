@@ -15,14 +15,13 @@ from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import render
 
+from skills import selectors, services
+from skills.forms import BindGroupForm, ExposureForm, UploadForm
+from skills.models import Skill, SkillFile, SkillSource, SkillVersion
+from skills.packages import SKILL_FILE, PackageProblems, allowed_tools_list
 from tenancy.web import INVALID_STATUS, SERVICE_REFUSALS, acting_user, add_service_errors, tenant_redirect, tenant_view
+from tools.catalog.services import group_update
 from tools.models import Tool, ToolGroup
-from tools.services import group_update
-
-from . import selectors, services
-from .forms import BindGroupForm, ExposureForm, UploadForm
-from .models import Skill, SkillFile, SkillSource, SkillVersion
-from .packages import SKILL_FILE, PackageProblems, allowed_tools_list
 
 FRONT_MATTER_SHOWN = ("license", "compatibility")  # besides name, description, metadata and allowed-tools
 

@@ -1,4 +1,4 @@
-"""Debian's Chromium for the browser tests, driven by Playwright (DESIGN §11)."""
+"""Debian's Chromium for the browser tests, driven by Playwright (docs/notes/structure-and-testing.md)."""
 import contextlib
 import os
 from pathlib import Path

@@ -13,9 +13,9 @@ from rest_framework.test import APIClient
 from approvals.engine import index_cache
 from tenancy.models import Role
 from tenancy.services import apikey_create, membership_set, tenant_create
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
+from tools.catalog.services import binding_set, group_update, session_create
 from tools.models import CallStatus, Tool, ToolGroup
-from tools.services import binding_set, group_update, session_create
 
 PASSWORD = "correct horse battery staple"
 
@@ -110,7 +110,7 @@ def drain_calls(db):
     yield
     import time
 
-    from tools.runtime import runtime
+    from tools.calls.runtime import runtime
 
     executor = runtime()._executor
     if executor is None or not hasattr(executor, "_running"):

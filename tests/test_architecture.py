@@ -11,9 +11,9 @@ import grimp
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
 PACKAGES = CONFIG["root_packages"]
-# Imports that must run late: Django loads apps before AppConfig.ready; Celery finalizes its app before
-# Django is set up.
-LATE_IMPORTS = {("toolkeeper/celery.py", "schedule_periodic_jobs")}
+# Imports that must run late: none but AppConfig.ready's, where Django has loaded every app. (Celery beat's
+# schedule is read by its scheduler, tools.tasks.RuntimeScheduler, once Django is set up.)
+LATE_IMPORTS: set = set()
 
 
 def layered_modules() -> set[str]:

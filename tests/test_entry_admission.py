@@ -40,9 +40,9 @@ from tests.test_url_isolation import API_PREFIX, CONSOLE_PREFIXES, SKIPPED_PREFI
 from toolkeeper.errors import NotPermitted, RateLimited
 from toolkeeper.handlers import http_application
 from toolkeeper.json_values import JSONValueField
-from toolkeeper.mcp_http import INVALID_PARAMS, RATE_LIMITED, McpEndpoint
 from toolkeeper.routing import websocket_urlpatterns
-from tools.mcp_endpoint import mcp_protocol_server
+from tools.gateway.entry import INVALID_PARAMS, RATE_LIMITED, McpEndpoint
+from tools.gateway.protocol import mcp_protocol_server
 from tools.models import ToolCall
 
 NUL_VALUE = {"name": "walker", "input": {"text": "a\u0000b"}, "description": "x\u0000"}

@@ -27,12 +27,12 @@ def write(path, text: str) -> None:
 
 def test_a_recorded_run_is_put_back_in_a_new_checkout(layout):
     write(layout / "src" / "tenancy" / "scoping.py.meta", meta({"tenancy.scoping.x_f__mutmut_1": 1}))
-    write(layout / "tools" / "worker.py.meta", meta({"tools.worker.x_g__mutmut_1": None}))
+    write(layout / "tools" / "calls" / "worker.py.meta", meta({"tools.calls.worker.x_g__mutmut_1": None}))
     write(layout / mutation.STATS, json.dumps({"duration_by_test": {"tests/a.py::t": 0.5}}))
     mutation.record()
 
     recorded = sorted(str(p.relative_to(mutation.RECORD)) for p in mutation.RECORD.rglob("*") if p.is_file())
-    assert recorded == ["mutmut-stats.json.gz", "src/tenancy/scoping.py.meta", "tools/worker.py.meta"]
+    assert recorded == ["mutmut-stats.json.gz", "src/tenancy/scoping.py.meta", "tools/calls/worker.py.meta"]
     first = (mutation.RECORD / "mutmut-stats.json.gz").read_bytes()
 
     originals = {p: p.read_bytes() for p in layout.rglob("*") if p.is_file()}

@@ -106,7 +106,7 @@ def test_a_tool_process_starts_without_the_mcp_client(tmp_path):
     """Processes of `isolation="process"` tools run Python tools only: they skip the MCP SDK's slow import."""
     probe = ("import os, sys; sys.path[:0] = ['platform', '.'];"
              "os.environ['DJANGO_SETTINGS_MODULE'] = 'toolkeeper.settings';"
-             "import django; django.setup(); from tools.registry import source_for;"
+             "import django; django.setup(); from tools.catalog.registry import source_for;"
              "print('mcp' in sys.modules, source_for('mcp') is not None)")
     env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE"}}
     env["TOOLKEEPER_DATA_DIR"] = str(tmp_path / "data")

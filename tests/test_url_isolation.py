@@ -1,4 +1,5 @@
-"""Every route, given the other tenant's ids, answers 404 and shows none of its data (DESIGN §11).
+"""Every route, given the other tenant's ids, answers 404 and shows none of its data
+(docs/notes/structure-and-testing.md).
 
 The test walks the whole URL conf. A route under /api/ is requested with an API key of tenant A that
 has every scope; a console route with A's admin logged in. Parameters are replaced by tenant B's ids
@@ -19,12 +20,12 @@ from audit.models import Event
 from tenancy.models import ApiKey
 from tenancy.scoping import TenantOwned
 from tenancy.services import apikey_create
-from tools.calls import calls_submit
-from tools.mcp_client import UpstreamTool
-from tools.mcp_servers import mcp_server_create, mcp_tools_reconcile
+from tools.calls.submit import calls_submit
+from tools.catalog.services import binding_set, group_create, session_create
 from tools.models import AgentSession, BoundArgument, McpServer, Tool, ToolCall, ToolGroup
-from tools.redaction import redaction_rule_create
-from tools.services import binding_set, group_create, session_create
+from tools.redaction.rules import redaction_rule_create
+from tools.upstream.client import UpstreamTool
+from tools.upstream.servers import mcp_server_create, mcp_tools_reconcile
 
 SKIPPED_PREFIXES = ("admin/", "api/schema/", "api/docs/", "login/", "logout/")
 API_PREFIX = "api/"
@@ -166,7 +167,7 @@ def _mcp_rows(tw, marker: str) -> None:
 
 def _http_rows(tw, marker: str) -> None:
     """An HTTP tool with a secret (nothing here calls it)."""
-    from tools.http_tools import http_tool_create
+    from tools.http_tools.services import http_tool_create
 
     http_tool_create(tenant=tw.tenant, name="walk_http", description=f"{marker} http tool",
                      url="https://93.184.215.14/walk", headers={"Authorization": "Bearer {secret:token}"},

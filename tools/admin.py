@@ -13,11 +13,10 @@ from audit.services import audit_record
 from toolkeeper.errors import ServiceError
 from toolkeeper.json_values import JSONValueField
 from toolkeeper.secrets import secret_names
-
-from .mcp_servers import FIELDS as MCP_SERVER_FIELDS
-from .mcp_servers import SECRET_FIELDS, mcp_server_check, mcp_server_delete
-from .models import AgentSession, BoundArgument, CallEvent, McpServer, Tool, ToolCall, ToolGroup
-from .schemas import SchemaProblem, schema_check
+from tools.catalog.schemas import SchemaProblem, schema_check
+from tools.models import AgentSession, BoundArgument, CallEvent, McpServer, Tool, ToolCall, ToolGroup
+from tools.upstream.servers import FIELDS as MCP_SERVER_FIELDS
+from tools.upstream.servers import SECRET_FIELDS, mcp_server_check, mcp_server_delete
 
 
 def _spans_tenants(model) -> bool:

@@ -9,13 +9,20 @@ class ToolsConfig(AppConfig):
         from django.db.models.signals import m2m_changed, post_delete, post_migrate, post_save
 
         from tenancy.signals import tenant_created
+        from tools.calls.aftercare import RESULT_STEPS, Cap, Redact, ResultRules, Retry
+        from tools.calls.pipeline import CALL_STEPS, Bind, Normalize, Validate
+        from tools.calls.submit import Dispatch
+        from tools.catalog.services import catalog_sync_all, tenant_seed_catalog
+        from tools.catalog.snapshot import bump_on_change
+        from tools.models import BoundArgument, McpServer, RedactionRule, Tool, ToolGroup
+        from tools.python import builtins, examples, source  # noqa: F401  (registers the shipped tools' source)
+        from tools.python.plugins import plugins_load
 
-        from . import builtins, examples, sources  # noqa: F401  (registers the shipped tools' sources)
-        from .catalog import bump_on_change
-        from .models import BoundArgument, McpServer, RedactionRule, Tool, ToolGroup
-        from .plugins import plugins_load
-        from .services import catalog_sync_all, tenant_seed_catalog
-
+        # the call pipeline's steps and the steps after a tool ran that this app owns (docs/architecture.md)
+        for position, step in ((100, Normalize), (200, Validate), (300, Bind), (600, ResultRules), (700, Dispatch)):
+            CALL_STEPS.register(position, step)
+        for position, step in ((100, Retry), (200, Redact), (300, Cap)):
+            RESULT_STEPS.register(position, step)
         tenant_created.connect(tenant_seed_catalog, dispatch_uid="tools.seed_catalog")
         # A server's tools leave the surface with it; redaction rules are cached under the same version.
         for model in (Tool, ToolGroup, BoundArgument, McpServer, RedactionRule):
@@ -26,10 +33,10 @@ class ToolsConfig(AppConfig):
         if not settings.TOOLKEEPER_MCP_HOST_PROCESS:  # after the shipped tools: a plugin cannot take their names
             # A tool process loads them too (quietly: its server has reported their problems).
             plugins_load(settings.TOOLKEEPER_TOOL_MODULES, report_errors=not settings.TOOLKEEPER_TOOL_PROCESS)
-        # A tool process runs Python tools only (tools.isolation); the MCP host process only reaches servers.
+        # A tool process runs Python tools only (tools.python.isolation); the MCP host process only reaches servers.
         if not (settings.TOOLKEEPER_TOOL_PROCESS or settings.TOOLKEEPER_MCP_HOST_PROCESS):
-            from . import http_tools  # noqa: F401  (registers the source of HTTP tools)
-            from .mcp_servers import mcp_server_sync
-            from .mcp_source import mcp_sync_register  # registers the source of MCP tools
+            from tools.http_tools import services  # noqa: F401  (registers the source of HTTP tools)
+            from tools.upstream.servers import mcp_server_sync
+            from tools.upstream.source import mcp_sync_register  # registers the source of MCP tools
 
             mcp_sync_register(sync=mcp_server_sync)  # periodically, and when a server says its tools changed

@@ -8,7 +8,13 @@ from toolkeeper.secrets import EncryptedJSONField
 RESERVED_GROUP = "basic"
 
 
+SOURCE_KIND_MAX = 32
+
+
 class ToolSource(models.TextChoices):
+    """The kinds of the shipped sources. The field takes any kind a registered source claims
+    (`tools.catalog.registry.register_source`): a new source needs no change here."""
+
     PYTHON = "python"
     MCP = "mcp"
     EXTERNAL = "external"
@@ -69,7 +75,7 @@ class Tool(TenantOwned):
     description = models.TextField(blank=True, default="")
     input_schema = models.JSONField(default=dict)
     output_schema = models.JSONField(null=True, blank=True)
-    source = models.CharField(max_length=10, choices=ToolSource.choices)
+    source = models.CharField(max_length=SOURCE_KIND_MAX)  # a registered source's kind
     source_ref = models.CharField(max_length=255, blank=True, default="")
     # MCP tools: the server they came from (source_ref holds the upstream name); kept, disabled, when it goes.
     mcp_server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.SET_NULL, related_name="tools")
@@ -162,7 +168,7 @@ class RedactionRule(TenantOwned):
 
 
 class CatalogVersion(TenantOwned):
-    """Bumped with every change to a tenant's tools, groups or bindings (see tools.catalog)."""
+    """Bumped with every change to a tenant's tools, groups or bindings (see tools.catalog.snapshot)."""
 
     version = models.PositiveBigIntegerField(default=0)
 

@@ -1,11 +1,12 @@
 """Celery tasks of the distributed mode: thin wrappers that take ids or names and call the worker's side
-(`tools.worker`) or the runtime's periodic jobs (`tools.runtime`)."""
+(`tools.calls.worker`) or the runtime's periodic jobs (`tools.calls.runtime`)."""
 from celery import shared_task
+from celery.beat import PersistentScheduler
 from celery.signals import worker_process_init
 
-from .executors import RUN_CALL_TASK
-from .runtime import BACKGROUND_TASK, PERIODIC_TASK, background_threads, runtime
-from .worker import ClaimOutcome, worker_run_call
+from tools.calls.executors import RUN_CALL_TASK
+from tools.calls.runtime import BACKGROUND_TASK, PERIODIC_TASK, background_threads, runtime
+from tools.calls.worker import ClaimOutcome, worker_run_call
 
 WAIT_RETRY_S = 0.2
 
@@ -28,6 +29,15 @@ def run_periodic(name: str) -> None:
 @shared_task(name=BACKGROUND_TASK, ignore_result=True)
 def run_background(name: str, args: list) -> None:
     background_threads().hand(name, args)  # returns at once: the job runs in this process's background threads
+
+
+class RuntimeScheduler(PersistentScheduler):
+    """Celery beat's scheduler (settings.CELERY_BEAT_SCHEDULER): every periodic job of the runtime (expiry, the
+    reaper, the dispatcher, …) as a `tools.periodic` task, read when beat starts, once Django is set up."""
+
+    def setup_schedule(self):
+        runtime().beat_schedule(self.app)
+        super().setup_schedule()
 
 
 @worker_process_init.connect

@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from . import views
+from approvals.api import views
 
 router = SimpleRouter(trailing_slash=False)
 router.register("rules", views.RuleViewSet, basename="rule")

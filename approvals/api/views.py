@@ -7,6 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from approvals import notifications, selectors, services
+from approvals.api import serializers as s
 from approvals.models import ApprovalRequest, RequestStatus, ReviewerNotifySetting, Vote
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.models import ApiKey, Scope
@@ -14,8 +15,6 @@ from tenancy.web import acting_user
 from toolkeeper.openapi import CONFLICT
 from tools.api.serializers import CallSerializer, DecisionSerializer, call_data
 from tools.api.views import access_call
-
-from . import serializers as s
 
 
 class RuleViewSet(TenantModelViewSet):

@@ -1,7 +1,7 @@
 """Include in the API v1 URL list: `path("", include("knowledge.api.urls"))`."""
 from rest_framework.routers import SimpleRouter
 
-from . import views
+from knowledge.api import views
 
 router = SimpleRouter(trailing_slash=False)
 router.register("datasets", views.DatasetViewSet, basename="dataset")

@@ -10,14 +10,13 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from knowledge import services
+from knowledge.api import serializers as s
 from knowledge.models import Dataset, Document
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.web import acting_user
 from toolkeeper.errors import ServiceError
 from tools.api.serializers import calls_data
-from tools.calls import work_start
-
-from . import serializers as s
+from tools.calls.submit import work_start
 
 MAX_DOCUMENTS_PER_REQUEST = s.MAX_DOCUMENTS_PER_REQUEST
 

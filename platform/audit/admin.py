@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Event
+from audit.models import Event
 
 
 @admin.register(Event)

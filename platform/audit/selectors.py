@@ -5,7 +5,7 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
-from .chain import (
+from audit.chain import (
     HASHED_FIELDS,
     KEYED,
     PLAIN,
@@ -16,7 +16,7 @@ from .chain import (
     head_signed_by,
     heads_digest,
 )
-from .models import ChainHead, Event
+from audit.models import ChainHead, Event
 
 INTACT, BROKEN, UNSIGNED, UNVERIFIABLE = "intact", "broken", "unsigned", "unverifiable"
 WALK_CHUNK = 2000  # entries fetched at a time: a long chain is streamed, never loaded whole

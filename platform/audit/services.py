@@ -5,10 +5,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from tenancy.fastread import insert_row, this_connection
-from toolkeeper.errors import ServiceError
-
-from .chain import (
+from audit.chain import (
     KEYED,
     PLAIN,
     SCHEME,
@@ -19,8 +16,10 @@ from .chain import (
     head_signature,
     head_signed_by,
 )
-from .models import ChainHead, Event
-from .selectors import UNSIGNED, ChainCheck, audit_check
+from audit.models import ChainHead, Event
+from audit.selectors import UNSIGNED, ChainCheck, audit_check
+from tenancy.fastread import insert_row, this_connection
+from toolkeeper.errors import ServiceError
 
 
 def _actor_label(actor) -> str:

@@ -2,13 +2,13 @@
 tenant is invalid. Page forms are `TenantForm`s, built by the generic views of `tenancy.editing`."""
 from django import forms
 
+from tenancy.editing import text_lines
 from tenancy.models import SYSTEM_AGENT_RESERVED, Scope, Tenant, is_system_agent
 from tenancy.services import LIMIT_FIELDS, LIMIT_MAX
 from tenancy.web import TenantForm
-from toolkeeper.json_values import JSONValueField, json_parse
-from tools.mcp_servers import SERVER_NAME_RULE, TIMEOUT_RANGE, stdio_servers
-from tools.models import CallStatus, McpTransport, Tool, ToolCall
-from tools.schemas import argument_choices
+from toolkeeper.json_values import JSONValueField
+from tools.catalog.schemas import argument_choices
+from tools.models import CallStatus, Tool, ToolCall
 
 
 def _tools_of(tenant):
@@ -43,7 +43,7 @@ class GroupForm(TenantForm):
             del self.fields["agents"]  # basic is open to every agent
 
     def clean_agents(self):
-        return _names(self.cleaned_data["agents"])
+        return text_lines(self.cleaned_data["agents"])
 
     def initial_for(self, group) -> dict:
         return {
@@ -138,114 +138,3 @@ class CallFilterForm(forms.Form):
         names = (ToolCall.objects.for_tenant(tenant).order_by("tool_name")
                  .values_list("tool_name", flat=True).distinct())
         self.fields["tool"].choices = [("", "any tool"), *((name, name) for name in names)]
-
-
-class SecretTextarea(forms.Textarea):
-    """A textarea that never renders a value: credentials are typed in, never shown back (not even on a form
-    refused for another field)."""
-
-    def format_value(self, value):
-        return None
-
-
-def _names(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if line.strip()]
-
-
-def _credentials(text: str, what: str) -> dict:
-    """`Name: value` lines (or `NAME=value` for the environment), or a JSON object. Messages never quote a value."""
-    text = text.strip()
-    if text.startswith("{"):
-        try:
-            value = json_parse(text)
-        except ValueError:
-            raise forms.ValidationError(f"not a valid JSON object of {what}") from None
-        if not isinstance(value, dict):
-            raise forms.ValidationError(f"a JSON object of {what}")
-        return value
-    separator = "=" if what == "variables" else ":"
-    found = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        name, sep, value = line.partition(separator)
-        if not sep or not name.strip():
-            raise forms.ValidationError(f"line {number}: write Name{separator} value (or a JSON object)")
-        found[name.strip()] = value.strip()
-    return found
-
-
-def _stored(names, what: str) -> str:
-    names = sorted(names or {})
-    if not names:
-        return f"No {what} stored."
-    return f"{len(names)} {what if len(names) != 1 else what[:-1]} set ({', '.join(names)}): values are never shown."
-
-
-class McpServerForm(TenantForm):
-    """An MCP server. Credentials are write-only: left empty, the stored ones stay; "remove" clears them."""
-
-    name = forms.CharField(max_length=24, help_text=f"{SERVER_NAME_RULE}. Its tools are named mcp__NAME__TOOL.")
-    transport = forms.ChoiceField(choices=McpTransport.choices)
-    url = forms.CharField(max_length=2000, required=False, label="URL",
-                          help_text="HTTP transports. Only public addresses, unless the platform admin allows "
-                                    "the host.")
-    headers = forms.CharField(required=False, widget=SecretTextarea(attrs={"rows": 3, "autocomplete": "off"}),
-                              label="Headers",
-                              help_text="One per line, Name: value (or a JSON object), e.g. Authorization: Bearer …")
-    clear_headers = forms.BooleanField(required=False, label="Remove the stored headers")
-    command = forms.ChoiceField(required=False, label="Stdio server",
-                                help_text="stdio: a server the platform admin allows.")
-    env = forms.CharField(required=False, widget=SecretTextarea(attrs={"rows": 2, "autocomplete": "off"}),
-                          label="Environment", help_text="stdio: one per line, NAME=value (or a JSON object).")
-    clear_env = forms.BooleanField(required=False, label="Remove the stored environment")
-    timeout_s = forms.FloatField(min_value=TIMEOUT_RANGE[0], max_value=TIMEOUT_RANGE[1], initial=30,
-                                 label="Timeout (s)", help_text="The limit of each call of its tools.")
-    include = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
-                              help_text="Upstream tool names to take, one per line; empty: every tool.")
-    exclude = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
-                              help_text="Upstream tool names to leave out, one per line.")
-    trusted = forms.BooleanField(required=False, help_text="Its tools' annotations (read-only, destructive, "
-                                 "idempotent) become their flags. Otherwise they are treated as destructive.")
-    enabled = forms.BooleanField(required=False, initial=True, help_text="Off: its tools are disabled.")
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["command"].choices = [("", "—"), *((name, name) for name in sorted(stdio_servers()))]
-        if self.instance is not None:
-            self.fields["name"].disabled = True
-            self.fields["name"].help_text = "Part of its tools' names: it cannot change."
-            self.fields["headers"].label = "Replace the headers"
-            self.fields["headers"].help_text = (f"{_stored(self.instance.headers, 'headers')} Leave empty to keep "
-                                                "them. " + self.fields["headers"].help_text)
-            self.fields["env"].label = "Replace the environment"
-            self.fields["env"].help_text = (f"{_stored(self.instance.env, 'variables')} Leave empty to keep it. "
-                                            + self.fields["env"].help_text)
-        else:
-            del self.fields["clear_headers"], self.fields["clear_env"]
-
-    def initial_for(self, server) -> dict:
-        return {"name": server.name, "transport": server.transport, "url": server.url, "command": server.command,
-                "timeout_s": server.timeout_s, "include": "\n".join(server.include),
-                "exclude": "\n".join(server.exclude), "trusted": server.trusted, "enabled": server.enabled}
-
-    def clean_headers(self):
-        text = self.cleaned_data["headers"]
-        return _credentials(text, "headers") if text.strip() else None
-
-    def clean_env(self):
-        text = self.cleaned_data["env"]
-        return _credentials(text, "variables") if text.strip() else None
-
-    def service_values(self) -> dict:
-        data = dict(self.cleaned_data)
-        values = {name: data[name] for name in ("transport", "url", "command", "timeout_s", "trusted", "enabled")}
-        values["include"], values["exclude"] = _names(data["include"]), _names(data["exclude"])
-        if self.instance is None:
-            values["name"] = data["name"]
-        for name in ("headers", "env"):
-            if data.get(f"clear_{name}"):
-                values[name] = {}
-            elif data[name] is not None:
-                values[name] = data[name]
-        return values

@@ -3,11 +3,14 @@
 `redaction_rule_id`, `http_tool_id` (an HTTP tool's endpoint); what each names is declared here for `tenant_view`."""
 from django.urls import include, path
 
+from console import views
 from tenancy.models import ApiKey
 from tenancy.web import register_url_objects
+from tools.http_tools import pages as http_tool_pages
 from tools.models import AgentSession, BoundArgument, HttpEndpoint, McpServer, RedactionRule, Tool, ToolCall, ToolGroup
-
-from . import http_tool_pages, plugin_pages, redaction_pages, views
+from tools.python import pages as plugin_pages
+from tools.redaction import pages as redaction_pages
+from tools.upstream import pages as upstream_pages
 
 app_name = "console"
 
@@ -32,13 +35,13 @@ tenant_pages = [
     path("http-tools/<int:http_tool_id>/", http_tool_pages.http_tool_edit, name="http_tool_edit"),
     path("http-tools/<int:http_tool_id>/delete/", http_tool_pages.http_tool_delete, name="http_tool_delete"),
     path("tools/plugins/", plugin_pages.plugin_list, name="tool_plugins"),
-    path("mcp-servers/", views.mcp_server_list, name="mcp_server_list"),
-    path("mcp-servers/new/", views.mcp_server_create, name="mcp_server_create"),
-    path("mcp-servers/<int:server_id>/", views.mcp_server_detail, name="mcp_server_detail"),
-    path("mcp-servers/<int:server_id>/edit/", views.mcp_server_edit, name="mcp_server_edit"),
-    path("mcp-servers/<int:server_id>/delete/", views.mcp_server_delete, name="mcp_server_delete"),
-    path("mcp-servers/<int:server_id>/sync/", views.mcp_server_sync, name="mcp_server_sync"),
-    path("mcp-servers/<int:server_id>/test/", views.mcp_server_test, name="mcp_server_test"),
+    path("mcp-servers/", upstream_pages.mcp_server_list, name="mcp_server_list"),
+    path("mcp-servers/new/", upstream_pages.mcp_server_create, name="mcp_server_create"),
+    path("mcp-servers/<int:server_id>/", upstream_pages.mcp_server_detail, name="mcp_server_detail"),
+    path("mcp-servers/<int:server_id>/edit/", upstream_pages.mcp_server_edit, name="mcp_server_edit"),
+    path("mcp-servers/<int:server_id>/delete/", upstream_pages.mcp_server_delete, name="mcp_server_delete"),
+    path("mcp-servers/<int:server_id>/sync/", upstream_pages.mcp_server_sync, name="mcp_server_sync"),
+    path("mcp-servers/<int:server_id>/test/", upstream_pages.mcp_server_test, name="mcp_server_test"),
     path("groups/", views.group_list, name="group_list"),
     path("groups/new/", views.group_create, name="group_create"),
     path("groups/<int:group_id>/", views.group_edit, name="group_edit"),

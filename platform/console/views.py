@@ -8,10 +8,9 @@ are the generic views of `tenancy.editing`, declared here.
 import uuid
 from datetime import timedelta
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Prefetch
-from django.http import Http404, HttpResponseRedirect
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -19,27 +18,30 @@ from django.views.decorators.cache import never_cache
 from approvals.exposure import agents_eye_view
 from approvals.selectors import pending_request_of, request_of_call
 from audit.selectors import audit_check_recent, audit_events
+from console.forms import (
+    ApiKeyForm,
+    BindingForm,
+    CallFilterForm,
+    GroupForm,
+    LimitsForm,
+    SurfacePreviewForm,
+    ToolStateForm,
+)
 from tenancy import services as tenancy_services
-from tenancy.editing import ObjectActionView, ObjectDeleteView, ObjectFormView
+from tenancy.editing import ObjectDeleteView, ObjectFormView
 from tenancy.models import ApiKey
 from tenancy.selectors import memberships_of
 from tenancy.web import (
     ADMIN,
     ISSUED_KEY,
     MEMBER,
-    SERVICE_REFUSALS,
-    acting_user,
     page_of,
     shows_issued_key,
     tenant_view,
 )
-from toolkeeper.secrets import secret_names
-from tools import mcp_servers
-from tools import services as tool_services
-from tools.calls import call_cancel
-from tools.mcp_endpoint import AGENT_HEADER, SESSION_HEADER
-from tools.models import AgentSession, BoundArgument, CallStatus, McpServer, Tool, ToolCall, ToolGroup
-from tools.selectors import (
+from tools.calls.submit import call_cancel
+from tools.catalog import services as tool_services
+from tools.catalog.selectors import (
     SESSION_PAYLOADS,
     TOOL_PAYLOADS,
     active_group_names,
@@ -54,19 +56,10 @@ from tools.selectors import (
     surface_preview,
     tool_impact,
 )
-
-from .forms import (
-    ApiKeyForm,
-    BindingForm,
-    CallFilterForm,
-    GroupForm,
-    LimitsForm,
-    McpServerForm,
-    SurfacePreviewForm,
-    ToolStateForm,
-)
-from .mcp_clients import AGENT_PLACEHOLDER, mcp_client_setup, mcp_url, session_mcp_presence
-from .redaction_pages import ToolResultStepsForm
+from tools.gateway.pages import AGENT_PLACEHOLDER, mcp_client_setup, mcp_url, session_mcp_presence
+from tools.gateway.protocol import AGENT_HEADER, SESSION_HEADER
+from tools.models import AgentSession, BoundArgument, CallStatus, Tool, ToolCall, ToolGroup
+from tools.redaction.pages import ToolResultStepsForm
 
 LIVE_ROWS_MAX = 50  # call rows one live-list fragment request may ask for
 OUTPUT_LINES_MAX = 500  # streamed output lines a call page shows (the newest)
@@ -172,75 +165,6 @@ tool_disable = ToolDisable.as_view(
 tool_detail = ToolDetail.as_view(
     form_class=ToolStateForm, service=tool_services.tool_update, template_name="console/tool_detail.html",
     success_url="console:tool_detail", success_params=(("tool_id", "pk"),), read=MEMBER)
-
-
-# --- MCP servers -------------------------------------------------------------------------------
-
-@tenant_view()
-def mcp_server_list(request):
-    servers = list(McpServer.objects.for_tenant(request.tenant))
-    tools = mcp_servers.mcp_tools_by_server(request.tenant, servers)
-    rows = [(server, sum(t.enabled for t in tools[server.pk]), len(tools[server.pk])) for server in servers]
-    return render(request, "console/mcp_server_list.html", {"rows": rows})
-
-
-@tenant_view()
-def mcp_server_detail(request, server):
-    """The server and its tools, each schema as the model sees it (tenant-wide bindings removed)."""
-    tools = list(mcp_servers.server_tools(server).order_by("name"))
-    bound: dict[int, list[str]] = {}
-    agents: dict[int, set[str]] = {}
-    for tool_id, agent, name in BoundArgument.objects.for_tenant(request.tenant).filter(tool__in=tools).values_list(
-            "tool_id", "agent", "name"):
-        if agent:
-            agents.setdefault(tool_id, set()).add(agent)
-        else:
-            bound.setdefault(tool_id, []).append(name)
-    rows = [(tool, exposed_schema(tool.input_schema, bound.get(tool.pk, [])), sorted(agents.get(tool.pk, ())))
-            for tool in tools]
-    return render(request, "console/mcp_server_detail.html", {
-        "server": server, "rows": rows,
-        "header_names": secret_names(server, "headers"), "env_names": secret_names(server, "env"),
-    })
-
-
-mcp_server_create = ObjectFormView.as_view(
-    form_class=McpServerForm, service=mcp_servers.mcp_server_create, template_name="console/mcp_server_form.html",
-    success_url="console:mcp_server_detail", success_params=(("server_id", "pk"),),
-    success_message="MCP server {object.name} added. Sync it to list its tools.")
-mcp_server_edit = ObjectFormView.as_view(
-    form_class=McpServerForm, service=mcp_servers.mcp_server_update, template_name="console/mcp_server_form.html",
-    success_url="console:mcp_server_detail", success_params=(("server_id", "pk"),),
-    success_message="MCP server {object.name} saved.")
-mcp_server_delete = ObjectDeleteView.as_view(
-    service=mcp_servers.mcp_server_delete, template_name="console/mcp_server_delete.html",
-    success_url="console:mcp_server_list",
-    success_message="MCP server {object.name} deleted. Its tools stay in the catalog, disabled.")
-
-
-class McpServerSync(ObjectActionView):
-    """Sync now: the outcome is the page's message (an unreachable server is no refusal: it is recorded)."""
-
-    def post(self, request, **objects):
-        try:
-            result = self.service(server=self.object, actor=acting_user(request))
-        except SERVICE_REFUSALS as exc:
-            return self.refused(exc)
-        if result["status"] == "ok":
-            skipped = "; ".join(f"{name}: {reason}" for name, reason in result["skipped"][:5])
-            messages.success(request, f"Synced: {result['added']} added, {result['updated']} updated, "
-                                      f"{result['disabled']} disabled" + (f". Skipped: {skipped}" if skipped else "."))
-        else:
-            messages.error(request, f"The sync failed: {result['error']}")
-        return HttpResponseRedirect(self.success(self.object))
-
-
-mcp_server_sync = McpServerSync.as_view(
-    service=mcp_servers.mcp_server_sync, success_url="console:mcp_server_detail",
-    success_params=(("server_id", "pk"),))
-mcp_server_test = ObjectActionView.as_view(
-    service=mcp_servers.mcp_server_probe, success_url="console:mcp_server_detail",
-    success_params=(("server_id", "pk"),), success_message="{object.name} answers: the connection works.")
 
 
 # --- groups ------------------------------------------------------------------------------------

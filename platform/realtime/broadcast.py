@@ -14,7 +14,7 @@ from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
 from django.db import transaction
 
-from .layers import RedisGroupSender
+from realtime.layers import RedisGroupSender
 
 logger = logging.getLogger("toolkeeper.realtime")
 

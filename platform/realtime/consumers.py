@@ -1,6 +1,6 @@
-"""What every WebSocket stream shares (DESIGN §9): consumers authenticate, check access, then join a group.
+"""What every WebSocket stream shares (docs/notes/realtime.md): consumers authenticate, check access, then join a group.
 
-The streams themselves belong to the apps whose events they carry (`tools.streams`: calls and sessions;
+The streams themselves belong to the apps whose events they carry (`tools.calls.streams`: calls and sessions;
 `approvals.streams`: the inbox); `toolkeeper.routing` gathers their routes.
 
 A client that passes `after=<seq>` first receives the stored events it missed (per call, those

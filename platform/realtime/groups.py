@@ -1,4 +1,4 @@
-"""Channels group names (DESIGN §9). The server decides who receives what."""
+"""Channels group names (docs/notes/realtime.md). The server decides who receives what."""
 
 
 def calls_group(tenant_id: int) -> str:

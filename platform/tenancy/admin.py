@@ -1,9 +1,8 @@
 from django.contrib import admin
 from django.db import models
 
+from tenancy.models import ApiKey, Membership, Tenant
 from toolkeeper.json_values import JSONValueField
-
-from .models import ApiKey, Membership, Tenant
 
 
 class MembershipInline(admin.TabularInline):

@@ -13,11 +13,11 @@ JSON value. `admit` checks, in this order, and raises the first refusal:
    surrogate, no NaN or Infinity, nesting at most 64 levels) (`ValueRefused`, 400).
 
 The URL is checked even before the caller is known, at the HTTP entry every request passes
-(`toolkeeper.bodies.BodyGuard`, with `url_problem`): a path or query parameter with a NUL reaches no lookup, where
+(`tenancy.bodies.BodyGuard`, with `url_problem`): a path or query parameter with a NUL reaches no lookup, where
 PostgreSQL would refuse the text with an error.
 
 Each entry turns these refusals into its own medium in one place: the API's error envelope
-(`toolkeeper.api.exception_handler`), an HTTP status with a JSON-RPC error on `/mcp/` (`toolkeeper.mcp_http`),
+(`toolkeeper.api.exception_handler`), an HTTP status with a JSON-RPC error on `/mcp/` (`tools.gateway.entry`),
 a close code on a WebSocket (`realtime.consumers`), a page with the status in the console (`tenancy.web`).
 `tests/test_entry_admission.py` walks every entry and shows each refusal there, so a new entry cannot skip one.
 """
@@ -28,13 +28,12 @@ from enum import StrEnum
 
 from rest_framework.throttling import BaseThrottle
 
+from tenancy.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
+from tenancy.limits import requests_admit
+from tenancy.models import ApiKey, Tenant
+from tenancy.selectors import apikey_from_token
 from toolkeeper.errors import NotPermitted, ServiceError
 from toolkeeper.json_values import json_problem
-
-from .authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
-from .limits import requests_admit
-from .models import ApiKey, Tenant
-from .selectors import apikey_from_token
 
 
 class Entry(StrEnum):

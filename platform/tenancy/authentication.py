@@ -1,8 +1,8 @@
 """API authentication: tenant API keys (apps) and console sessions (operators)."""
 from rest_framework import authentication, exceptions
 
-from .models import Tenant
-from .selectors import apikey_from_token, membership_of
+from tenancy.models import Tenant
+from tenancy.selectors import apikey_from_token, membership_of
 
 
 class ApiKeyPrincipal:

@@ -19,13 +19,14 @@ before the service ran (a deleted row has no primary key any more). Every page i
 is the level that opens it, `write` the level that posts to it; both default to operators. A page whose
 service takes other arguments subclasses and overrides `save`; `context()` adds to what the template sees.
 """
+from django import forms
 from django.contrib import messages
 from django.http import HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.views import View
 
-from .web import (
+from tenancy.web import (
     INVALID_STATUS,
     OPERATE,
     SERVICE_REFUSALS,
@@ -34,6 +35,7 @@ from .web import (
     service_messages,
     tenant_view,
 )
+from toolkeeper.json_values import json_parse
 
 
 class TenantPage(View):
@@ -143,3 +145,47 @@ class ObjectDeleteView(ObjectActionView):
 
     def refused(self, exc):
         return self.render({"errors": service_messages(exc)}, status=INVALID_STATUS)
+
+
+# -- credentials typed into a form ------------------------------------------------------------------
+
+class SecretTextarea(forms.Textarea):
+    """A textarea that never renders a value: credentials are typed in, never shown back (not even on a form
+    refused for another field)."""
+
+    def format_value(self, value):
+        return None
+
+
+def text_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def credentials_from_text(text: str, what: str) -> dict:
+    """`Name: value` lines (or `NAME=value` for the environment), or a JSON object. Messages never quote a value."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            value = json_parse(text)
+        except ValueError:
+            raise forms.ValidationError(f"not a valid JSON object of {what}") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError(f"a JSON object of {what}")
+        return value
+    separator = "=" if what == "variables" else ":"
+    found = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        name, sep, value = line.partition(separator)
+        if not sep or not name.strip():
+            raise forms.ValidationError(f"line {number}: write Name{separator} value (or a JSON object)")
+        found[name.strip()] = value.strip()
+    return found
+
+
+def credentials_stored(names, what: str) -> str:
+    names = sorted(names or {})
+    if not names:
+        return f"No {what} stored."
+    return f"{len(names)} {what if len(names) != 1 else what[:-1]} set ({', '.join(names)}): values are never shown."

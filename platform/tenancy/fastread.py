@@ -1,6 +1,6 @@
 """Small generic statements outside the ORM's usual path, for hot paths: single values of tenant-owned
 rows (the tenant id always in the WHERE), one row found by equal fields, appending a row, and whether
-tables exist yet. The statements particular to a call's path are in `tools.call_statements`.
+tables exist yet. The statements particular to a call's path are in `tools.calls.statements`.
 """
 import threading
 import time

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from django.db import close_old_connections
 from rest_framework import exceptions
 
-from .models import ApiKey, Membership
+from tenancy.models import ApiKey, Membership
 
 logger = logging.getLogger("toolkeeper.access")
 

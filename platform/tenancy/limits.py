@@ -21,9 +21,8 @@ from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from tenancy.models import ApiKey, Tenant
 from toolkeeper.errors import RateLimited
-
-from .models import ApiKey, Tenant
 
 logger = logging.getLogger("toolkeeper.limits")
 

@@ -5,7 +5,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from .scoping import TenantOwned
+from tenancy.scoping import TenantOwned
 
 
 class Behavior(models.TextChoices):

@@ -7,7 +7,7 @@ enforced here.
 """
 from rest_framework import permissions
 
-from .models import ApiKey, Membership, Role, Scope
+from tenancy.models import ApiKey, Membership, Role, Scope
 
 
 def required_scopes(view) -> tuple[str, ...]:

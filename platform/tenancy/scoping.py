@@ -1,4 +1,4 @@
-"""Fail-closed tenant scoping (DESIGN §3).
+"""Fail-closed tenant scoping (docs/governance.md).
 
 A query on a tenant-owned model must name its tenant (`for_tenant(t)`, or a filter on `tenant`),
 or come from a related manager of a row that is itself tenant-owned. Evaluating any other query

@@ -5,9 +5,9 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Q
 from django.http import Http404
 
-from .fastread import fetch_one
-from .models import SYSTEM_AGENT, ApiKey, Membership, Scope, Tenant, hash_secret, split_key
-from .versions import versioned_models
+from tenancy.fastread import fetch_one
+from tenancy.models import SYSTEM_AGENT, ApiKey, Membership, Scope, Tenant, hash_secret, split_key
+from tenancy.versions import versioned_models
 
 
 def apikey_from_token(token: str) -> ApiKey | None:

@@ -6,9 +6,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
-from toolkeeper.errors import ServiceError
-
-from .models import (
+from tenancy.models import (
     SYSTEM_AGENT_RESERVED,
     ApiKey,
     Membership,
@@ -19,7 +17,8 @@ from .models import (
     is_system_agent,
     new_key_material,
 )
-from .signals import tenant_created
+from tenancy.signals import tenant_created
+from toolkeeper.errors import ServiceError
 
 
 @transaction.atomic

@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 
 from django.db import IntegrityError, transaction
 
-from .fastread import tenant_scalar
+from tenancy.fastread import tenant_scalar
 
 T = TypeVar("T")
 

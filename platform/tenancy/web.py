@@ -19,11 +19,10 @@ from django.core.paginator import Paginator
 from django.http import HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 
+from tenancy.admission import Entry, admit
+from tenancy.models import ApiKey, Role
+from tenancy.selectors import access_object, access_tenant
 from toolkeeper.errors import RateLimited, ServiceError
-
-from .admission import Entry, admit
-from .models import ApiKey, Role
-from .selectors import access_object, access_tenant
 
 MEMBER, OPERATE, ADMIN = "member", "operate", "admin"
 READ_METHODS = ("GET", "HEAD")

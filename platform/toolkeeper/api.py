@@ -1,6 +1,6 @@
 """The API's shared plumbing: the error envelope, the size-limited parser, pagination.
 
-Every error leaves as `{"error": {"code", "message", "fields"}}` (API.md), never a stack trace. A service's
+Every error leaves as `{"error": {"code", "message", "fields"}}` (docs/api.md), never a stack trace. A service's
 refusal (`toolkeeper.errors.ServiceError`) is mapped to its status and envelope here, in `exception_handler`.
 """
 import io
@@ -14,8 +14,8 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
-from .errors import RateLimited, ServiceError
-from .json_values import MAX_JSON_DEPTH
+from toolkeeper.errors import RateLimited, ServiceError
+from toolkeeper.json_values import MAX_JSON_DEPTH
 
 logger = logging.getLogger("toolkeeper.api")
 

@@ -32,7 +32,7 @@ if "daphne.server" in sys.modules:
 
     use_in_daphne()
 from toolkeeper.routing import websocket_urlpatterns  # noqa: E402
-from tools.runtime import runtime  # noqa: E402
+from tools.calls.runtime import runtime  # noqa: E402
 
 # The mode's duties of a server process (embedded: recover orphaned calls, run the periodic jobs).
 runtime().start()

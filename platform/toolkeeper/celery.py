@@ -17,7 +17,7 @@ app.autodiscover_tasks()
 def prepare_worker_process(**kwargs):
     """A worker process runs one task at a time on one thread: it keeps its database connection between
     tasks, not pinged before each one (a round trip per task): a call's task reads its call first and opens
-    the connection again if it was lost (`tools.worker`); any other task fails once and runs again on its
+    the connection again if it was lost (`tools.calls.worker`); any other task fails once and runs again on its
     next period."""
     for connection in connections.all():
         connection.settings_dict["CONN_MAX_AGE"] = 60
@@ -32,10 +32,3 @@ def refresh_database_connections(**kwargs):
     again on first use)."""
     close_old_connections()
 
-
-@app.on_after_finalize.connect
-def schedule_periodic_jobs(sender, **kwargs):
-    """Beat runs every periodic job of the runtime (expiry, reaper, dispatcher, …)."""
-    from tools.runtime import runtime  # Django is set up by now, not when this module loads
-
-    runtime().beat_schedule(sender)

@@ -2,7 +2,7 @@
 
 The platform admin's allow-list (`TOOLKEEPER_MCP_STDIO_SERVERS`, each entry's `tenant_env`) says which names
 a tenant may set; this is its backstop, one rule read where the allow-list is read (settings, the MCP
-client), where a tenant saves (`tools.mcp_servers`) and where the command starts (`tools.mcp_client`). A
+client), where a tenant saves (`tools.upstream.servers`) and where the command starts (`tools.upstream.client`). A
 name is refused when it is not a plain name, or when it changes what the command or its runtime loads and
 runs, where it reads its settings, or whom its connections trust and pass through: such a value turns "set
 my API token" into "run my code next to the admin's credentials". docs/notes/mcp.md ("MCP servers —

@@ -21,10 +21,9 @@ from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
 from tenancy.authentication import CHECKED_KEY_SCOPE, bearer_token
+from tenancy.bodies import INVALID_API_KEY, BodyGuard, declared_length, header_map
 from tenancy.selectors import apikey_from_token
-
-from .bodies import INVALID_API_KEY, BodyGuard, declared_length, header_map
-from .mcp_http import McpEndpoint, is_mcp
+from tools.gateway.entry import McpEndpoint, is_mcp
 
 # Over this size, a body is read only after its API key is found valid; a smaller body costs less to
 # read than the extra trip to the lane that an early lookup takes.

@@ -7,7 +7,7 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
 from django.middleware.security import SecurityMiddleware
 
-from .api import json_error
+from toolkeeper.api import json_error
 
 logger = logging.getLogger("toolkeeper.api")
 

@@ -99,7 +99,7 @@ TOOLKEEPER_SECRETS_KEYS = secrets_keys(os.environ.get("TOOLKEEPER_SECRETS_KEY", 
 
 
 def mcp_stdio_servers(value: str) -> dict:
-    """The stdio MCP servers tenants may pick (tools.mcp_client), from TOOLKEEPER_MCP_STDIO_SERVERS: a JSON
+    """The stdio MCP servers tenants may pick (tools.upstream.client), from TOOLKEEPER_MCP_STDIO_SERVERS: a JSON
     object, or the path of a file holding one: {"name": {"command": "...", "args": [...], "env": {...},
     "tenant_env": ["NAMES", "a tenant may set"]}}. A tenant names an entry; it never gives a command."""
     value = value.strip()
@@ -124,11 +124,11 @@ def mcp_stdio_servers(value: str) -> dict:
                 raise ImproperlyConfigured(f"TOOLKEEPER_MCP_STDIO_SERVERS[{name!r}]: tenant_env: {refusal}")
     return servers
 
-# Set by tools.isolation in the processes it starts for `isolation="process"` tools.
+# Set by tools.python.isolation in the processes it starts for `isolation="process"` tools.
 TOOLKEEPER_TOOL_PROCESS = os.environ.get("TOOLKEEPER_TOOL_PROCESS") == "1"
 INSTALLED_APPS = [
     "daphne",
-    # A tool process (tools.isolation) runs Python tools only and must start fast: no admin modules to
+    # A tool process (tools.python.isolation) runs Python tools only and must start fast: no admin modules to
     # discover (they load the MCP client, whose SDK alone takes seconds to import).
     "django.contrib.admin.apps.SimpleAdminConfig" if TOOLKEEPER_TOOL_PROCESS else "django.contrib.admin",
     "django.contrib.auth",
@@ -279,7 +279,7 @@ else:
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 
-# Every request body is capped (toolkeeper.bodies); larger ones get 413, before they are read.
+# Every request body is capped (tenancy.bodies); larger ones get 413, before they are read.
 TOOLKEEPER_MAX_BODY_BYTES = int(os.environ.get("TOOLKEEPER_MAX_BODY_BYTES", 1024 * 1024))
 # …except a multipart upload to a console page: the knowledge upload takes up to 1,000 files of 1 MiB.
 TOOLKEEPER_MAX_UPLOAD_BYTES = int(os.environ.get("TOOLKEEPER_MAX_UPLOAD_BYTES", 1024 * 1024 * 1024))
@@ -300,7 +300,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "toolkeeper.api.Pagination",
     "PAGE_SIZE": 50,
     "UNAUTHENTICATED_USER": None,
-    "URL_FORMAT_OVERRIDE": None,  # `format` is ours: the tool-list format (API.md)
+    "URL_FORMAT_OVERRIDE": None,  # `format` is ours: the tool-list format (docs/api.md)
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Toolkeeper API",
@@ -314,26 +314,14 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
 
-# The call pipeline, outermost first (DESIGN §4). Apps plug in steps here.
-TOOLKEEPER_CALL_MIDDLEWARE = [
-    "tools.pipeline.Normalize",
-    "tools.pipeline.Validate",
-    "tools.pipeline.Bind",
-    "approvals.pipeline.Permission",
-    "approvals.pipeline.External",
-    "tools.aftercare.ResultRules",
-    "tools.calls.Dispatch",
-]
-# After-execution steps, in order, between a call's outcome and the model (tools.aftercare).
-TOOLKEEPER_RESULT_MIDDLEWARE = ["tools.aftercare.Retry", "tools.aftercare.Redact", "tools.aftercare.Cap"]
 # Characters of result text a model receives at most, unless the tool sets its own cap.
 TOOLKEEPER_MAX_RESULT_CHARS = int(os.environ.get("TOOLKEEPER_MAX_RESULT_CHARS", 100_000))
-# The mode, decided here once: the runtime (tools.runtime) owns what differs between the modes (the
+# The mode, decided here once: the runtime (tools.calls.runtime) owns what differs between the modes (the
 # executor, how requests wait for calls, the periodic jobs, start-up recovery); code asks it, not this.
 TOOLKEEPER_EXECUTOR = os.environ.get("TOOLKEEPER_EXECUTOR", "local")
 TOOLKEEPER_MODES = {
-    "local": ("tools.runtime.EmbeddedRuntime", "tools.executors.LocalExecutor"),
-    "celery": ("tools.runtime.DistributedRuntime", "tools.executors.CeleryExecutor"),
+    "local": ("tools.calls.runtime.EmbeddedRuntime", "tools.calls.executors.LocalExecutor"),
+    "celery": ("tools.calls.runtime.DistributedRuntime", "tools.calls.executors.CeleryExecutor"),
 }
 if TOOLKEEPER_EXECUTOR not in TOOLKEEPER_MODES:
     raise ImproperlyConfigured(f"TOOLKEEPER_EXECUTOR must be one of: {', '.join(TOOLKEEPER_MODES)}")
@@ -341,7 +329,8 @@ TOOLKEEPER_RUNTIME, TOOLKEEPER_EXECUTOR_CLASS = TOOLKEEPER_MODES[TOOLKEEPER_EXEC
 TOOLKEEPER_LOCAL_WORKERS = int(os.environ.get("TOOLKEEPER_LOCAL_WORKERS", 8))
 # Idle child processes kept ready for tools declared with @tool(isolation="process"), per server process.
 TOOLKEEPER_TOOL_PROCESSES = int(os.environ.get("TOOLKEEPER_TOOL_PROCESSES", 2))
-# Modules whose @tool functions are loaded at start-up besides the entry points `toolkeeper.tools` (tools.plugins).
+# Modules whose @tool functions are loaded at start-up besides the entry points `toolkeeper.tools`
+# (tools.python.plugins).
 TOOLKEEPER_TOOL_MODULES = [m.strip() for m in os.environ.get("TOOLKEEPER_TOOL_MODULES", "").split(",") if m.strip()]
 TOOLKEEPER_MAX_WAIT_S = 60
 # With a key, the audit log's hash chain is keyed (HMAC-SHA256): database access alone cannot rewrite it.
@@ -354,7 +343,7 @@ TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES = int(os.environ.get("TOOLKEEPER_OUTBOUND_
 TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS", "").split(",") if h.strip()
 ]
-# Tenants' MCP servers (tools.mcp_client, tools.mcp_source): the stdio servers tenants may pick (the admin's
+# Tenants' MCP servers (tools.upstream.client, tools.upstream.source): the stdio servers tenants may pick (the admin's
 # allow-list, see mcp_stdio_servers above), how often each enabled server's tools are synced, and how long
 # an unused pooled session stays open.
 TOOLKEEPER_MCP_STDIO_SERVERS = mcp_stdio_servers(os.environ.get("TOOLKEEPER_MCP_STDIO_SERVERS", ""))
@@ -367,11 +356,12 @@ TOOLKEEPER_MCP_MAX_WAIT_S = float(os.environ.get("TOOLKEEPER_MCP_MAX_WAIT_S", 30
 TOOLKEEPER_MCP_HEARTBEAT_S = float(os.environ.get("TOOLKEEPER_MCP_HEARTBEAT_S", 10))
 # Each server or worker process keeps its MCP sessions in a helper process of its own ("0": in a thread).
 TOOLKEEPER_MCP_CLIENT_PROCESS = os.environ.get("TOOLKEEPER_MCP_CLIENT_PROCESS", "1") != "0"
-# Set by tools.mcp_client in that helper process.
+# Set by tools.upstream.client in that helper process.
 TOOLKEEPER_MCP_HOST_PROCESS = os.environ.get("TOOLKEEPER_MCP_HOST_PROCESS") == "1"
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "memory://"
 CELERY_TASK_ACKS_LATE = True
+CELERY_BEAT_SCHEDULER = "tools.tasks:RuntimeScheduler"  # the runtime's periodic jobs
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Celery's Django fixup otherwise closes a worker's database connection before and after every task
 # (a new PostgreSQL backend per call); toolkeeper.celery refreshes it per task as Django does per request.

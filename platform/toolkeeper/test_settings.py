@@ -1,4 +1,4 @@
-"""Settings for the test suite: real PostgreSQL and Redis where they run (DESIGN §11).
+"""Settings for the test suite: real PostgreSQL and Redis where they run (docs/notes/structure-and-testing.md).
 
 TEST_DATABASE_URL / TEST_REDIS_URL override the standard local ports. With
 TOOLKEEPER_REQUIRE_SERVICES=1 a missing service is an error instead of a fallback.
@@ -6,8 +6,8 @@ TOOLKEEPER_REQUIRE_SERVICES=1 a missing service is an error instead of a fallbac
 import os
 import socket
 
-from .settings import *  # noqa: F403
-from .settings import DATA_DIR, database_from_url
+from toolkeeper.settings import *  # noqa: F403
+from toolkeeper.settings import DATA_DIR, database_from_url
 
 REQUIRE_SERVICES = os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1"
 

@@ -1,7 +1,7 @@
 """Include in the API v1 URL list: `path("", include("skills.api.urls"))`."""
 from rest_framework.routers import SimpleRouter
 
-from . import views
+from skills.api import views
 
 router = SimpleRouter(trailing_slash=False)
 router.register("skills", views.SkillViewSet, basename="skill")

@@ -8,14 +8,13 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from skills import services
+from skills.api import serializers as s
 from skills.archives import package_from_upload, package_from_zip
 from skills.models import Skill
 from skills.packages import PackageProblems
 from skills.selectors import groups_by_skill
 from tenancy.api.base import TenantScopedViewSet
 from tenancy.web import acting_user
-
-from . import serializers as s
 
 
 class SkillViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):

@@ -1,4 +1,4 @@
-"""Bad input gets a clear JSON 4xx in the envelope of API.md, never a 500 (DESIGN §4, API.md)."""
+"""Bad input gets a clear JSON 4xx in the envelope of docs/api.md, never a 500 (docs/calls.md, docs/api.md)."""
 import json
 import threading
 
@@ -7,10 +7,9 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from tenancy.services import apikey_revoke
+from tests.tools.support import install_tool, registered_tool, unique_name, wait_terminal
+from tools.catalog.services import session_create
 from tools.models import ToolCall
-from tools.services import session_create
-
-from ..tools.support import install_tool, registered_tool, unique_name, wait_terminal
 
 transactional = pytest.mark.django_db(transaction=True)
 
@@ -184,7 +183,7 @@ def test_locked_key_cannot_read_another_agents_session(world):
 
 def test_locked_key_cannot_see_another_agents_calls(world):
     other = session_create(tenant=world.a.tenant, agent="sales-bot")
-    from tools.calls import calls_submit
+    from tools.calls.submit import calls_submit
 
     [call] = calls_submit(session=other, calls=[{"name": "reset_tools", "input": {}}])
     client = world.a.client("locked")
@@ -428,7 +427,7 @@ def test_nul_characters_in_call_input_are_400_or_a_failed_call(world):
 @transactional
 @pytest.mark.usefixtures("drain_calls")
 def test_generated_call_ids_never_collide_with_ids_the_app_chose(world):
-    from tools.services import session_create as create
+    from tools.catalog.services import session_create as create
 
     session = create(tenant=world.a.tenant, agent="ids")
     client = world.a.client()

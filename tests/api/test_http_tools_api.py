@@ -7,10 +7,9 @@ import pytest
 
 from approvals.services import rule_create
 from audit.models import Event
+from tests.tools.http_endpoint import serve
+from tests.tools.support import poll, wait_terminal
 from tools.models import CallEvent, CallStatus, HttpEndpoint, Tool, ToolCall, ToolGroup
-
-from ..tools.http_endpoint import serve
-from ..tools.support import poll, wait_terminal
 
 URL = "/api/v1/http-tools"
 TOKEN = "api-5ecret-token-77e2"  # noqa: S105

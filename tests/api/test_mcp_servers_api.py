@@ -6,9 +6,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from audit.models import Event
-from tools.mcp_client import UpstreamTool
-from tools.mcp_servers import mcp_server_create, mcp_tools_reconcile
 from tools.models import McpServer, Tool
+from tools.upstream.client import UpstreamTool
+from tools.upstream.servers import mcp_server_create, mcp_tools_reconcile
 
 pytestmark = pytest.mark.django_db
 

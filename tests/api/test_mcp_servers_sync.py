@@ -1,6 +1,6 @@
 """`POST /api/v1/mcp-servers/{id}/sync` and `/test` against real servers: a stdio MCP server (the mcp SDK, started
 from the allow-list by the MCP client) and an HTTP address where nothing listens. Needs the MCP client
-(tools.mcp_client: endpoint_of, mcp_list_tools, mcp_probe)."""
+(tools.upstream.client: endpoint_of, mcp_list_tools, mcp_probe)."""
 import json
 import logging
 import socket
@@ -10,10 +10,10 @@ import textwrap
 import pytest
 
 from audit.models import Event
-from tools import mcp_source
-from tools.mcp_servers import UNEXPECTED, mcp_server_create, mcp_tool_name
+from tools.catalog.registry import periodic_jobs
 from tools.models import McpServer, Tool
-from tools.registry import periodic_jobs
+from tools.upstream import source as mcp_source
+from tools.upstream.servers import UNEXPECTED, mcp_server_create, mcp_tool_name
 
 pytestmark = pytest.mark.django_db
 
@@ -153,7 +153,7 @@ def test_a_url_refused_at_connect_time_is_an_error_in_plain_words(world, unreach
 
 
 def test_the_periodic_sync_takes_every_enabled_server(world, stdio_upstream, monkeypatch):
-    """Through the job the tools app registers with the runtime (tools.mcp_source.mcp_sync_register)."""
+    """Through the job the tools app registers with the runtime (tools.upstream.source.mcp_sync_register)."""
     monkeypatch.setattr(mcp_source, "_last_attempts", {})
     stdio_server(world.a.client("admin"), listed=["search"])
     off = stdio_server(world.b.client("admin"), listed=["search"], enabled=False)

@@ -1,6 +1,6 @@
 """The OpenAPI document says what the API does: shapes, statuses, errors, required fields, scopes.
 
-The schema is served, self-contained (no CDN at page load), valid OpenAPI 3, and agrees with API.md
+The schema is served, self-contained (no CDN at page load), valid OpenAPI 3, and agrees with docs/api.md
 (../shared/API.md) and with the views it describes.
 """
 import re

@@ -17,7 +17,7 @@ from approvals.models import ApprovalRequest
 from approvals.services import queue_save, rule_create
 from toolkeeper.api import exception_handler
 from toolkeeper.errors import Conflict, NotPermitted, ServiceError
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
 from tools.models import CallStatus
 
 ROOT = Path(__file__).resolve().parents[2]

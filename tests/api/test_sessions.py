@@ -1,9 +1,9 @@
-"""The app-facing session API (API.md): shapes apps depend on."""
+"""The app-facing session API (docs/api.md): shapes apps depend on."""
 import pytest
 
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
+from tools.catalog.services import group_update, session_create
 from tools.models import ToolGroup
-from tools.services import group_update, session_create
 
 
 def test_create_and_read_a_session(world):

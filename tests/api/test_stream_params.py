@@ -11,7 +11,7 @@ from channels.testing import WebsocketCommunicator
 
 from realtime.consumers import CLOSE_BAD_REQUEST
 from toolkeeper.routing import websocket_urlpatterns
-from tools.events import call_event_append
+from tools.calls.events import call_event_append
 
 pytestmark = pytest.mark.django_db(transaction=True)
 application = URLRouter(websocket_urlpatterns)

@@ -5,8 +5,8 @@ tests' `toolkeeper_server`); its start-up script is a file of its own, so no inl
 """
 import pytest
 
-from ..browser import chromium_context, chromium_or_skip
-from ..live.conftest import toolkeeper_server  # noqa: F401 (the live server fixture, reused)
+from tests.browser import chromium_context, chromium_or_skip
+from tests.live.conftest import toolkeeper_server  # noqa: F401 (the live server fixture, reused)
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

@@ -10,10 +10,9 @@ import pytest
 
 from approvals.models import PermissionRule
 from knowledge.models import Dataset, Document
+from tests.api.test_bad_input import assert_error, raw_post
 from toolkeeper.json_values import MAX_JSON_DEPTH, json_parse, json_problem
 from tools.models import AgentSession, BoundArgument, ToolCall
-
-from .test_bad_input import assert_error, raw_post
 
 SURROGATE = "\ud800"
 

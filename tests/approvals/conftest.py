@@ -12,12 +12,11 @@ from approvals import services as approvals
 from approvals.models import ApprovalRequest
 from tenancy.models import Role
 from tenancy.services import membership_set, user_create
-from tools.decorators import ToolContext
+from tests.conftest import PASSWORD
+from tests.tools.support import install_tool, registered_tool, unique_name
+from tools.catalog.services import session_create
 from tools.models import ToolCall
-from tools.services import session_create
-
-from ..conftest import PASSWORD
-from ..tools.support import install_tool, registered_tool, unique_name
+from tools.python.decorators import ToolContext
 
 
 @pytest.fixture(autouse=True)
@@ -156,7 +155,7 @@ def inbox_pending(world, gov_shell, gov_rule, gov_session):
     `make(n, agent=..., user=..., queue=..., command=..., by_default=...)` returns the ApprovalRequests,
     oldest first.
     """
-    from tools.calls import calls_submit
+    from tools.calls.submit import calls_submit
 
     rules = {}
 
@@ -189,7 +188,7 @@ def inbox_pending(world, gov_shell, gov_rule, gov_session):
 def inbox_live_server():
     """Toolkeeper under daphne (embedded mode: SQLite, in-process channel layer, local executor), seeded with
     the demo tenant; started with the live tests' helper (tests/live/server.py)."""
-    from ..live.server import LiveServer
+    from tests.live.server import LiveServer
 
     with LiveServer() as server:
         yield server

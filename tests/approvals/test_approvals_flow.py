@@ -1,4 +1,5 @@
-"""Approvals end to end through the API (DESIGN §4, §6; API.md): ask → awaiting_approval → a reviewer's
+"""Approvals end to end through the API (docs/calls.md, docs/governance.md; docs/api.md): ask → awaiting_approval → a
+reviewer's
 decision, four-eyes, quorum, expiry, escalation, edits, reject and respond, suggested rules, audit.
 
 Reviewers are console users calling the API with their session and the X-Tenant header. Tests that need
@@ -14,13 +15,12 @@ from approvals.models import ApprovalRequest, PermissionRule, RequestStatus, Vot
 from approvals.services import requests_expire_due
 from audit.models import Event
 from tenancy.models import Role
+from tests.approvals.conftest import call_row, console_api, request_of, submit
+from tests.tools.support import poll
 from tools.api.serializers import call_data
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
+from tools.catalog.services import binding_set
 from tools.models import CallStatus, ToolCall
-from tools.services import binding_set
-
-from ..tools.support import poll
-from .conftest import call_row, console_api, request_of, submit
 
 transactional = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls")]
 
@@ -499,7 +499,7 @@ def test_add_rule_narrowed_to_the_input(world, gov_shell, default_asks, gov_memb
 
 
 def test_add_rule_is_never_silently_ineffective(world, gov_shell, asking, gov_member, gov_session):
-    """The ask came from an ask rule, and ask beats allow (DESIGN §5): an added allow rule could never take
+    """The ask came from an ask rule, and ask beats allow (docs/governance.md): an added allow rule could never take
     effect. Approving with add_rule must then either make the next identical call run without asking, or
     refuse the suggestion with a clear 4xx, not add a rule that does nothing."""
     session = gov_session(agent="ops-bot")

@@ -1,4 +1,5 @@
-"""Concurrent decisions on one request (DESIGN §4, §6): exactly one wins, the rest get 409, the call runs once.
+"""Concurrent decisions on one request (docs/calls.md, docs/governance.md): exactly one wins, the rest get 409, the
+call runs once.
 
 Real transactions on PostgreSQL: each decision runs in a thread of its own with its own connection.
 """
@@ -12,11 +13,10 @@ from rest_framework.test import APIClient
 from approvals.models import ApprovalRequest, RequestStatus, Vote
 from approvals.services import request_decide
 from tenancy.services import apikey_create
+from tests.tools.support import wait_terminal
 from toolkeeper.errors import Conflict
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
 from tools.models import CallStatus, ToolCall
-
-from ..tools.support import wait_terminal
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls")]
 

@@ -3,11 +3,10 @@ edit check and the pipeline refuse the same names, with the same function."""
 import pytest
 
 from approvals.models import ApprovalRequest, RequestStatus, Vote
-from tools.calls import calls_submit
+from tests.approvals.conftest import console_api
+from tools.calls.submit import calls_submit
+from tools.catalog.services import binding_set
 from tools.models import CallStatus, ToolCall
-from tools.services import binding_set
-
-from .conftest import console_api
 
 FULLWIDTH = str.maketrans({chr(c): chr(c + 0xFEE0) for c in range(0x21, 0x7F)})
 

@@ -1,4 +1,4 @@
-"""A reviewer's edit goes through the rules again (DESIGN §5, §6): a deny refuses it, an ask of another queue
+"""A reviewer's edit goes through the rules again (docs/governance.md): a deny refuses it, an ask of another queue
 refuses it, and the decision that let the edited input run is the one on the call. Approvals count only for
 the input that runs, and "always allow … only for this input" is never broader than that input.
 
@@ -11,15 +11,14 @@ from django.urls import reverse
 
 from approvals.models import ApprovalRequest, PermissionRule, RequestStatus, Vote
 from tenancy.models import Role
+from tests.approvals.conftest import console_api
+from tests.approvals.test_approvals_flow import default_asks  # noqa: F401 (a fixture)
+from tests.tools.support import install_tool, registered_tool, unique_name
 from tools.api.serializers import call_data
-from tools.calls import calls_submit
-from tools.decorators import ToolContext
+from tools.calls.submit import calls_submit
+from tools.catalog.services import binding_set
 from tools.models import CallStatus, ToolCall
-from tools.services import binding_set
-
-from ..tools.support import install_tool, registered_tool, unique_name
-from .conftest import console_api
-from .test_approvals_flow import default_asks  # noqa: F401 (a fixture)
+from tools.python.decorators import ToolContext
 
 
 def ask(world, tool_name: str, call_input: dict, session=None) -> ApprovalRequest:

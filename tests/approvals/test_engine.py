@@ -1,4 +1,4 @@
-"""The decision engine (DESIGN §5): precedence, priorities, scoping, explanations, the effective input,
+"""The decision engine (docs/governance.md): precedence, priorities, scoping, explanations, the effective input,
 and the rule index against a brute-force evaluation."""
 import random
 import re
@@ -12,9 +12,9 @@ from approvals import selectors
 from approvals.engine import RuleIndex, compile_rule, decide
 from approvals.models import PermissionRule
 from approvals.services import policy_bump, rule_delete, rule_update
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
+from tools.catalog.services import binding_set
 from tools.models import CallStatus, Tool, ToolGroup, ToolSource
-from tools.services import binding_set
 
 # --- in-memory rules ---------------------------------------------------------------------------
 
@@ -242,7 +242,7 @@ def glob_reference(pattern: str, text: str) -> bool:
 
 
 def brute_force(rules, *, tool, effective_input, agent, user, read_only_trusted, auto_allow_read_only, default):
-    """The semantics of DESIGN §5 as a naive loop over every rule."""
+    """The semantics of docs/governance.md as a naive loop over every rule."""
     def applies(r):
         if not r.enabled:
             return False

@@ -1,4 +1,5 @@
-"""External tools (DESIGN §4, §6; API.md): operators define schema-only tools; their calls wait in
+"""External tools (docs/calls.md, docs/governance.md; docs/api.md): operators define schema-only tools; their calls
+wait in
 `awaiting_external` until a system posts the result with an `external`-scoped key (or a person answers)."""
 from datetime import timedelta
 
@@ -9,12 +10,11 @@ from approvals.models import ApprovalRequest, Queue
 from approvals.services import call_respond, queue_save, requests_expire_due
 from audit.models import Event
 from tenancy.models import Role
+from tests.approvals.conftest import console_api
+from tests.tools.support import poll
 from tools.api.serializers import call_data
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
 from tools.models import CallStatus, Tool, ToolCall, ToolGroup, ToolSource
-
-from ..tools.support import poll
-from .conftest import console_api
 
 TICKET_SCHEMA = {
     "type": "object",
@@ -268,7 +268,7 @@ def test_external_calls_expire_after_the_default_queues_deadline(world, ticket_t
 
 
 def test_external_expiry_is_on_the_record(world, ticket_tool):
-    """Every transition is audited (DESIGN §6), the expiry of an external call too."""
+    """Every transition is audited (docs/governance.md), the expiry of an external call too."""
     default = Queue.objects.for_tenant(world.a.tenant).get(is_default=True)
     queue_save(tenant=world.a.tenant, queue=default, expires_after=timedelta(hours=1))
     call = open_ticket(world)

@@ -5,12 +5,12 @@ import json
 import pytest
 from django.test import override_settings
 
-from tools import aftercare
-from tools.calls import calls_submit
+from tests.approvals.test_external import open_ticket, post_result, ticket_tool  # noqa: F401  (fixture)
+from tests.tools.test_result_steps import RefuseSecret
+from tools.calls import aftercare
+from tools.calls.submit import calls_submit
 from tools.models import CallStatus, EventKind, ToolCall
-from tools.redaction import redaction_rule_create
-
-from .test_external import open_ticket, post_result, ticket_tool  # noqa: F401  (fixture)
+from tools.redaction.rules import redaction_rule_create
 
 pytestmark = pytest.mark.django_db
 
@@ -85,12 +85,8 @@ def test_a_successful_answer_that_a_step_refuses_fails_the_call(world, ticket_to
     from approvals.services import call_respond
 
     call = open_ticket(world)
-    aftercare.result_steps.cache_clear()
-    try:
-        with override_settings(TOOLKEEPER_RESULT_MIDDLEWARE=["tests.tools.test_result_steps.RefuseSecret"]):
-            call_respond(call=call, actor=world.a.users["operator"], message="the SECRET is out")
-    finally:
-        aftercare.result_steps.cache_clear()
+    with aftercare.RESULT_STEPS.replaced([RefuseSecret]):
+        call_respond(call=call, actor=world.a.users["operator"], message="the SECRET is out")
     stored = ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk)
     assert stored.status == CallStatus.FAILED
     assert stored.result == {"state": "error", "content": [

@@ -5,8 +5,7 @@ from datetime import timedelta
 
 from approvals.models import PermissionRule, Queue
 from approvals.services import queue_save, rule_create
-
-from ..view_cases import CreateCases, DeleteCases, EditCases, RefusingDeleteCases
+from tests.view_cases import CreateCases, DeleteCases, EditCases, RefusingDeleteCases
 
 
 def rule_body(**values) -> dict:

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ..browser import chromium_context, chromium_or_skip, log_in
-from .test_inbox_keys_browser import keys_ready
+from tests.approvals.test_inbox_keys_browser import keys_ready
+from tests.browser import chromium_context, chromium_or_skip, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

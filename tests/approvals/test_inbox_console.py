@@ -11,11 +11,10 @@ from approvals.models import ApprovalRequest, PermissionRule, RequestStatus, Vot
 from approvals.services import request_decide
 from audit.models import Event as AuditEvent
 from tenancy.models import Membership, Role
-from tools.calls import calls_submit
+from tests.tools.support import wait_terminal
+from tools.calls.submit import calls_submit
+from tools.catalog.services import binding_set, tool_external_create
 from tools.models import AgentSession, CallStatus, Tool, ToolCall, ToolGroup
-from tools.services import binding_set, tool_external_create
-
-from ..tools.support import wait_terminal
 
 
 def url(name, tenant, **kwargs):
@@ -356,9 +355,8 @@ def test_a_viewer_reads_but_cannot_decide(world, inbox_pending):
 def test_another_tenants_requests_are_404_and_never_listed(world, inbox_pending, gov_shell):
     (mine,) = inbox_pending(1)
     from approvals.services import rule_create
-    from tools.services import session_create
-
-    from ..tools.support import install_tool
+    from tests.tools.support import install_tool
+    from tools.catalog.services import session_create
 
     install_tool(world.b.tenant, gov_shell.name)
     rule_create(tenant=world.b.tenant, behavior="ask", tool_pattern=gov_shell.name, note="B-SECRET-NOTE")

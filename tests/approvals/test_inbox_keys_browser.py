@@ -14,7 +14,7 @@ import re
 import httpx
 import pytest
 
-from ..browser import chromium_context, chromium_or_skip, log_in
+from tests.browser import chromium_context, chromium_or_skip, log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

@@ -1,5 +1,5 @@
 """A reviewer of tenant A sees nothing of tenant B in the governance API: lists, details, decisions, counts,
-rules, queues, external results (API.md: every object outside the key's tenant is a 404).
+rules, queues, external results (docs/api.md: every object outside the key's tenant is a 404).
 
 The console inbox side is covered by the inbox tests.
 """
@@ -9,10 +9,9 @@ from approvals.models import ApprovalRequest, Queue, RequestStatus
 from approvals.selectors import inbox_count, inbox_requests, pending_counts_by_queue
 from approvals.services import queue_save, rule_create
 from tenancy.models import Role
-from tools.calls import calls_submit
+from tests.approvals.conftest import console_api
+from tools.calls.submit import calls_submit
 from tools.models import CallStatus
-
-from .conftest import console_api
 
 
 def ask_everything(tenant_world, count: int) -> list:

@@ -13,9 +13,9 @@ from django.urls import reverse
 
 from approvals.models import ApprovalRequest, PermissionRule, RequestStatus, Vote
 from knowledge.models import Dataset, Document
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
+from tools.catalog.services import tool_external_create
 from tools.models import BoundArgument, CallStatus, ToolCall, ToolGroup
-from tools.services import tool_external_create
 
 pytestmark = pytest.mark.django_db
 

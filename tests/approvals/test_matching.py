@@ -1,4 +1,4 @@
-"""Glob semantics of rules (DESIGN §5): tool patterns and whole-word argument globs, never substrings.
+"""Glob semantics of rules (docs/governance.md): tool patterns and whole-word argument globs, never substrings.
 
 Pure functions: no database. Property-based where a property says more than examples.
 """

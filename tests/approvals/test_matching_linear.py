@@ -22,8 +22,7 @@ from approvals.matching import (
     compile_glob,
     normalize_space,
 )
-
-from .test_engine import rule as make_rule
+from tests.approvals.test_engine import rule as make_rule
 
 ROOT = Path(__file__).resolve().parents[2]
 _STAR = re.compile(r"(\s*)\*(\s*)")

@@ -12,8 +12,7 @@ from django.core import mail
 
 from approvals import notifications
 from approvals.models import Notification, NotifyEvent
-
-from ..tools import http_endpoint
+from tests.tools import http_endpoint
 
 PUBLIC = "https://toolkeeper.example.com"
 PHISH = "<https://evil.example/phish|Approve now>"

@@ -23,11 +23,10 @@ from approvals.models import (
     RequestStatus,
 )
 from tenancy.models import Role
+from tests.approvals.conftest import console_api
+from tests.tools import http_endpoint
 from toolkeeper.errors import NotPermitted, ServiceError
 from tools.models import CallStatus
-
-from ..tools import http_endpoint
-from .conftest import console_api
 
 SECRET = "a-signing-secret-of-some-length"
 
@@ -207,7 +206,7 @@ def test_slack_channels_get_text_and_blocks(world, gov_queue, channel, receiver,
 
 
 def test_an_external_task_waiting_notifies_the_default_queue(world, channel, receiver):
-    from tools.calls import calls_submit
+    from tools.calls.submit import calls_submit
     from tools.models import ToolGroup
 
     admin = world.a.client("admin")

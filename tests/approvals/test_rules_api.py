@@ -1,5 +1,5 @@
-"""Rules and queues through the governance API (API.md), and the compiled rule index staying in step with
-the stored rules (DESIGN §5)."""
+"""Rules and queues through the governance API (docs/api.md), and the compiled rule index staying in step with
+the stored rules (docs/governance.md)."""
 import pytest
 from django.db import transaction
 
@@ -7,10 +7,9 @@ from approvals import selectors
 from approvals.models import PermissionRule, Queue
 from approvals.services import rule_create
 from tenancy.models import Role
-from tools.calls import calls_submit
+from tests.approvals.conftest import console_api
+from tools.calls.submit import calls_submit
 from tools.models import CallStatus
-
-from .conftest import console_api
 
 
 def test_rule_crud_decides_the_next_call(world, gov_shell, gov_session):

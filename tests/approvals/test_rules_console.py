@@ -6,7 +6,7 @@ from django.urls import reverse
 
 from approvals import selectors
 from approvals.models import PermissionRule
-from tools.services import binding_set
+from tools.catalog.services import binding_set
 
 
 def url(name, tenant, **kwargs):

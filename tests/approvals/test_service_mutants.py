@@ -23,11 +23,10 @@ from approvals.services import (
     rule_update,
 )
 from audit.models import Event
+from tests.approvals.test_external import open_ticket, ticket_tool  # noqa: F401 - ticket_tool: a fixture
 from toolkeeper.errors import Conflict, NotPermitted, ServiceError
-from tools.calls import call_cancel, calls_submit
+from tools.calls.submit import call_cancel, calls_submit
 from tools.models import CallEvent, CallStatus, ToolCall, ToolGroup
-
-from .test_external import open_ticket, ticket_tool  # noqa: F401 - ticket_tool: a fixture
 
 pytestmark = pytest.mark.django_db
 

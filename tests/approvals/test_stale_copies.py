@@ -18,13 +18,12 @@ from approvals.services import (
     requests_expire_due,
 )
 from audit.models import Event
+from tests.approvals.test_external import open_ticket, ticket_tool  # noqa: F401 - ticket_tool: a fixture
+from tests.tools.support import wait_terminal
 from toolkeeper.errors import Conflict
-from tools.calls import calls_submit
-from tools.events import call_fail
+from tools.calls.events import call_fail
+from tools.calls.submit import calls_submit
 from tools.models import CallStatus, ToolCall
-
-from ..tools.support import wait_terminal
-from .test_external import open_ticket, ticket_tool  # noqa: F401 - ticket_tool: a fixture
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls")]
 

@@ -19,7 +19,7 @@ def redaction_rule_of(tenant_world) -> RedactionRule:
 
 def http_tool_of(tenant_world):
     """The tenant's HTTP tool for page tests (its endpoint; nothing here calls it)."""
-    from tools.http_tools import http_tool_create
+    from tools.http_tools.services import http_tool_create
     from tools.models import HttpEndpoint
 
     endpoint = HttpEndpoint.objects.for_tenant(tenant_world.tenant).filter(tool__name="pages_http").first()

@@ -13,8 +13,8 @@ from urllib.parse import urldefrag, urlsplit
 import httpx
 import pytest
 
-from ..browser import chromium_context, chromium_or_skip, log_in
-from ..live.conftest import toolkeeper_server  # noqa: F401 (the live server fixture, reused)
+from tests.browser import chromium_context, chromium_or_skip, log_in
+from tests.live.conftest import toolkeeper_server  # noqa: F401 (the live server fixture, reused)
 
 pytestmark = [pytest.mark.browser, pytest.mark.live, pytest.mark.django_db]
 

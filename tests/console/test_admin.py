@@ -3,9 +3,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from tools.mcp_client import UpstreamTool
-from tools.mcp_servers import mcp_server_create, mcp_tools_reconcile
 from tools.models import AgentSession, BoundArgument, McpServer, Tool, ToolCall, ToolGroup
+from tools.upstream.client import UpstreamTool
+from tools.upstream.servers import mcp_server_create, mcp_tools_reconcile
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,8 @@ from html import unescape
 import pytest
 
 from audit.models import Event
+from tools.catalog.services import binding_set
 from tools.models import BoundArgument, Tool, ToolGroup
-from tools.services import binding_set
 
 pytestmark = pytest.mark.django_db
 

@@ -8,10 +8,10 @@ from approvals.selectors import simulate
 from approvals.services import reviewer_may_decide
 from console.management.commands.bootstrap import DEMO_TENANT, seed_demo
 from tenancy.models import Tenant
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
+from tools.catalog.selectors import session_tools
+from tools.catalog.services import session_create
 from tools.models import ToolGroup, ToolSource
-from tools.selectors import session_tools
-from tools.services import session_create
 
 pytestmark = pytest.mark.django_db
 

@@ -2,10 +2,9 @@
 refuse (400, nothing saved), what they save (audited, then a redirect), and that tenant B stays out of reach."""
 from tenancy.models import ApiKey, Tenant
 from tenancy.services import LIMIT_FIELDS, apikey_create
+from tests.view_cases import CreateCases, DeleteCases, EditCases, RefusingDeleteCases, SwitchCases
+from tools.catalog.services import binding_set, group_create
 from tools.models import BoundArgument, Tool, ToolGroup
-from tools.services import binding_set, group_create
-
-from ..view_cases import CreateCases, DeleteCases, EditCases, RefusingDeleteCases, SwitchCases
 
 LIMITS = {"key_requests_per_minute": 2, "tenant_requests_per_minute": 100, "key_calls_in_flight": 5,
           "tenant_calls_in_flight": 50}

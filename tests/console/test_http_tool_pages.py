@@ -5,11 +5,10 @@ import json
 import pytest
 from django.urls import reverse
 
-from tools.http_tools import http_tool_create
+from tests.console.conftest import console_routes, console_url
+from tests.view_cases import CreateCases, DeleteCases, EditCases
+from tools.http_tools.services import http_tool_create
 from tools.models import HttpEndpoint, Tool
-
-from ..view_cases import CreateCases, DeleteCases, EditCases
-from .conftest import console_routes, console_url
 
 pytestmark = pytest.mark.django_db
 

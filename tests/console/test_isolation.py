@@ -2,9 +2,8 @@
 import pytest
 
 from tenancy.models import ApiKey
+from tests.console.conftest import console_url, object_ids
 from tools.models import BoundArgument, Tool, ToolGroup
-
-from .conftest import console_url, object_ids
 
 pytestmark = pytest.mark.django_db
 

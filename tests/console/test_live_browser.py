@@ -13,8 +13,8 @@ import re
 import httpx
 import pytest
 
-from ..browser import chromium_context, chromium_or_skip, log_in
-from ..live.conftest import toolkeeper_server  # noqa: F401 (the live server fixture, reused)
+from tests.browser import chromium_context, chromium_or_skip, log_in
+from tests.live.conftest import toolkeeper_server  # noqa: F401 (the live server fixture, reused)
 
 # django_db although the test reads nothing from the test database: run alone, without it no test database
 # is set up and tests/conftest.py's session teardown (_close_stray_connections) fails to connect.

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from approvals.models import ApprovalRequest
-from tools.events import call_event_append
+from tools.calls.events import call_event_append
 from tools.models import CallStatus, ToolCall
 
 pytestmark = pytest.mark.django_db
@@ -49,7 +49,7 @@ def test_a_filtered_list_asks_rows_with_its_filters_and_an_older_page_only_shows
     client = world.a.console("viewer")
     filtered = _html(client, "/t/acme/calls/?status=failed&tool=no_such_tool")
     assert _rows_url(filtered) == "/t/acme/calls/?fragment=rows&status=failed&tool=no_such_tool"
-    from tools.calls import calls_submit
+    from tools.calls.submit import calls_submit
 
     calls_submit(session=world.a.session, calls=[{"name": "no_such_tool", "input": {}} for _ in range(50)])
     assert _attr(_html(client, "/t/acme/calls/"), "data-live-new") == ["prepend"]

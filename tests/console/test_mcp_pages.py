@@ -9,14 +9,13 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from console import mcp_clients
 from tenancy.services import apikey_create, apikey_revoke
-from tools import mcp_endpoint
-from tools.mcp_endpoint import McpCaller, mcp_presence_note
-from tools.selectors import mcp_presence_key
-from tools.services import session_create
-
-from .test_apikeys import KEY_RE, create_key
+from tests.console.test_apikeys import KEY_RE, create_key
+from tools.catalog.selectors import mcp_presence_key
+from tools.catalog.services import session_create
+from tools.gateway import pages as mcp_clients
+from tools.gateway import protocol as mcp_endpoint
+from tools.gateway.protocol import McpCaller, mcp_presence_note
 
 pytestmark = pytest.mark.django_db
 

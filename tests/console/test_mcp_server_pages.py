@@ -7,13 +7,12 @@ from django.test import override_settings
 from django.urls import reverse
 
 from audit.models import Event
-from tools.mcp_client import UpstreamTool
-from tools.mcp_servers import UNEXPECTED, mcp_server_create, mcp_tools_reconcile
+from tests.console.conftest import console_routes, console_url
+from tests.view_cases import ActionCases, CreateCases, DeleteCases, EditCases
+from tools.catalog.services import binding_set, tool_update
 from tools.models import McpServer, Tool, ToolGroup
-from tools.services import binding_set, tool_update
-
-from ..view_cases import ActionCases, CreateCases, DeleteCases, EditCases
-from .conftest import console_routes, console_url
+from tools.upstream.client import UpstreamTool
+from tools.upstream.servers import UNEXPECTED, mcp_server_create, mcp_tools_reconcile
 
 pytestmark = pytest.mark.django_db
 

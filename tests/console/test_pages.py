@@ -2,7 +2,7 @@
 import pytest
 from django.test import Client
 
-from .conftest import console_url
+from tests.console.conftest import console_url
 
 pytestmark = pytest.mark.django_db
 
@@ -139,7 +139,7 @@ def test_call_list_filters_and_detail_shows_timeline_and_audit(world):
     assert "ToolNotAvailable" in page  # the structured error
     assert "call.received" in page  # the audit event whose target is call:<uuid>
     assert page.count("<td>status</td>") >= 1  # the timeline of CallEvents
-    from tools.selectors import call_events
+    from tools.catalog.selectors import call_events
 
     assert call_events(call).count() >= 1
     for event in call_events(call):
@@ -147,7 +147,7 @@ def test_call_list_filters_and_detail_shows_timeline_and_audit(world):
 
 
 def test_session_detail_shows_context_groups_and_calls(world):
-    from tools.services import session_create
+    from tools.catalog.services import session_create
 
     session = session_create(tenant=world.a.tenant, agent="ops-bot", user="bob", context={"ticket": "T-42"})
     page = world.a.console("viewer").get(f"/t/acme/sessions/{session.pk}/").content.decode()

@@ -1,12 +1,12 @@
-"""List pages cost a fixed number of queries, however many rows they show (DESIGN §12)."""
+"""List pages cost a fixed number of queries, however many rows they show (docs/architecture.md)."""
 import pytest
 from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
+from tools.catalog.services import group_create, session_create
 from tools.models import AgentSession, CallStatus, Tool, ToolCall
-from tools.services import group_create, session_create
 
 pytestmark = pytest.mark.django_db
 

@@ -4,9 +4,9 @@ import re
 import pytest
 
 from approvals.services import rule_create
+from tools.catalog.selectors import surface_preview, visible_tools
+from tools.catalog.services import binding_set, group_create, group_update, session_create, tool_external_create
 from tools.models import ToolGroup
-from tools.selectors import surface_preview, visible_tools
-from tools.services import binding_set, group_create, group_update, session_create, tool_external_create
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_rule_index")]
 

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.distributed.stack import DistributedStack, redis_server_binary
+from tests.distributed.support import Api, TenantAccess
 from tests.live.server import pg_admin_url, pg_available
-
-from .stack import DistributedStack, redis_server_binary
-from .support import Api, TenantAccess
 
 REQUIRE_SERVICES = os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1"
 BRAVO_PASSWORD = "bravo-password-for-tests"

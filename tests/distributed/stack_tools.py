@@ -3,7 +3,7 @@ isolation, in the `hardening` group."""
 import asyncio
 import os
 
-from tools.decorators import ToolContext, tool
+from tools.python.decorators import ToolContext, tool
 
 GROUP = "hardening"
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from .support import statuses
+from tests.distributed.support import statuses
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 

@@ -4,14 +4,14 @@ import asyncio
 
 import pytest
 
-from .support import is_terminal, ws_collect, ws_connect, ws_next, ws_refused
+from tests.distributed.support import is_terminal, ws_collect, ws_connect, ws_next, ws_refused
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 
 
 @pytest.fixture(scope="module")
 def cookies(deployment):
-    from .support import console_login
+    from tests.distributed.support import console_login
 
     return {
         "a": console_login(deployment.url, deployment.a.username, deployment.a.password),

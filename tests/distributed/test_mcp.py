@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.distributed.support import progress, statuses
 from tests.mcp.support import HttpServer, UpstreamLog
-
-from .support import progress, statuses
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 
@@ -17,7 +16,7 @@ INSTALL = """
 import json
 from django.db import transaction
 from tenancy.models import Tenant
-from tools.mcp_client import endpoint_of, mcp_list_tools
+from tools.upstream.client import endpoint_of, mcp_list_tools
 from tools.models import McpServer, Tool, ToolGroup
 
 tenant = Tenant.objects.get(slug="bravo")

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from ..tools import http_endpoint
-from .support import Api
+from tests.distributed.support import Api
+from tests.tools import http_endpoint
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 

@@ -3,7 +3,10 @@ PostgreSQL): a key revoked, or a member removed, from another process (a shell) 
 sockets and waiting requests within seconds."""
 import pytest
 
-from .support import removing_a_member_closes_their_console_socket, revoking_a_key_ends_its_socket_and_wait
+from tests.distributed.support import (
+    removing_a_member_closes_their_console_socket,
+    revoking_a_key_ends_its_socket_and_wait,
+)
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from .support import is_terminal, progress, statuses, ws_collect, ws_connect
+from tests.distributed.support import is_terminal, progress, statuses, ws_collect, ws_connect
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 

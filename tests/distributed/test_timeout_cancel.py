@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from .support import progress, statuses
+from tests.distributed.support import progress, statuses
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 

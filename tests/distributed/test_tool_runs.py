@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from .stack import process_gone
-from .support import statuses
+from tests.distributed.stack import process_gone
+from tests.distributed.support import statuses
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 

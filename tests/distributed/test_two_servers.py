@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.distributed.stack import children_of
+from tests.distributed.support import Api, console_login, is_terminal, progress, statuses, ws_collect, ws_connect
 from tests.live.server import ROOT, venv_executable
-
-from .stack import children_of
-from .support import Api, console_login, is_terminal, progress, statuses, ws_collect, ws_connect
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 

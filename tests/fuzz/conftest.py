@@ -1,7 +1,7 @@
 import pytest
 
-from ..live.conftest import _report
-from ..live.server import LiveServer
+from tests.live.conftest import _report
+from tests.live.server import LiveServer
 
 # A tools/call that waits for a reviewer gives up after this long on /mcp/: a call the MCP fuzz should never
 # have let through does not hold the run for the default five minutes.

@@ -9,7 +9,7 @@ made deterministic and bounded, and runs it by hand too.
 """
 import pytest
 
-from .schemathesis_run import fuzz, triage
+from tests.fuzz.schemathesis_run import fuzz, triage
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("fuzz")]
 

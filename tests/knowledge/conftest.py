@@ -5,11 +5,10 @@ import pytest
 
 from knowledge.models import Dataset
 from knowledge.services import TOOL_NAME, dataset_create, documents_ingest_bulk
-from tools.decorators import ToolContext, python_tool
+from tests.knowledge.corpus import DOCUMENTS
+from tools.catalog.selectors import bindings_for
 from tools.models import Tool
-from tools.selectors import bindings_for
-
-from .corpus import DOCUMENTS
+from tools.python.decorators import ToolContext, python_tool
 
 B_SECRET = "GLOBEX-SECRET-4411"
 

@@ -3,8 +3,7 @@ import pytest
 from django.urls import include, path
 
 from knowledge.models import Dataset, Document
-
-from .conftest import B_SECRET
+from tests.knowledge.conftest import B_SECRET
 
 urlpatterns = [path("api/v1/", include("knowledge.api.urls"))]
 

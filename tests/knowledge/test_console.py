@@ -5,10 +5,9 @@ from django.urls import reverse
 
 from knowledge.models import Dataset, Document
 from knowledge.services import MAX_UPLOAD_BYTES
+from tests.knowledge.conftest import B_SECRET, search_tool
+from tools.catalog.selectors import bindings_for
 from tools.models import BoundArgument
-from tools.selectors import bindings_for
-
-from .conftest import B_SECRET, search_tool
 
 pytestmark = pytest.mark.django_db
 

@@ -1,8 +1,7 @@
 """The knowledge pages that create and delete, declared (tests/view_cases.py): datasets and documents."""
 from knowledge.models import Dataset, Document
 from knowledge.services import dataset_create, document_ingest
-
-from ..view_cases import ActionCases, CreateCases, DeleteCases
+from tests.view_cases import ActionCases, CreateCases, DeleteCases
 
 
 def _dataset(tw):

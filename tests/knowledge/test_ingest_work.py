@@ -4,11 +4,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from knowledge.models import Document
 from knowledge.services import BATCH_SIZE, dataset_create
-from tools.calls import calls_submit
+from tests.tools.support import wait_terminal
+from tools.calls.submit import calls_submit
+from tools.catalog.services import session_create
 from tools.models import CallEvent, CallStatus, Tool, ToolCall
-from tools.services import session_create
-
-from ..tools.support import wait_terminal
 
 
 def _documents(n: int) -> list[dict]:

@@ -3,12 +3,11 @@ arguments, and calls that really run on the executor."""
 import pytest
 
 from knowledge.models import Document
-from tools.calls import calls_submit
+from tests.knowledge.conftest import B_SECRET, search_tool
+from tests.tools.support import wait_terminal
+from tools.calls.submit import calls_submit
+from tools.catalog.services import binding_delete, binding_set, session_create
 from tools.models import CallStatus, ToolCall, ToolGroup
-from tools.services import binding_delete, binding_set, session_create
-
-from ..tools.support import wait_terminal
-from .conftest import B_SECRET, search_tool
 
 SERVER_BOUND = ("datasets", "filter")
 

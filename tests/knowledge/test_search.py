@@ -6,11 +6,10 @@ from knowledge import fts
 from knowledge.models import Chunk, Document
 from knowledge.selectors import InvalidQuery, chunks_search
 from knowledge.services import document_ingest
-from tools.decorators import ToolError
-from tools.services import binding_delete, binding_set
-
-from .conftest import B_SECRET, run_tool, search_tool
-from .corpus import DOCUMENTS, RANKING
+from tests.knowledge.conftest import B_SECRET, run_tool, search_tool
+from tests.knowledge.corpus import DOCUMENTS, RANKING
+from tools.catalog.services import binding_delete, binding_set
+from tools.python.decorators import ToolError
 
 pytestmark = pytest.mark.django_db
 

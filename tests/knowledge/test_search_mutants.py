@@ -25,8 +25,7 @@ from knowledge.selectors import (
     matching_terms,
 )
 from knowledge.services import dataset_create, document_ingest
-
-from .corpus import DOCUMENTS
+from tests.knowledge.corpus import DOCUMENTS
 
 
 def raised_message(error_type, call) -> str:

@@ -10,8 +10,7 @@ from knowledge.fts import query_terms
 from knowledge.models import Chunk, Document
 from knowledge.selectors import CANDIDATE_CAP, chunks_search
 from knowledge.services import dataset_create, dataset_delete, documents_ingest_bulk
-
-from .corpus import RANKING
+from tests.knowledge.corpus import RANKING
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .server import LiveServer, pg_admin_url, pg_available, port_open, temporary_pg_database
+from tests.live.server import LiveServer, pg_admin_url, pg_available, port_open, temporary_pg_database
 
 REQUIRE_SERVICES = os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1"
 LIVE_DIR = Path(__file__).resolve().parent

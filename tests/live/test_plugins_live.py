@@ -17,9 +17,8 @@ import httpx
 import pytest
 
 from tests.distributed.support import Api, console_login
-
-from .conftest import _report
-from .server import ROOT, LiveServer, venv_executable
+from tests.live.conftest import _report
+from tests.live.server import ROOT, LiveServer, venv_executable
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("plugins_live")]  # one server for the module
 
@@ -39,7 +38,7 @@ clashing = "tk_broken.clashing"
 packages = ["tk_broken"]
 """
 BROKEN_HALFWAY = """\
-from tools.decorators import tool
+from tools.python.decorators import tool
 
 
 @tool(groups=("text-and-units",))
@@ -50,7 +49,7 @@ def half_registered() -> str:
 raise RuntimeError("the plugin's configuration file is missing")
 """
 BROKEN_CLASHING = """\
-from tools.decorators import tool
+from tools.python.decorators import tool
 
 
 @tool(groups=("math",))
@@ -62,7 +61,7 @@ LOCAL_MODULE = """\
 import os
 import sys
 
-from tools.decorators import tool
+from tools.python.decorators import tool
 
 
 @tool(isolation="process", groups=("text-and-units",))

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from .server import ROOT
+from tests.live.server import ROOT
 
 pytestmark = pytest.mark.live
 

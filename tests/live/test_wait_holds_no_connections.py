@@ -1,4 +1,4 @@
-"""Waiting holds no thread and no database connection (DESIGN §4), on PostgreSQL.
+"""Waiting holds no thread and no database connection (docs/calls.md), on PostgreSQL.
 
 200 calls of the shipped `countdown` tool are submitted (the demo tenant runs 8 at a time, the
 rest stay queued: all 200 are pending). 200 concurrent `GET /api/v1/calls/{id}?wait=…` requests
@@ -11,7 +11,7 @@ import httpx
 import psycopg
 import pytest
 
-from .server import pg_admin_url
+from tests.live.server import pg_admin_url
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres]
 

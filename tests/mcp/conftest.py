@@ -2,9 +2,8 @@
 allow-list these fixtures set, and an HTTP one (streamable HTTP and SSE) in a subprocess on 127.0.0.1."""
 import pytest
 
-from tools.mcp_client import mcp_sessions_close
-
-from .support import HttpServer, UpstreamLog, stdio_allow_list
+from tests.mcp.support import HttpServer, UpstreamLog, stdio_allow_list
+from tools.upstream.client import mcp_sessions_close
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Helpers of the MCP tests: the real test servers (tests.mcp.servers) in subprocesses, what they recorded,
-and catalog rows for their tools (made here the way a sync makes them; tools.mcp_servers does it in
+and catalog rows for their tools (made here the way a sync makes them; tools.upstream.servers does it in
 production)."""
 import hashlib
 import json
@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from tests.tools.support import poll
-from tools.mcp_client import endpoint_of, mcp_list_tools
 from tools.models import McpServer, Tool, ToolGroup, ToolSource
+from tools.upstream.client import endpoint_of, mcp_list_tools
 
 REPO = Path(__file__).resolve().parents[2]
 STDIO_NAME = "testkit"
@@ -106,7 +106,7 @@ def process_alive(pid: int) -> bool:
 
 
 def catalog_name(server: str, upstream: str) -> str:
-    """A catalog name for a test tool (tools.mcp_servers.mcp_tool_name does this in production)."""
+    """A catalog name for a test tool (tools.upstream.servers.mcp_tool_name does this in production)."""
     name = f"mcp__{server}__{re.sub(r'[^a-zA-Z0-9_-]', '_', upstream)}"
     if len(name) > 64:
         name = name[:55] + "_" + hashlib.sha256(upstream.encode()).hexdigest()[:8]

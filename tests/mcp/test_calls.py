@@ -8,14 +8,13 @@ import pytest
 from approvals.models import ApprovalRequest
 from approvals.services import request_decide, rule_create
 from audit.models import Event
+from tests.mcp.servers import LONG_NAME
+from tests.mcp.support import catalog_name, install_mcp_tools, mcp_server
 from tests.tools.support import events_of, poll, submit, wait_status, wait_terminal
-from tools.mcp_client import mcp_sessions_close
-from tools.mcp_source import McpSource
+from tools.catalog.services import binding_set, catalog_sync, session_create
 from tools.models import CallEvent, CallStatus, EventKind, Tool
-from tools.services import binding_set, catalog_sync, session_create
-
-from .servers import LONG_NAME
-from .support import catalog_name, install_mcp_tools, mcp_server
+from tools.upstream.client import mcp_sessions_close
+from tools.upstream.source import McpSource
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls")]
 

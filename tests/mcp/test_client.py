@@ -11,9 +11,12 @@ import uuid
 
 import pytest
 
+from tests.mcp.servers import LONG_NAME
+from tests.mcp.support import STDIO_NAME, process_alive
 from tests.tools.support import poll
-from tools.isolation import CallStop
-from tools.mcp_client import (
+from tools.models import McpServer
+from tools.python.isolation import CallStop
+from tools.upstream.client import (
     McpEndpoint,
     UpstreamCancelled,
     UpstreamRefused,
@@ -28,10 +31,6 @@ from tools.mcp_client import (
     mcp_probe,
     mcp_sessions,
 )
-from tools.models import McpServer
-
-from .servers import LONG_NAME
-from .support import STDIO_NAME, process_alive
 
 TRANSPORTS = ["stdio", "streamable_http", "sse"]
 HTTP_TRANSPORTS = ["streamable_http", "sse"]

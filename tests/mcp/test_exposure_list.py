@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from approvals.services import rule_create, rule_update
-from tools.mcp_endpoint import CALLER_SCOPE, McpCaller, _list_tools
-from tools.services import group_update, session_create, tool_external_create
+from tools.catalog.services import group_update, session_create, tool_external_create
+from tools.gateway.protocol import CALLER_SCOPE, McpCaller, _list_tools
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls", "fresh_rule_index")]
 

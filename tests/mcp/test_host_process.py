@@ -1,4 +1,4 @@
-"""By default a process keeps its MCP sessions in a host process of its own (tools.mcp_client, "the host
+"""By default a process keeps its MCP sessions in a host process of its own (tools.upstream.client, "the host
 process"): the SDK's work runs beside the process serving requests. The host owns the stdio servers, takes
 its parent's settings with each request, relays its log records, ends when its parent does, and is
 replaced when it dies."""
@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.mcp.support import process_alive
+from tests.mcp.test_client import endpoint  # noqa: F401  (the fixture)
 from tests.tools.support import poll
-from tools import mcp_client
-from tools.mcp_client import UpstreamUnavailable, mcp_call_tool, mcp_sessions
-
-from .support import process_alive
-from .test_client import endpoint  # noqa: F401  (the fixture)
+from tools.upstream import client as mcp_client
+from tools.upstream.client import UpstreamUnavailable, mcp_call_tool, mcp_sessions
 
 
 def parent_of(pid: int) -> int:

@@ -1,20 +1,21 @@
 """What keeps MCP tools in the catalog without anyone asking: the periodic sync of the servers that are due,
 and a sync when an open session hears that its server's tools changed. `sync` stands for
-tools.mcp_servers.mcp_server_sync here (it is handed in, as AppConfig.ready does)."""
+tools.upstream.servers.mcp_server_sync here (it is handed in, as AppConfig.ready does)."""
 import threading
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
+from tests.mcp.support import mcp_server
 from tests.tools.support import poll
-from tools import mcp_client, mcp_source, registry
-from tools.mcp_client import endpoint_of, mcp_call_tool, mcp_list_tools, mcp_on_tools_changed
-from tools.mcp_source import mcp_servers_due, mcp_sync_due, mcp_sync_register, mcp_tools_changed_handler
+from tools.catalog import registry
+from tools.catalog.registry import periodic_jobs
 from tools.models import McpServer
-from tools.registry import periodic_jobs
-
-from .support import mcp_server
+from tools.upstream import client as mcp_client
+from tools.upstream import source as mcp_source
+from tools.upstream.client import endpoint_of, mcp_call_tool, mcp_list_tools, mcp_on_tools_changed
+from tools.upstream.source import mcp_servers_due, mcp_sync_due, mcp_sync_register, mcp_tools_changed_handler
 
 
 class Syncs:

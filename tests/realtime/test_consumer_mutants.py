@@ -1,4 +1,4 @@
-"""What a stream sends and when (realtime.consumers, DESIGN §9), driven in process through the real routes:
+"""What a stream sends and when (realtime.consumers, docs/notes/realtime.md), driven in process through the real routes:
 events reach the socket in the client's shape and once each, the inbox's events too, a stream whose access
 ended sends nothing more, a closed socket leaves its group and its grant, and forwarding an event never waits
 for the process's sync thread."""
@@ -23,8 +23,8 @@ from tenancy.grants import grant_watch
 from tenancy.models import Role
 from tenancy.services import apikey_create, apikey_revoke, membership_remove
 from toolkeeper.routing import websocket_urlpatterns
-from tools.events import call_event_append
-from tools.streams import AppSessionStream
+from tools.calls.events import call_event_append
+from tools.calls.streams import AppSessionStream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 application = URLRouter(websocket_urlpatterns)
@@ -33,7 +33,7 @@ AT = "2026-01-02T03:04:05+00:00"
 
 
 def event(call: str, seq: int, **extra) -> dict:
-    """A call event as `tools.events` publishes it."""
+    """A call event as `tools.calls.events` publishes it."""
     return {"type": "call.event", "call": call, "session": "s", "seq": seq, "kind": "output",
             "data": {"n": seq}, "at": AT, **extra}
 

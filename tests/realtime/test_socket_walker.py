@@ -21,7 +21,7 @@ from django.urls import URLPattern
 from realtime.consumers import CLOSE_UNAUTHORIZED
 from tenancy.services import apikey_create, apikey_revoke
 from toolkeeper.routing import websocket_urlpatterns
-from tools.services import session_create
+from tools.catalog.services import session_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 application = URLRouter(websocket_urlpatterns)

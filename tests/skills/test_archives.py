@@ -25,8 +25,7 @@ from skills.packages import (
     PackageProblems,
     package_from_files,
 )
-
-from .test_packages import ATTACKS, skill_md
+from tests.skills.test_packages import ATTACKS, skill_md
 
 SKILL = skill_md()
 

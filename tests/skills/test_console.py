@@ -15,10 +15,10 @@ from skills.models import Skill, SkillFile, SkillVersion
 from skills.packages import PackageProblems
 from skills.services import skill_upload
 from skills.views import body_blocks, file_tree
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
+from tools.catalog.selectors import session_tools
+from tools.catalog.services import session_create
 from tools.models import ToolGroup
-from tools.selectors import session_tools
-from tools.services import session_create
 
 pytestmark = pytest.mark.django_db
 

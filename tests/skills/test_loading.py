@@ -9,10 +9,10 @@ import pytest
 
 from audit.models import Event
 from skills.models import Skill
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
+from tools.catalog.selectors import session_prompt, session_tools
+from tools.catalog.services import session_create
 from tools.models import ToolGroup
-from tools.selectors import session_prompt, session_tools
-from tools.services import session_create
 
 pytestmark = pytest.mark.django_db
 

@@ -18,12 +18,11 @@ import pytest
 from django.db import connection
 
 from tests.other_backend import assert_expected_vendor, run_on_other_backend
-from tools import runtime as runtime_module
-from tools.executors import CeleryExecutor
+from tests.statements.trace import trace_on
+from tools.calls import runtime as runtime_module
+from tools.calls.executors import CeleryExecutor
+from tools.calls.worker import worker_run_call
 from tools.models import CallStatus, ToolCall
-from tools.worker import worker_run_call
-
-from .trace import trace_on
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

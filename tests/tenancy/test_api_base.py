@@ -1,4 +1,4 @@
-"""The one sealed tenant-scoped API base (DESIGN §12, PostHog)."""
+"""The one sealed tenant-scoped API base (docs/architecture.md, PostHog)."""
 import pytest
 from django.urls import get_resolver
 from rest_framework import viewsets

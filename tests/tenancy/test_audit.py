@@ -4,9 +4,9 @@ import pytest
 from audit.models import AppendOnlyError, Event
 from audit.selectors import audit_check
 from audit.services import audit_record
-from tools.calls import call_cancel, calls_submit
+from tools.calls.submit import call_cancel, calls_submit
+from tools.catalog.services import session_create
 from tools.models import BoundArgument, ToolGroup
-from tools.services import session_create
 
 
 def audit_verify(*, tenant) -> tuple[bool, int | None]:

@@ -27,8 +27,7 @@ from audit.selectors import audit_check
 from audit.services import audit_record
 from tenancy.fastread import insert_row
 from tenancy.services import tenant_create
-
-from .test_audit_verify import AUDIT_KEY, chain, keyed, remove, tamper, verify
+from tests.tenancy.test_audit_verify import AUDIT_KEY, chain, keyed, remove, tamper, verify
 
 pytestmark = pytest.mark.django_db
 version_migration = importlib.import_module("audit.migrations.0004_event_version")

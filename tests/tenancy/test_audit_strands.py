@@ -16,8 +16,7 @@ from audit.models import ChainHead, Event
 from audit.selectors import audit_check
 from audit.services import audit_chain_sign, audit_record
 from tenancy.models import Tenant
-
-from .test_audit_verify import AUDIT_KEY, chain, keyed, remove, tamper
+from tests.tenancy.test_audit_verify import AUDIT_KEY, chain, keyed, remove, tamper
 
 pytestmark = pytest.mark.django_db(transaction=True)
 on_postgres = pytest.mark.skipif(connection.vendor != "postgresql",

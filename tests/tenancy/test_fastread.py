@@ -9,8 +9,8 @@ from django.http import Http404
 from tenancy.fastread import fetch_one
 from tenancy.models import SYSTEM_AGENT, ApiKey
 from tenancy.selectors import access_object, access_row, key_sees_agent, key_sessions
+from tools.catalog.services import session_create
 from tools.models import AgentSession, ToolCall
-from tools.services import session_create
 
 FIELDS_OF = {model: [field.attname for field in model._meta.concrete_fields]
              for model in (ApiKey, AgentSession, ToolCall)}
@@ -92,5 +92,5 @@ def test_insert_instance_writes_what_save_would(world):
     stored = ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk)
     same_values(stored, call, types=False)  # the new instance holds its defaults as declared (an enum member)
     assert stored.status == "received" and stored.input == {"q": [1]} and stored.event_seq == 0
-    # Calls are inserted without the save machinery (tools.calls): nothing may listen to their saves.
+    # Calls are inserted without the save machinery (tools.calls.submit): nothing may listen to their saves.
     assert not pre_save.has_listeners(ToolCall) and not post_save.has_listeners(ToolCall)

@@ -1,4 +1,5 @@
-"""The tenancy guards' finer promises (DESIGN §3, §11): what a refusal says, that a guarded query still takes
+"""The tenancy guards' finer promises (docs/governance.md, docs/notes/structure-and-testing.md): what a refusal says,
+that a guarded query still takes
 every argument Django's does, and that model validation checks uniqueness across the table without tripping
 the tenant scope."""
 import time
@@ -37,8 +38,8 @@ from tenancy.selectors import (
 )
 from tenancy.services import apikey_create, apikey_revoke
 from tenancy.versions import versioned_models
+from tools.catalog.services import session_create
 from tools.models import AgentSession, BoundArgument, Tool, ToolCall
-from tools.services import session_create
 
 
 def test_for_tenant_without_a_tenant_says_so(world):

@@ -12,7 +12,7 @@ from tenancy import limits
 from tenancy.services import apikey_create, tenant_limits_set
 from tests.api.test_api_key_path import as_json, call_app
 from toolkeeper.errors import RateLimited
-from tools.calls import call_cancel
+from tools.calls.submit import call_cancel
 from tools.models import TERMINAL_STATUSES, ToolCall
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""Fail-closed tenant scoping (DESIGN §3, django-scopes): a query that names no tenant raises."""
+"""Fail-closed tenant scoping (docs/governance.md, django-scopes): a query that names no tenant raises."""
 import pytest
 from django.apps import apps
 

@@ -10,7 +10,7 @@ from approvals.models import PolicyVersion
 from tenancy import versions
 from tenancy.selectors import apikey_from_token, versions_read_with
 from tenancy.versions import VersionedCache, version_bump, version_of, versions_known
-from tools.catalog import _snapshots
+from tools.catalog.snapshot import _snapshots
 from tools.models import CatalogVersion
 
 

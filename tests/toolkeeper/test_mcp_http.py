@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from toolkeeper.mcp_http import McpEndpoint, RpcRefusal, _message_of, _whole_body, cancelled_request_id
+from tools.gateway.entry import McpEndpoint, RpcRefusal, _message_of, _whole_body, cancelled_request_id
 
 
 def notification(params, **extra) -> bytes:

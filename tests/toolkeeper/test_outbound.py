@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from tests.toolkeeper.conftest import serving
 from toolkeeper import outbound
 from toolkeeper.outbound import (
     MessageBound,
@@ -24,8 +25,6 @@ from toolkeeper.outbound import (
     check_url,
     http_client,
 )
-
-from .conftest import serving
 
 PUBLIC = "93.184.215.14"  # never connected to: every test that resolves it is refused before connecting
 

@@ -1,8 +1,7 @@
 import pytest
 
-from tools.decorators import ToolContext
-
-from .support import install_tool, registered_tool, unique_name
+from tests.tools.support import install_tool, registered_tool, unique_name
+from tools.python.decorators import ToolContext
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ Plain functions, not registered here: each test registers the ones it needs unde
 import asyncio
 import os
 
-from tools.decorators import ToolContext, ToolError
 from tools.models import Tool
+from tools.python.decorators import ToolContext, ToolError
 
 
 def huge_power(exponent: int, ctx: ToolContext) -> str:

@@ -3,9 +3,9 @@ import contextlib
 import time
 import uuid
 
-from tools import decorators
+from tools.catalog.services import catalog_sync
 from tools.models import TERMINAL_STATUSES, Tool, ToolCall, ToolGroup
-from tools.services import catalog_sync
+from tools.python import decorators
 
 POLL_LIMIT_S = 10.0
 
@@ -83,7 +83,7 @@ def claim_lock_held_elsewhere(tenant_id: int, *, lock_timeout: str):
 
     from django.db import connections, transaction
 
-    from tools.call_statements import tenant_claims_serialise
+    from tools.calls.statements import tenant_claims_serialise
 
     held, done = threading.Event(), threading.Event()
 

@@ -1,17 +1,16 @@
-"""Batches and the local executor (DESIGN §4): order, per-session serialisation, the tenant's cap,
+"""Batches and the local executor (docs/calls.md): order, per-session serialisation, the tenant's cap,
 timeouts, cancellation, waiting and events. Calls really run, so these tests are transactional."""
 import threading
 
 import pytest
 
 from tenancy.models import Tenant
-from tools import calls as calls_module
-from tools.decorators import CallCancelled, ToolContext
+from tests.tools.support import poll, wait_status, wait_terminal
+from tools.calls import submit as calls_module
+from tools.calls.runtime import runtime
+from tools.catalog.services import session_create
 from tools.models import AgentSession, CallEvent, CallStatus, Tool, ToolCall, ToolGroup
-from tools.runtime import runtime
-from tools.services import session_create
-
-from .support import poll, wait_status, wait_terminal
+from tools.python.decorators import CallCancelled, ToolContext
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls")]
 

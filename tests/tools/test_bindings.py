@@ -1,13 +1,12 @@
-"""Bound arguments (DESIGN §7, API.md): hidden from every schema, merged last, never overridable."""
+"""Bound arguments (docs/governance.md, docs/api.md): hidden from every schema, merged last, never overridable."""
 import pytest
 
-from tools.calls import calls_submit
+from tests.tools.support import wait_terminal
+from tools.calls.pipeline import CALL_STEPS, Validate
+from tools.calls.submit import calls_submit
+from tools.catalog.schemas import with_bound
+from tools.catalog.services import binding_set, session_create
 from tools.models import CallStatus
-from tools.pipeline import pipeline_steps
-from tools.schemas import with_bound
-from tools.services import binding_set, session_create
-
-from .support import wait_terminal
 
 FORMATS = ("openai", "anthropic", "mcp")
 
@@ -119,10 +118,9 @@ def test_a_bound_value_wins_over_the_same_name_in_any_case_or_composition():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("drain_calls")
 def test_server_values_are_merged_last_with_the_validate_step_taken_out(world, settings, request):
-    settings.TOOLKEEPER_CALL_MIDDLEWARE = [step for step in settings.TOOLKEEPER_CALL_MIDDLEWARE
-                                           if step != "tools.pipeline.Validate"]
-    pipeline_steps.cache_clear()  # the chain is read from settings once
-    request.addfinalizer(pipeline_steps.cache_clear)
+    without_validate = CALL_STEPS.replaced([s for s in CALL_STEPS.classes() if s is not Validate])
+    without_validate.__enter__()
+    request.addfinalizer(lambda: without_validate.__exit__(None, None, None))
     [call] = calls_submit(session=world.a.session, calls=[  # support-bot's current_time has timezone bound
         {"name": "current_time", "input": {"timezone": "Europe/Paris"}}])
     assert call.effective_input == {"timezone": "Asia/Tokyo"}, (call.status, call.error)

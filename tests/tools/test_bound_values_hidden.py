@@ -7,9 +7,9 @@ from rest_framework.test import APIClient
 from approvals.models import ApprovalRequest
 from approvals.services import rule_create
 from tenancy.models import Role
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
+from tools.catalog.services import binding_set, session_create
 from tools.models import CallStatus
-from tools.services import binding_set, session_create
 
 SECRET = "s3cr3t-scope-7f3a9c"
 

@@ -1,11 +1,10 @@
 """The shipped built-ins: current_time and todo_write."""
 import pytest
 
-from tools.decorators import ToolError, python_tool
+from tests.tools.support import wait_terminal
+from tools.catalog.services import session_create
 from tools.models import AgentSession, CallStatus
-from tools.services import session_create
-
-from .support import wait_terminal
+from tools.python.decorators import ToolError, python_tool
 
 
 def test_current_time_in_a_zone():

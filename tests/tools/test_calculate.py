@@ -1,9 +1,9 @@
 """`calculate` bounds the size of what it computes, so no expression can hold the GIL past its timeout."""
 import pytest
 
-from tools.decorators import ToolError, python_tool
+from tools.catalog.services import session_create
 from tools.models import CallStatus
-from tools.services import session_create
+from tools.python.decorators import ToolError, python_tool
 
 TOWER = "(((10**100)**100)**100)**8"
 

@@ -1,10 +1,10 @@
 """A source's tool never takes over a tool the tenant defined under the same name."""
 import pytest
 
-from tools import decorators
-from tools.decorators import tool
+from tools.catalog.services import catalog_sync, tool_external_create
 from tools.models import Tool, ToolSource
-from tools.services import catalog_sync, tool_external_create
+from tools.python import decorators
+from tools.python.decorators import tool
 
 pytestmark = pytest.mark.django_db
 

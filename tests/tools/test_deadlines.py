@@ -3,7 +3,7 @@ a disarmed one never fires; a slow action does not hold back the next."""
 import threading
 
 from tests.tools.support import poll
-from tools.executors import Deadlines
+from tools.calls.executors import Deadlines
 
 
 def test_actions_fire_once_in_deadline_order_and_disarmed_ones_never():

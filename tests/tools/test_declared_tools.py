@@ -15,12 +15,11 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from approvals.services import default_queue, external_calls_expire, rule_create
 from tenancy.models import Role
+from tests.approvals.conftest import console_api
 from tools.api.serializers import calls_data
-from tools.calls import calls_submit
-from tools.declared import request_declarations
+from tools.calls.submit import calls_submit
+from tools.catalog.declared import request_declarations
 from tools.models import AgentSession, CallStatus, ToolCall
-
-from ..approvals.conftest import console_api
 
 ORDER_TOOL = {
     "name": "lookup_order",

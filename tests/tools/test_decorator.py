@@ -3,10 +3,9 @@ from typing import Literal
 
 import pytest
 
-from tools import decorators
-from tools.decorators import ToolContext, ToolError, build_python_tool
-
-from .support import registered_tool, unique_name
+from tests.tools.support import registered_tool, unique_name
+from tools.python import decorators
+from tools.python.decorators import ToolContext, ToolError, build_python_tool
 
 
 def _build(fn, **options):
@@ -102,8 +101,8 @@ def test_decorator_registers_and_syncs(world):
     tool_name = unique_name("greet")
     with registered_tool(greet, name=tool_name, read_only=True):
         assert decorators.python_tool(tool_name) is not None
+        from tools.catalog.services import catalog_sync
         from tools.models import Tool
-        from tools.services import catalog_sync
 
         catalog_sync(tenant=world.a.tenant)
         row = Tool.objects.for_tenant(world.a.tenant).get(name=tool_name)

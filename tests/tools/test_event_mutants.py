@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from realtime import broadcast
 from realtime.groups import calls_group, session_group
-from tools.events import call_event_append, call_fail, call_failure, call_record, call_transition
+from tools.calls.events import call_event_append, call_fail, call_failure, call_record, call_transition
+from tools.calls.waiting import call_watch
 from tools.models import CallStatus, ToolCall
-from tools.waiting import call_watch
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -5,12 +5,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from approvals.services import rule_create, rule_update
-from tools import registry
-from tools.calls import calls_submit
-from tools.catalog import CatalogSnapshot, ExposedTool
+from tools.calls.submit import calls_submit
+from tools.catalog import registry
+from tools.catalog.selectors import session_prompt, session_tools, visible_tools
+from tools.catalog.services import group_create, group_update, session_create, tool_external_create
+from tools.catalog.snapshot import CatalogSnapshot, ExposedTool
 from tools.models import AgentSession, CallStatus, ToolGroup
-from tools.selectors import session_prompt, session_tools, visible_tools
-from tools.services import group_create, group_update, session_create, tool_external_create
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fresh_rule_index")]
 

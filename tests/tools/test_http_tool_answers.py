@@ -1,17 +1,17 @@
 """An HTTP tool's answer: one over the transport's size limit is a permanent failure, never retried (whether
 its Content-Length announced it or only what arrived showed it); a JSON answer is read as structure only within
-the bounds on the work of reading it (tools.http_tools, ANSWER_JSON_MAX_BYTES and ANSWER_JSON_MAX_NODES)."""
+the bounds on the work of reading it (tools.http_tools.services, ANSWER_JSON_MAX_BYTES and ANSWER_JSON_MAX_NODES)."""
 
 import pytest
 
-from tools import aftercare, http_tools
-from tools.decorators import ToolError
-from tools.http_tools import HttpSource, http_tool_create
+from tests.tools.http_endpoint import serve
+from tests.tools.support import wait_terminal
+from tools.calls import aftercare
+from tools.catalog.services import tool_update
+from tools.http_tools import services as http_tools
+from tools.http_tools.services import HttpSource, http_tool_create
 from tools.models import CallStatus, Tool, ToolCall, ToolGroup
-from tools.services import tool_update
-
-from .http_endpoint import serve
-from .support import wait_terminal
+from tools.python.decorators import ToolError
 
 LIMIT = 4096
 SCHEMA = {"properties": {"note": {"type": "string"}, "values": {"type": "array"}}}

@@ -1,5 +1,5 @@
-"""The parts of an HTTP tool (tools.http_tools) one by one, at their edges: filling the templates, the request a
-call makes, hiding secrets, how a status, a body or a client's exception becomes the result or the error, and
+"""The parts of an HTTP tool (tools.http_tools.services) one by one, at their edges: filling the templates, the
+request a call makes, hiding secrets, how a status, a body or a client's exception becomes the result or the error, and
 the checks of a definition with their exact messages and bounds. The calls end to end: test_http_tools.py."""
 import json
 import socket
@@ -15,10 +15,10 @@ from django.test import override_settings
 from audit.models import Event
 from toolkeeper.errors import ServiceError
 from toolkeeper.outbound import OutboundRefused, ResponseTooLarge
-from tools import http_tools as ht
-from tools.decorators import CallCancelled, ToolError
-from tools.isolation import CallStop
+from tools.http_tools import services as ht
 from tools.models import HttpEndpoint, Tool
+from tools.python.decorators import CallCancelled, ToolError
+from tools.python.isolation import CallStop
 
 
 def endpoint(**fields) -> HttpEndpoint:
@@ -774,7 +774,7 @@ def test_a_long_refusal_is_cut_in_the_report(world):
 
 @pytest.fixture
 def served(settings):
-    from .http_endpoint import serve
+    from tests.tools.http_endpoint import serve
 
     settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
     yield from serve()
@@ -865,7 +865,7 @@ def test_a_call_waits_past_its_timeout_by_the_backstop_and_stops_on_its_signal(w
 def test_lists_and_pages_stay_up_when_no_key_opens_the_stored_credentials(world):
     from django.urls import reverse
 
-    from tools.mcp_servers import mcp_server_create
+    from tools.upstream.servers import mcp_server_create
 
     old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
     with override_settings(TOOLKEEPER_SECRETS_KEYS=[old]):

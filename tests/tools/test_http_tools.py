@@ -1,4 +1,4 @@
-"""HTTP tools (tools.http_tools): the request a call makes, how the answer becomes the result, the SSRF guard,
+"""HTTP tools (tools.http_tools.services): the request a call makes, how the answer becomes the result, the SSRF guard,
 secrets never shown, and the checks of the services. Calls through the API and the executor:
 tests/api/test_http_tools_api.py."""
 import json
@@ -6,9 +6,9 @@ import json
 import pytest
 
 from audit.models import Event
+from tests.tools.http_endpoint import serve
 from toolkeeper.errors import ServiceError
-from tools.decorators import ToolError
-from tools.http_tools import (
+from tools.http_tools.services import (
     IMPORT_MAX_BYTES,
     HttpSource,
     http_tool_create,
@@ -17,8 +17,7 @@ from tools.http_tools import (
     http_tools_import,
 )
 from tools.models import HttpEndpoint, Tool
-
-from .http_endpoint import serve
+from tools.python.decorators import ToolError
 
 pytestmark = pytest.mark.django_db
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import grimp
 import pytest
 
-from tools.catalog import CatalogSnapshot
-from tools.selectors import bindings_for
+from tools.catalog.selectors import bindings_for
+from tools.catalog.snapshot import CatalogSnapshot
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TOOLS = ROOT / "tools"
@@ -39,10 +39,11 @@ def test_no_two_modules_of_tools_import_each_other_even_through_others():
     assert circles == []
 
 
-@pytest.mark.parametrize("module", ["tools.executors", "tools.tasks", "tools.worker"])
+@pytest.mark.parametrize("module", ["tools.calls.executors", "tools.tasks", "tools.calls.worker"])
 def test_only_the_runtime_and_the_celery_tasks_import_an_executor_a_worker_or_a_task(module):
     """The runtime builds the executor that settings name (import_string); nothing imports one to pick it."""
-    assert grimp.build_graph("tools").find_modules_that_directly_import(module) <= {"tools.runtime", "tools.tasks"}
+    importers = grimp.build_graph("tools").find_modules_that_directly_import(module)
+    assert importers <= {"tools.calls.runtime", "tools.tasks"}
 
 
 def test_the_mode_is_read_from_settings_in_settings_alone():
@@ -57,16 +58,16 @@ def test_the_mode_is_read_from_settings_in_settings_alone():
 
 def test_a_call_is_failed_in_one_place():
     """Every failure (pipeline, executor, timeout, lost worker, meta tool, reviewer, expiry, external error)
-    goes through `tools.events.call_fail`: only it builds the structured error."""
+    goes through `tools.calls.events.call_fail`: only it builds the structured error."""
     builders = {path: lines for path, tree in sources(*CALL_APPS).items()
                 if (lines := calls_of(tree, "call_error") + calls_of(tree, "error_result"))}
-    assert set(builders) == {"tools/events.py"}, builders
+    assert set(builders) == {"tools/calls/events.py"}, builders
 
 
 def test_the_call_paths_own_sql_is_in_one_module():
     statements = {path: lines for path, tree in sources(TOOLS).items()
                   if (lines := calls_of(tree, "cursor") + calls_of(tree, "insert_row"))}
-    assert set(statements) == {"tools/call_statements.py"}, statements
+    assert set(statements) == {"tools/calls/statements.py"}, statements
 
 
 def names_used(code) -> set[str]:
@@ -80,7 +81,7 @@ def names_used(code) -> set[str]:
 
 def test_which_bound_value_wins_is_decided_by_one_function():
     """The catalog snapshot (the call path) and `bindings_for` (approvals, the console, knowledge) both ask
-    `tools.catalog.bound_values`; neither orders bindings itself."""
+    `tools.catalog.snapshot.bound_values`; neither orders bindings itself."""
     for function in (CatalogSnapshot.bound_values, bindings_for):
         used = names_used(function.__code__)
         assert "bound_values" in used and "sorted" not in used, function

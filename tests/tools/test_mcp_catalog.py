@@ -1,4 +1,4 @@
-"""An MCP server's tools in the tenant's catalog (tools.mcp_servers): names, reconcile rules, trust, and that
+"""An MCP server's tools in the tenant's catalog (tools.upstream.servers): names, reconcile rules, trust, and that
 groups, rules and bindings treat them like any other tool. The listings are built here; the live upstream
 part (a real server listing them) is tested with the MCP client."""
 import re
@@ -8,20 +8,10 @@ import pytest
 from approvals.selectors import simulate
 from approvals.services import rule_create
 from tenancy.models import Tenant
-from tools.calls import calls_submit
-from tools.catalog import catalog_snapshot
-from tools.mcp_client import UpstreamTool
-from tools.mcp_servers import (
-    mcp_server_create,
-    mcp_server_delete,
-    mcp_server_update,
-    mcp_tool_name,
-    mcp_tools_by_server,
-    mcp_tools_reconcile,
-)
-from tools.models import CallStatus, McpServer, Tool, ToolGroup
-from tools.selectors import session_tools
-from tools.services import (
+from tests.tools.support import registered_tool
+from tools.calls.submit import calls_submit
+from tools.catalog.selectors import session_tools
+from tools.catalog.services import (
     binding_set,
     catalog_sync,
     group_update,
@@ -29,8 +19,17 @@ from tools.services import (
     tool_external_create,
     tool_update,
 )
-
-from .support import registered_tool
+from tools.catalog.snapshot import catalog_snapshot
+from tools.models import CallStatus, McpServer, Tool, ToolGroup
+from tools.upstream.client import UpstreamTool
+from tools.upstream.servers import (
+    mcp_server_create,
+    mcp_server_delete,
+    mcp_server_update,
+    mcp_tool_name,
+    mcp_tools_by_server,
+    mcp_tools_reconcile,
+)
 
 pytestmark = pytest.mark.django_db
 

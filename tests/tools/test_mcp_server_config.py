@@ -1,4 +1,4 @@
-"""Registering an MCP server (tools.mcp_servers): what a tenant may not point it at, the stdio allow-list, and
+"""Registering an MCP server (tools.upstream.servers): what a tenant may not point it at, the stdio allow-list, and
 credentials that are written, used and never shown back — not in errors, the audit trail or the log."""
 import hashlib
 import logging
@@ -11,10 +11,10 @@ from django.test import override_settings
 from audit.models import Event
 from toolkeeper.errors import ServiceError
 from toolkeeper.secrets import SecretUnreadable
-from tools import mcp_servers
-from tools.mcp_client import UpstreamTool, UpstreamUnavailable
-from tools.mcp_servers import mcp_server_create, mcp_server_delete, mcp_server_sync, mcp_server_update
 from tools.models import McpServer, McpStatus, Tool
+from tools.upstream import servers as mcp_servers
+from tools.upstream.client import UpstreamTool, UpstreamUnavailable
+from tools.upstream.servers import mcp_server_create, mcp_server_delete, mcp_server_sync, mcp_server_update
 
 pytestmark = pytest.mark.django_db
 
@@ -317,7 +317,7 @@ def test_an_upstream_failure_is_told_in_exact_words(world):
 
 def test_an_unexpected_failure_is_logged_with_the_server_and_the_kind_of_error(world, caplog):
     server = mcp_server_create(**http(world.a.tenant, headers={"Authorization": TOKEN}))
-    with caplog.at_level(logging.ERROR, logger="tools.mcp_servers"):
+    with caplog.at_level(logging.ERROR, logger="tools.upstream.servers"):
         assert mcp_servers._upstream_failure(RuntimeError(f"bad {TOKEN}"), server) == mcp_servers.UNEXPECTED
         assert mcp_servers._upstream_failure(KeyError(), server) == mcp_servers.UNEXPECTED
     assert [r.getMessage() for r in caplog.records] == [
@@ -381,7 +381,7 @@ def test_a_failed_sync_is_answered_recorded_audited_and_logged(world, monkeypatc
         raise UpstreamUnavailable("connection refused")
 
     monkeypatch.setattr(mcp_servers.mcp_client, "mcp_list_tools", unreachable)
-    with caplog.at_level(logging.INFO, logger="tools.mcp_servers"):
+    with caplog.at_level(logging.INFO, logger="tools.upstream.servers"):
         answer = mcp_server_sync(server=server, actor=world.a.users["admin"])
     assert answer == {"status": McpStatus.ERROR, "error": "connection refused", "added": 0, "updated": 0,
                       "disabled": 0, "skipped": []}

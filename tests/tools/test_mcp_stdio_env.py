@@ -11,9 +11,9 @@ from django.test import override_settings
 from toolkeeper.command_env import env_name_refusal
 from toolkeeper.errors import ServiceError
 from toolkeeper.settings import mcp_stdio_servers
-from tools.mcp_client import UpstreamRefused, endpoint_of, stdio_allow_list
-from tools.mcp_servers import mcp_server_create
 from tools.models import McpServer
+from tools.upstream.client import UpstreamRefused, endpoint_of, stdio_allow_list
+from tools.upstream.servers import mcp_server_create
 
 pytestmark = pytest.mark.django_db
 

@@ -1,6 +1,6 @@
 """A retry over MCP attaches to the session's call that still waits for a reviewer with the same arguments:
 `pending_approval_twin` finds it by one plain statement, on either database, and finds nothing else."""
-from tools.mcp_endpoint import pending_approval_twin
+from tools.gateway.protocol import pending_approval_twin
 from tools.models import CallStatus, ToolCall
 
 

@@ -1,4 +1,4 @@
-"""The OpenAPI import cannot stall the server (tools.http_tools): the document is read by toolkeeper.documents
+"""The OpenAPI import cannot stall the server (tools.http_tools.services): the document is read by toolkeeper.documents
 within the import's bounds, which stop the reading at the first event past one, and the tools' input schemas
 carry only the components they use, within a budget of values for the whole import. No timed assertions: the
 work is counted (the parser's events, the schema values checked)."""
@@ -11,8 +11,8 @@ import yaml
 from tests.document_events import counted_events
 from toolkeeper import documents
 from toolkeeper.errors import ServiceError
-from tools import http_tools
-from tools.http_tools import (
+from tools.http_tools import services as http_tools
+from tools.http_tools.services import (
     IMPORT_MAX_BYTES,
     IMPORT_MAX_NODES,
     IMPORT_SCHEMA_VALUES_MAX,

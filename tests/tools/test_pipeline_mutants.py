@@ -8,9 +8,8 @@ from django.db import transaction
 from django.db.transaction import TransactionManagementError
 
 from approvals.services import rule_create
-from tools.calls import calls_submit
-from tools.models import CallStatus, Tool, ToolCall, ToolGroup
-from tools.pipeline import (
+from tests.tools.support import install_tool, wait_terminal
+from tools.calls.pipeline import (
     NO_POLICY_DECISION,
     CallContext,
     input_problems,
@@ -18,10 +17,10 @@ from tools.pipeline import (
     pipeline_resume,
     pipeline_run,
 )
-from tools.schemas import ToolMisconfigured
-from tools.services import tool_external_create
-
-from .support import install_tool, wait_terminal
+from tools.calls.submit import calls_submit
+from tools.catalog.schemas import ToolMisconfigured
+from tools.catalog.services import tool_external_create
+from tools.models import CallStatus, Tool, ToolCall, ToolGroup
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls")]
 
@@ -267,7 +266,7 @@ def test_a_chain_that_fails_in_a_caller_s_transaction_dooms_that_transaction(wor
 def test_a_refused_input_fails_the_call_with_every_problem_in_one_message(world):
     (call,) = calls_submit(session=world.a.session, calls=[{"id": "two_wrongs", "name": "calculate",
                                                             "input": {"expression": 5, "unexpected": True}}])
-    from tools.declared import call_exposed
+    from tools.catalog.declared import call_exposed
 
     call = row(call)
     assert call.status == CallStatus.FAILED and call.error["errorType"] == "InvalidInput"

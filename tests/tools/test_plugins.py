@@ -9,10 +9,10 @@ import uuid
 
 import pytest
 
-from tools import decorators, plugins
+from tools.catalog.services import catalog_sync_all
 from tools.models import Tool, ToolGroup
-from tools.plugins import PluginTarget, plugin_load, plugin_of_tool, plugins_load
-from tools.services import catalog_sync_all
+from tools.python import decorators, plugins
+from tools.python.plugins import PluginTarget, plugin_load, plugin_of_tool, plugins_load
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def module_target(name: str) -> PluginTarget:
 def test_entry_points_and_the_settings_modules_are_found_and_credited(plugin_home, db, world):
     tool_a, tool_b, plain_tool = unique("pkg_tool"), unique("pkg_tool"), unique("plain_tool")
     package_module = plugin_home(unique("tkp_pkg"), f"""
-        from tools.decorators import tool
+        from tools.python.decorators import tool
 
         @tool(name="{tool_a}", read_only=True, groups=("plugin-tools",))
         def first(text: str) -> str:
@@ -61,7 +61,7 @@ def test_entry_points_and_the_settings_modules_are_found_and_credited(plugin_hom
             return n + 1
     """)
     plain_module = plugin_home(unique("tkp_plain"), f"""
-        from tools.decorators import tool
+        from tools.python.decorators import tool
 
         @tool(name="{plain_tool}")
         def plain() -> str:
@@ -94,7 +94,7 @@ def test_entry_points_and_the_settings_modules_are_found_and_credited(plugin_hom
 def test_a_plugin_that_raises_midway_keeps_none_of_its_tools(plugin_home, caplog):
     registered_first = unique("half_tool")
     module = plugin_home(unique("tkp_half"), f"""
-        from tools.decorators import tool
+        from tools.python.decorators import tool
 
         @tool(name="{registered_first}")
         def first() -> str:
@@ -117,7 +117,7 @@ def test_a_name_taken_by_a_shipped_tool_stays_with_it(plugin_home):
     original = decorators.python_tool("calculate")
     kept = unique("kept_tool")
     module = plugin_home(unique("tkp_clash"), f"""
-        from tools.decorators import tool
+        from tools.python.decorators import tool
 
         @tool
         def calculate(expression: str) -> str:
@@ -137,7 +137,7 @@ def test_a_name_taken_by_a_shipped_tool_stays_with_it(plugin_home):
 def test_a_second_plugin_cannot_take_the_first_ones_name(plugin_home):
     name = unique("shared_name")
     source = f"""
-        from tools.decorators import tool
+        from tools.python.decorators import tool
 
         @tool(name="{name}")
         def mine() -> str:
@@ -151,7 +151,7 @@ def test_a_second_plugin_cannot_take_the_first_ones_name(plugin_home):
 
 def test_reserved_and_foreign_names_and_refused_schemas_are_left_out(plugin_home):
     reserved = plugin_load(module_target(plugin_home(unique("tkp_reserved"), """
-        from tools.decorators import tool
+        from tools.python.decorators import tool
 
         @tool(name="reset_tools")
         def reset() -> str:
@@ -164,7 +164,7 @@ def test_reserved_and_foreign_names_and_refused_schemas_are_left_out(plugin_home
         deep = f"list[{deep}]"
     foreign, too_deep = unique("mcp__github__fake"), unique("deep_tool")
     mixed = plugin_load(module_target(plugin_home(unique("tkp_mixed"), f"""
-        from tools.decorators import tool
+        from tools.python.decorators import tool
 
         @tool(name="{foreign}")
         def pretends() -> str:
@@ -183,7 +183,7 @@ def test_reserved_and_foreign_names_and_refused_schemas_are_left_out(plugin_home
 def test_module_function_form_and_exits_and_missing_modules(plugin_home):
     name = unique("late_tool")
     module = plugin_home(unique("tkp_function"), f"""
-        from tools.decorators import tool
+        from tools.python.decorators import tool
 
         def late() -> str:
             return "registered by a function"
@@ -204,7 +204,7 @@ def test_the_plugins_page_lists_plugins_tools_and_problems(plugin_home, world):
     good = unique("page_tool")
     plugins_load([
         plugin_home(unique("tkp_page"), f"""
-            from tools.decorators import tool
+            from tools.python.decorators import tool
 
             @tool(name="{good}", groups=("basic",))
             def shown() -> str:

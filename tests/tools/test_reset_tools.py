@@ -1,10 +1,10 @@
-"""The meta tool reset_tools (DESIGN §7): final-state semantics, all-or-nothing, notes, per-session."""
+"""The meta tool reset_tools (docs/governance.md): final-state semantics, all-or-nothing, notes, per-session."""
 import pytest
 
-from tools.calls import calls_submit
+from tools.calls.submit import calls_submit
+from tools.catalog.selectors import session_tools, visible_tools
+from tools.catalog.services import group_create, group_delete, session_create
 from tools.models import AgentSession, CallStatus, ToolGroup
-from tools.selectors import session_tools, visible_tools
-from tools.services import group_create, group_delete, session_create
 
 
 def _reset(session, choices, call_id=None):

@@ -1,4 +1,4 @@
-"""After-execution steps (settings.TOOLKEEPER_RESULT_MIDDLEWARE): redaction by tenant rules, the result cap and
+"""After-execution steps (tools.calls.aftercare.RESULT_STEPS): redaction by tenant rules, the result cap and
 retries of transient errors, each visible on the call's timeline. Calls go through the API and really run on
 the local executor, so these tests are transactional."""
 import json
@@ -6,16 +6,15 @@ import json
 import pytest
 from django.test import override_settings
 
-from tools import aftercare
-from tools.calls import calls_submit
-from tools.decorators import ToolError
+from tests.tools.support import events_of, poll, submit, wait_status, wait_terminal
+from tools.calls import aftercare
+from tools.calls.runtime import runtime
+from tools.calls.submit import calls_submit
+from tools.catalog.services import session_create, tool_update
 from tools.models import CallStatus, EventKind, Tool, ToolCall
-from tools.redaction import Redaction, pattern_compile, tool_pattern_matches
-from tools.results import tool_result
-from tools.runtime import runtime
-from tools.services import session_create, tool_update
-
-from .support import events_of, poll, submit, wait_status, wait_terminal
+from tools.python.decorators import ToolError
+from tools.python.results import tool_result
+from tools.redaction.rules import Redaction, pattern_compile, tool_pattern_matches
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls")]
 
@@ -347,24 +346,15 @@ class RefuseSecret(aftercare.ResultStep):
             outcome.note(self.name)
 
 
-@pytest.fixture
-def steps_from_settings():
-    aftercare.result_steps.cache_clear()
-    yield
-    aftercare.result_steps.cache_clear()
-
-
 @pytest.mark.parametrize(("order", "status"), [(("Shout", "RefuseSecret"), "failed"),
                                                (("RefuseSecret", "Shout"), "succeeded")])
-def test_custom_steps_transform_and_settle_in_the_settings_order(world, session, make_tool, steps_from_settings,
-                                                                 order, status):
+def test_custom_steps_transform_and_settle_in_the_chains_order(world, session, make_tool, order, status):
     def whisper() -> str:
         """Say a secret quietly."""
         return "a secret"
 
     tool = make_tool(whisper)
-    with override_settings(TOOLKEEPER_RESULT_MIDDLEWARE=[f"{__name__}.{name}" for name in order]):
-        aftercare.result_steps.cache_clear()
+    with aftercare.RESULT_STEPS.replaced([globals()[name] for name in order]):
         call, _ = run(world, session, tool)
     assert call["status"] == status
     if status == "failed":
@@ -392,7 +382,7 @@ def test_redaction_keeps_keys_apart_and_replaces_literally():
 
 
 def aftercare_rule(pattern: str, replacement: str):
-    from tools.redaction import CompiledRule
+    from tools.redaction.rules import CompiledRule
 
     return CompiledRule(name="numbers", regex=pattern_compile(pattern), replacement=replacement, tool_pattern="*",
                         keep_original=False)

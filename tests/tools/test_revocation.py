@@ -18,10 +18,10 @@ from tenancy.grants import grant_of_key, grant_of_member, grant_watch, grants_ac
 from tenancy.models import Membership, Role
 from tenancy.services import apikey_create, apikey_revoke, membership_remove
 from toolkeeper.routing import websocket_urlpatterns
-from tools.calls import call_cancel, calls_submit
-from tools.decorators import ToolContext
+from tools.calls.submit import call_cancel, calls_submit
+from tools.catalog.services import session_create
 from tools.models import CallStatus, ToolCall
-from tools.services import session_create
+from tools.python.decorators import ToolContext
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls")]
 

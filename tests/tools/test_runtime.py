@@ -10,17 +10,16 @@ import pytest
 from celery import Celery
 from django.test import override_settings
 
-from tools import runtime as runtime_module
-from tools.calls import call_cancel, calls_submit
-from tools.decorators import ToolContext
-from tools.executors import CeleryExecutor, LocalExecutor
+from tests.tools.support import wait_terminal
+from tools.calls import runtime as runtime_module
+from tools.calls.executors import CeleryExecutor, LocalExecutor
+from tools.calls.runtime import DistributedRuntime, EmbeddedRuntime, runtime
+from tools.calls.submit import call_cancel, calls_submit
+from tools.calls.waiting import ChannelLayerWaiter, InProcessWaiter
+from tools.catalog.registry import periodic_jobs
+from tools.catalog.services import session_create
 from tools.models import CallEvent, CallStatus, ToolCall
-from tools.registry import periodic_jobs
-from tools.runtime import DistributedRuntime, EmbeddedRuntime, runtime
-from tools.services import session_create
-from tools.waiting import ChannelLayerWaiter, InProcessWaiter
-
-from .support import wait_terminal
+from tools.python.decorators import ToolContext
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBE = ("import json, sys; sys.path[:0] = ['platform', '.']; from toolkeeper import settings as s;"
@@ -73,9 +72,9 @@ def use_runtime(monkeypatch):
 
 
 @pytest.mark.parametrize(("env", "expected"), [
-    ({}, ["tools.runtime.EmbeddedRuntime", "tools.executors.LocalExecutor"]),
+    ({}, ["tools.calls.runtime.EmbeddedRuntime", "tools.calls.executors.LocalExecutor"]),
     ({"TOOLKEEPER_EXECUTOR": "celery", "REDIS_URL": "redis://r.example:6379/0"},
-     ["tools.runtime.DistributedRuntime", "tools.executors.CeleryExecutor"]),
+     ["tools.calls.runtime.DistributedRuntime", "tools.calls.executors.CeleryExecutor"]),
 ])
 def test_settings_derive_the_runtime_and_its_executor_from_the_mode(tmp_path, env, expected):
     clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "TOOLKEEPER_EXECUTOR"}}
@@ -86,7 +85,7 @@ def test_settings_derive_the_runtime_and_its_executor_from_the_mode(tmp_path, en
 
 
 def test_calls_go_to_the_executor_class_that_settings_name(world, use_runtime, django_capture_on_commit_callbacks):
-    executor = use_runtime("tools.runtime.EmbeddedRuntime", RECORDING).executor
+    executor = use_runtime("tools.calls.runtime.EmbeddedRuntime", RECORDING).executor
     assert isinstance(executor, RecordingExecutor)
     session = session_create(tenant=world.a.tenant, agent="recorded")
     with django_capture_on_commit_callbacks(execute=True):
@@ -99,11 +98,11 @@ def test_calls_go_to_the_executor_class_that_settings_name(world, use_runtime, d
 
 
 def test_each_mode_has_its_own_waiter_and_periodic_jobs(use_runtime):
-    embedded = use_runtime("tools.runtime.EmbeddedRuntime", "tools.executors.LocalExecutor")
+    embedded = use_runtime("tools.calls.runtime.EmbeddedRuntime", "tools.calls.executors.LocalExecutor")
     assert isinstance(embedded, EmbeddedRuntime) and isinstance(embedded.waiter, InProcessWaiter)
     assert embedded.periodic_jobs() == periodic_jobs()  # what the apps registered, run by its timer
 
-    distributed = use_runtime("tools.runtime.DistributedRuntime", "tools.executors.CeleryExecutor")
+    distributed = use_runtime("tools.calls.runtime.DistributedRuntime", "tools.calls.executors.CeleryExecutor")
     assert isinstance(distributed, DistributedRuntime) and isinstance(distributed.waiter, ChannelLayerWaiter)
     assert isinstance(distributed.executor, CeleryExecutor)
     jobs = distributed.periodic_jobs()
@@ -120,7 +119,7 @@ def test_each_mode_has_its_own_waiter_and_periodic_jobs(use_runtime):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_embedded_runtime_takes_over_what_a_stopped_process_left(world, use_runtime, make_tool):
-    executor = use_runtime("tools.runtime.EmbeddedRuntime", RECORDING).executor
+    executor = use_runtime("tools.calls.runtime.EmbeddedRuntime", RECORDING).executor
 
     def once() -> str:
         """Not idempotent."""
@@ -164,7 +163,7 @@ class NotingChannelLayerWaiter(ChannelLayerWaiter):
 def test_a_request_waits_through_the_waiter_of_the_runtime(world, use_runtime, make_tool):
     """The distributed runtime's waiter listens on the channel layer; here the calls run on local threads,
     so the mode's parts are separate: the view only declares what it waits for."""
-    distributed = use_runtime("tools.runtime.DistributedRuntime", "tools.executors.LocalExecutor")
+    distributed = use_runtime("tools.calls.runtime.DistributedRuntime", "tools.calls.executors.LocalExecutor")
     distributed.waiter = NotingChannelLayerWaiter()
 
     def pause(ctx: ToolContext) -> str:
@@ -186,7 +185,7 @@ def test_a_request_waits_through_the_waiter_of_the_runtime(world, use_runtime, m
 def test_background_jobs_run_in_daemon_threads_and_a_waiting_one_is_not_queued_twice():
     import threading
 
-    from tools.registry import register_background
+    from tools.catalog.registry import register_background
 
     started, release, counted = threading.Semaphore(0), threading.Event(), []
 

@@ -13,13 +13,13 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from tools import registry
-from tools.calls import calls_submit
+from tools.calls.pipeline import input_problems
+from tools.calls.submit import calls_submit
+from tools.catalog import registry
+from tools.catalog.registry import ToolDefinition
+from tools.catalog.schemas import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
+from tools.catalog.services import binding_set, catalog_sync, tool_external_create, tool_update
 from tools.models import CallStatus, Tool, ToolCall, ToolGroup, ToolSource
-from tools.pipeline import input_problems
-from tools.registry import ToolDefinition
-from tools.schemas import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
-from tools.services import binding_set, catalog_sync, tool_external_create, tool_update
 
 # The API reads rows on connections of its own: tests that call through it commit what they write.
 transactional = pytest.mark.django_db(transaction=True)
@@ -205,10 +205,9 @@ def test_a_reviewers_edit_of_a_misconfigured_tool_is_refused_without_a_request(w
 # --- sources and the Django admin go through the same check ------------------------------------------
 
 class OneToolSource:
-    kinds = ("external",)
-
     def __init__(self, definition: ToolDefinition):
         self.definition = definition
+        self.kinds = (f"test_{definition.name}",)  # a kind is claimed by one source
 
     def definitions(self, tenant):
         return [self.definition]

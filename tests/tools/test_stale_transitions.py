@@ -8,12 +8,12 @@ import pytest
 from django.utils import timezone
 
 from toolkeeper.errors import Conflict
-from tools import worker
-from tools.calls import call_cancel
-from tools.events import call_fail, call_transition
-from tools.execution import call_settle_orphan
+from tools.calls import worker
+from tools.calls.events import call_fail, call_transition
+from tools.calls.execution import call_settle_orphan
+from tools.calls.submit import call_cancel
+from tools.calls.worker import ClaimOutcome, call_claim_limited, calls_reap
 from tools.models import CallStatus, ToolCall
-from tools.worker import ClaimOutcome, call_claim_limited, calls_reap
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

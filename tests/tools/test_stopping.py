@@ -7,14 +7,13 @@ import threading
 import pytest
 
 from tests.distributed.stack import process_gone
-from tools import executors
-from tools.decorators import ToolContext
+from tests.tools import isolated_tools
+from tests.tools.support import events_of, poll, submit, wait_status, wait_terminal
+from tools.calls import executors
+from tools.calls.runtime import runtime
+from tools.catalog.services import session_create
 from tools.models import CallStatus
-from tools.runtime import runtime
-from tools.services import session_create
-
-from . import isolated_tools
-from .support import events_of, poll, submit, wait_status, wait_terminal
+from tools.python.decorators import ToolContext
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls")]
 

@@ -12,9 +12,9 @@ from tenancy.models import SYSTEM_AGENT, ApiKey
 from tenancy.services import apikey_create
 from toolkeeper.errors import ServiceError
 from toolkeeper.routing import websocket_urlpatterns
-from tools.calls import work_start
+from tools.calls.submit import work_start
+from tools.catalog.services import session_create
 from tools.models import AgentSession
-from tools.services import session_create
 
 RESERVED_SPELLINGS = [SYSTEM_AGENT, "Toolkeeper", " toolkeeper ", "TOOLKEEPER"]
 

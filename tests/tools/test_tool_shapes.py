@@ -5,12 +5,11 @@ import threading
 
 import pytest
 
-from tools.decorators import ToolContext, build_python_tool, tool
+from tests.tools import isolated_tools
+from tests.tools.support import events_of, poll, registered_tool, submit, unique_name, wait_terminal
+from tools.catalog.services import session_create
 from tools.models import CallStatus
-from tools.services import session_create
-
-from . import isolated_tools
-from .support import events_of, poll, registered_tool, submit, unique_name, wait_terminal
+from tools.python.decorators import ToolContext, build_python_tool, tool
 
 
 @pytest.fixture

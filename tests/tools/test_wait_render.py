@@ -5,8 +5,8 @@ import threading
 import uuid
 
 from tools.api.serializers import calls_data_offline
+from tools.calls.waiting import InProcessWaiter, WaitPlan
 from tools.models import SETTLED_STATUSES, CallStatus, ToolCall
-from tools.waiting import InProcessWaiter, WaitPlan
 
 
 def settled_call(decision: dict | None) -> ToolCall:

@@ -9,12 +9,11 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from tools import worker
-from tools.isolation import CallStop
+from tests.tools.support import claim_lock_held_elsewhere, poll
+from tools.calls import worker
+from tools.calls.worker import CallWatch, ClaimOutcome, call_claim_limited
 from tools.models import CallEvent, CallStatus, ToolCall
-from tools.worker import CallWatch, ClaimOutcome, call_claim_limited
-
-from .support import claim_lock_held_elsewhere, poll
+from tools.python.isolation import CallStop
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

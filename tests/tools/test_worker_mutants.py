@@ -16,14 +16,13 @@ from django.utils import timezone
 
 from tenancy import versions
 from tenancy.models import Tenant
-from tools import worker
-from tools.calls import call_cancel
-from tools.decorators import CallCancelled, ToolContext
-from tools.isolation import CallStop
+from tests.tools.support import claim_lock_held_elsewhere
+from tools.calls import worker
+from tools.calls.submit import call_cancel
+from tools.calls.worker import CallWatch, ClaimOutcome, call_claim_limited, calls_reap, worker_run_call
 from tools.models import AgentSession, CallStatus, Tool, ToolCall
-from tools.worker import CallWatch, ClaimOutcome, call_claim_limited, calls_reap, worker_run_call
-
-from .support import claim_lock_held_elsewhere
+from tools.python.decorators import CallCancelled, ToolContext
+from tools.python.isolation import CallStop
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -9,8 +9,11 @@ from rest_framework import serializers
 from toolkeeper import serializers as strict
 from toolkeeper.openapi import NOT_NULL, only_with
 from toolkeeper.secrets import secret_names
-from tools.declared import DECLARED_MAX, DESCRIPTION_MAX
-from tools.mcp_servers import (
+from tools.catalog.declared import DECLARED_MAX, DESCRIPTION_MAX
+from tools.catalog.registry import annotate_calls, calls_annotated
+from tools.catalog.selectors import FORMATS
+from tools.models import AgentSession, BoundArgument, CallEvent, McpServer, McpTransport, Tool, ToolCall, ToolGroup
+from tools.upstream.servers import (
     HEADERS_MAX,
     NAME_LENGTH_MAX,
     NAMES_MAX,
@@ -18,9 +21,6 @@ from tools.mcp_servers import (
     SERVER_NAME_RULE,
     TIMEOUT_RANGE,
 )
-from tools.models import AgentSession, BoundArgument, CallEvent, McpServer, McpTransport, Tool, ToolCall, ToolGroup
-from tools.registry import annotate_calls, calls_annotated
-from tools.selectors import FORMATS
 
 _DECLARATION = {
     "type": "object",
@@ -40,7 +40,7 @@ _DECLARATION = {
     "properties": {"type": {"type": "string", "enum": ["function"]}, "function": _DECLARATION},
     "required": ["type", "function"]}]})
 class ToolDeclarationField(serializers.JSONField):
-    """One declared tool; `tools.declared` checks it (the document states its shape)."""
+    """One declared tool; `tools.catalog.declared` checks it (the document states its shape)."""
 
 
 def declared_tools_field(help_text: str) -> serializers.ListField:
@@ -218,7 +218,7 @@ class CallResultSerializer(serializers.Serializer):
 
 
 class CallErrorSerializer(serializers.Serializer):
-    errorType = serializers.CharField()  # noqa: N815 (the name of API.md)
+    errorType = serializers.CharField()  # noqa: N815 (the name of docs/api.md)
     error = serializers.CharField()
     tool = serializers.CharField()
     callId = serializers.CharField()  # noqa: N815

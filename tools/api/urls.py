@@ -1,8 +1,9 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from . import http_tools, views
-from .redaction import RedactionRuleViewSet
+from tools.api import views
+from tools.http_tools import api as http_tools
+from tools.redaction.api import RedactionRuleViewSet
 
 router = SimpleRouter(trailing_slash=False)
 router.register("tools", views.ToolViewSet, basename="tool")

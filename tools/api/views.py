@@ -18,13 +18,13 @@ from tenancy.versions import versions_known
 from tenancy.web import acting_user
 from toolkeeper.api import exception_handler
 from toolkeeper.openapi import CONFLICT
-from tools import calls as tool_calls
-from tools import declared, mcp_servers, selectors, services
+from tools.api import serializers as s
+from tools.calls import submit as tool_calls
+from tools.calls.runtime import runtime
+from tools.calls.waiting import WaitPlan, run_db
+from tools.catalog import declared, selectors, services
 from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, ToolCall
-from tools.runtime import runtime
-from tools.waiting import WaitPlan, run_db
-
-from . import serializers as s
+from tools.upstream import servers as mcp_servers
 
 
 def access_session(request, session_id) -> AgentSession:
@@ -170,7 +170,7 @@ def _render(view, request, *args, **kwargs):
 def waiting(view_class):
     """An async front for a DRF view whose response may declare calls to wait for (`response.wait_plan`).
 
-    The runtime's waiter (`tools.waiting`) arms its watch before the view runs, keyed by the session or
+    The runtime's waiter (`tools.calls.waiting`) arms its watch before the view runs, keyed by the session or
     call id in the URL, then waits and renders the answer; a wait refused because the request's key was
     revoked or its user's membership removed answers as that refusal.
     """

@@ -2,7 +2,7 @@
 each `@tool` function becomes a tool of every tenant's catalog, in the group `text-and-units`."""
 from typing import Literal
 
-from tools.decorators import ToolContext, ToolError, tool
+from tools.python.decorators import ToolContext, ToolError, tool
 
 GROUPS = ("text-and-units",)
 

@@ -1,6 +1,6 @@
 from django import template
 
-from tools.plugins import plugin_of_tool
+from tools.python.plugins import plugin_of_tool
 
 register = template.Library()
 

@@ -1,4 +1,4 @@
-"""The one tenant-scoped API base (DESIGN §12).
+"""The one tenant-scoped API base (docs/architecture.md).
 
 `get_queryset` and `get_object` are sealed: a subclass customises `safely_get_queryset`, which
 receives a queryset already limited to the request's tenant. Serializers never take the tenant

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from .views import LimitsView
+from tenancy.api.views import LimitsView
 
 urlpatterns: list = [
     path("limits", LimitsView.as_view(), name="limits"),

@@ -9,8 +9,8 @@ import zlib
 
 from pydantic import BaseModel
 
-from tools.decorators import ToolContext, ToolError, tool
-from tools.registry import register_resource_provider
+from tools.catalog.registry import register_resource_provider
+from tools.python.decorators import ToolContext, ToolError, tool
 
 GROUPS = ("basic",)
 
@@ -40,7 +40,7 @@ WAV = _wav_silence()
 
 
 def _content(*blocks: dict) -> dict:
-    """A result with these MCP content blocks as they are (tools.results.tool_result passes it through)."""
+    """A result with these MCP content blocks as they are (tools.python.results.tool_result passes it through)."""
     return {"state": "success", "content": list(blocks), "structured": None}
 
 
@@ -135,7 +135,7 @@ json_schema_2020_12_tool.tool.input_model = _ExactSchema
 
 class ConformanceResources:
     """The fixture resources the suite's resources-* scenarios read by URI, through the same provider hook as
-    the skills' files (`tools.registry.register_resource_provider`)."""
+    the skills' files (`tools.catalog.registry.register_resource_provider`)."""
 
     def resources(self, session) -> list[dict]:
         return [{"uri": "test://static-text", "name": "static-text", "mimeType": "text/plain"},

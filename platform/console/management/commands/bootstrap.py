@@ -13,8 +13,8 @@ from skills.models import Skill, SkillSource
 from skills.services import skill_update
 from tenancy.models import Role, Tenant
 from tenancy.services import apikey_create, membership_set, tenant_create
+from tools.catalog.services import binding_set, catalog_sync, group_create, group_update, tool_external_create
 from tools.models import Tool, ToolGroup
-from tools.services import binding_set, catalog_sync, group_create, group_update, tool_external_create
 
 DEMO_TENANT = "demo"
 

@@ -1,0 +1,125 @@
+"""Running one call on an executor: claim it, invoke its source, store the outcome; time it out; settle
+it when the process that ran it died. Shared by both executors (`tools.calls.executors` in the server process,
+`tools.calls.worker` in Celery workers), which decide when and where a call runs, not how.
+"""
+import logging
+import threading
+import time
+
+from django.db.models import F
+from django.utils import timezone
+
+from tools.calls.aftercare import Outcome, effects_record, error_is_transient, result_steps_run
+from tools.calls.events import call_event_append, call_fail, call_transition
+from tools.calls.statements import lease_lapsed_condition
+from tools.catalog.registry import source_for
+from tools.models import AgentSession, CallStatus, EventKind, ToolCall
+from tools.python.decorators import CallCancelled, ToolContext, ToolError
+from tools.python.results import result_text, tool_result
+
+logger = logging.getLogger("toolkeeper.calls")
+
+MAX_ATTEMPTS = 3  # runs of an idempotent tool's call whose process died, before it fails with WorkerLost
+
+
+def call_claim(*, call: ToolCall) -> ToolCall | None:
+    """Take a queued call for running. Only one claimant ever wins (the UPDATE checks the status)."""
+    moved = call_transition(call=call, from_statuses=[CallStatus.QUEUED], to_status=CallStatus.RUNNING,
+                            started_at=timezone.now(), attempts=1)
+    return call if moved else None
+
+
+def call_execute(*, call: ToolCall, cancelled: threading.Event) -> None:
+    """Invoke the claimed call's tool, pass the outcome through the after-execution steps (which may run it
+    again) and record it, unless someone settled the call meanwhile."""
+    tool = call.tool
+    session: AgentSession = call.session
+
+    def emit(text: str = "", *, progress: float | None = None, kind: str | None = None) -> None:
+        if cancelled.is_set():
+            raise CallCancelled("the call was cancelled")
+        data = {"text": str(text)}
+        if progress is not None:
+            data["progress"] = max(0.0, min(1.0, float(progress)))
+        kind = kind or (EventKind.PROGRESS if progress is not None else EventKind.OUTPUT)
+        # Only while the call runs: a call settled by a timeout or a cancel shows nothing after its last status.
+        if call_event_append(call=call, kind=kind, data=data, while_status=CallStatus.RUNNING) is None:
+            raise CallCancelled("the call was cancelled")
+
+    ctx = ToolContext(tenant=session.tenant, session=session, call=call, emit=emit, cancelled=cancelled)
+    source = source_for(tool.source) if tool is not None else None
+    deadline = time.monotonic() + (tool.timeout_s if tool is not None else 30.0)  # the executor's own timer rules
+    attempt = 1
+    while True:
+        outcome = _invoke(call, source, ctx, attempt=attempt, deadline=deadline)
+        if outcome is None:
+            return  # whoever cancelled (or timed out) the call already settled it
+        result_steps_run(outcome)
+        if not effects_record(outcome, while_status=CallStatus.RUNNING):
+            return
+        if outcome.retry_after is None:
+            break
+        # The wait ends early at a cancel or the timeout, which settle the call themselves.
+        if cancelled.wait(outcome.retry_after) or not _next_attempt(call):
+            return
+        attempt += 1
+    if outcome.error is not None:
+        error_type, message = outcome.error
+        call_fail(call=call, error_type=error_type, message=message, from_statuses=[CallStatus.RUNNING],
+                  **outcome.fields)
+        return
+    call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.SUCCEEDED,
+                    result=outcome.result, error=None, **outcome.fields)
+
+
+def _invoke(call: ToolCall, source, ctx: ToolContext, *, attempt: int, deadline: float) -> Outcome | None:
+    """One run of the tool, as an outcome for the after-execution steps; None when the call was cancelled."""
+    outcome = Outcome(call=call, tool=call.tool, attempt=attempt, deadline=deadline)
+    try:
+        if source is None:
+            raise ToolError(f"no executor handles {call.tool_name}", error_type="ToolUnavailable")
+        result = tool_result(source.invoke(call.tool, call.effective_input, ctx))
+        if result["state"] == "error":  # a tool that answers with an error result failed, as if it raised
+            raise ToolError(result_text(result) or "the tool reported an error")
+    except CallCancelled:
+        return None
+    except ToolError as exc:
+        outcome.fail(exc.error_type, str(exc))
+        outcome.transient = error_is_transient(exc)
+        return outcome
+    except Exception:
+        logger.exception("tool %s raised on call %s", call.tool_name, call.pk)
+        outcome.fail("ToolFailed", "the tool failed with an unexpected error")
+        return outcome
+    outcome.result = result
+    return outcome
+
+
+def _next_attempt(call: ToolCall) -> bool:
+    """Count the next run, if the call still runs."""
+    moved = ToolCall.objects.for_tenant(call.tenant_id).filter(pk=call.pk, status=CallStatus.RUNNING).update(
+        attempts=F("attempts") + 1)
+    if moved:
+        call.attempts += 1
+    return bool(moved)
+
+
+def call_time_out(*, call: ToolCall, timeout_s: float) -> bool:
+    return call_fail(call=call, error_type="TimedOut", message=f"the tool did not finish within {timeout_s:g} s",
+                     status=CallStatus.TIMED_OUT, from_statuses=[CallStatus.RUNNING])
+
+
+def call_settle_orphan(call: ToolCall, reason: str, *, lease_lapsed_by=None) -> str:
+    """A running call whose process died: re-queue it if its tool is idempotent, else fail it (WorkerLost).
+    With `lease_lapsed_by`, only while its lease still ends before that time (a renewal since keeps it)."""
+    idempotent = call.tool is not None and call.tool.idempotent
+    condition = lease_lapsed_condition(lease_lapsed_by) if lease_lapsed_by is not None else None
+    if idempotent and call.attempts < MAX_ATTEMPTS:
+        if call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.QUEUED,
+                           condition=condition, lease_until=None, dispatched_at=None,
+                           event_data={"retry": call.attempts + 1}):
+            return "requeued"
+    elif call_fail(call=call, error_type="WorkerLost", message=reason, from_statuses=[CallStatus.RUNNING],
+                   condition=condition, lease_until=None, event_data={"reason": reason}):
+        return "failed"
+    return "unchanged"

@@ -1,0 +1,54 @@
+"""Meta tools at run time: inline, in the request that submits the call (`meta_run`, from the pipeline's
+dispatch step), so a batch that activates a group and then calls one of its tools works in one request.
+Where they appear on the surface: `tools.catalog.meta`."""
+from tools.calls.events import call_fail, call_transition
+from tools.catalog.registry import META_RESET_TOOLS, meta_providers
+from tools.catalog.snapshot import catalog_snapshot, switchable_groups
+from tools.models import AgentSession, CallStatus, ToolCall
+from tools.python.decorators import ToolError
+from tools.python.results import tool_result
+
+
+def session_groups_reset(*, session: AgentSession, choices) -> dict:
+    """reset_tools: the final state of every switchable group open to the session's agent. All or nothing."""
+    groups = switchable_groups(catalog_snapshot(session.tenant_id).groups, session.agent)
+    by_name = {g.name: g for g in groups}
+    if not isinstance(choices, dict):
+        raise ToolError("send an object of group names to true/false", error_type="InvalidInput")
+    unknown = sorted(set(choices) - set(by_name))
+    wrong = sorted(name for name, value in choices.items() if name in by_name and not isinstance(value, bool))
+    if unknown or wrong:
+        problems = []
+        if unknown:
+            problems.append(f"unknown groups: {', '.join(unknown)} (available: {', '.join(sorted(by_name))})")
+        if wrong:
+            problems.append(f"not true/false: {', '.join(wrong)}")
+        raise ToolError("; ".join(problems) + ". Nothing was changed.", error_type="InvalidInput")
+    before = set(session.active_groups)
+    after = [name for name in by_name if choices.get(name) is True]
+    AgentSession.objects.for_tenant(session.tenant_id).filter(pk=session.pk).update(active_groups=after)
+    session.active_groups = after
+    activated = [name for name in after if name not in before]
+    return {
+        "active_groups": after,
+        "activated": activated,
+        "deactivated": sorted(before & set(by_name) - set(after)),
+        "notes": {name: by_name[name].notes for name in activated if by_name[name].notes},
+    }
+
+
+def meta_run(*, call: ToolCall, session: AgentSession) -> None:
+    """Run a meta call that the dispatch step has moved to `running`, and settle it."""
+    try:
+        if call.tool_name == META_RESET_TOOLS:
+            value = session_groups_reset(session=session, choices=call.effective_input)
+        else:
+            provider = next((p for p in meta_providers() if p.name == call.tool_name), None)
+            if provider is None:
+                raise ToolError(f"{call.tool_name} is not available", error_type="ToolUnavailable")
+            value = provider.run(call=call, session=session)
+    except ToolError as exc:
+        call_fail(call=call, error_type=exc.error_type, message=str(exc), from_statuses=[CallStatus.RUNNING])
+        return
+    call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.SUCCEEDED,
+                    result=tool_result(value))

@@ -1,0 +1,483 @@
+"""The governed MCP endpoint's protocol side (`/mcp/`, docs/mcp.md): an MCP client gets one agent session's
+tool surface, and its calls go through the same pipeline as the REST API's.
+
+The `mcp` SDK's low-level server answers the protocol, in its stateless mode: the SDK keeps nothing between
+requests, so any server process answers any request. Which agent session a request speaks for comes with
+the request, and the session itself (its active groups, its calls) lives in the database (`mcp_session`):
+
+- a client of the 2025 protocol era opens with `initialize`; the answer opens a session of its own for the
+  connection and names it in `Mcp-Session-Id`, which the client sends back with every later request;
+- a client may name a session its app created through the REST API (`X-Toolkeeper-Session` or `?session=`);
+- otherwise (the 2026 era has no connection at all) the request speaks for the key's MCP session of that
+  agent, opened on first use.
+
+The HTTP side (the API key, Host and Origin, routing) is `tools.gateway.entry`; it resolves the session
+and hands it to the handlers here in the request's scope (`CALLER_SCOPE`).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import time
+from dataclasses import dataclass
+from importlib import metadata
+
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.core.cache import cache
+from django.http import Http404
+from django.utils import timezone
+from mcp import types
+from mcp.server import Server
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from realtime.groups import session_group
+from tenancy.fastread import fetch_one
+from tenancy.grants import grant_of_key
+from tenancy.models import ApiKey
+from tenancy.selectors import access_row, key_sees_agent
+from toolkeeper.errors import Conflict, ServiceError
+from tools.calls.runtime import runtime
+from tools.calls.statements import session_calls_awaiting_approval
+from tools.calls.submit import call_cancel, calls_submit
+from tools.calls.waiting import WaitPlan, run_db
+from tools.catalog.registry import resource_providers
+from tools.catalog.selectors import MCP_PRESENCE_S, mcp_presence_key, session_tools, visible_tool
+from tools.catalog.services import session_create
+from tools.catalog.snapshot import ExposedTool
+from tools.models import TERMINAL_STATUSES, AgentSession, CallStatus, ToolCall
+
+logger = logging.getLogger("toolkeeper.mcp")
+
+CALLER_SCOPE = "toolkeeper.mcp_caller"
+SESSION_HEADER = "X-Toolkeeper-Session"
+AGENT_HEADER = "X-Toolkeeper-Agent"
+CONNECTION_SESSION = "connection"  # a session opened by a 2025-era `initialize`
+KEY_SESSION = "default"  # the key's session of an agent, for requests that name none
+
+
+@dataclass(frozen=True)
+class McpCaller:
+    """Who an MCP request comes from and which agent session it speaks for."""
+    api_key: ApiKey
+    session: AgentSession
+    opened: bool  # the session was opened by this request: its id goes back in `Mcp-Session-Id`
+
+
+# When this process last noted each session's presence: a busy client is noted about every PRESENCE_EVERY_S,
+# not on each request.
+PRESENCE_EVERY_S = 15
+_presence_noted: dict = {}
+
+
+def mcp_presence_note(caller: McpCaller, *, force: bool = False) -> None:
+    """Note that the session is being served over /mcp/ (the console shows it;
+    `tools.catalog.selectors.mcp_presence`)."""
+    session = caller.session
+    now = time.monotonic()
+    if not force and now - _presence_noted.get(session.pk, -PRESENCE_EVERY_S) < PRESENCE_EVERY_S:
+        return
+    if len(_presence_noted) > 10_000:
+        _presence_noted.clear()
+    _presence_noted[session.pk] = now
+    kind = session.context.get("mcp") if isinstance(session.context, dict) else None
+    how = {CONNECTION_SESSION: "connection", KEY_SESSION: "key"}.get(kind, "attached")
+    try:
+        cache.set(mcp_presence_key(session.pk), {"at": timezone.now().isoformat(), "how": how}, MCP_PRESENCE_S)
+    except Exception:  # the console's hint is not worth failing a request for
+        logger.warning("cannot note the MCP presence of session %s", session.pk, exc_info=True)
+
+
+async def _presence_kept(caller: McpCaller) -> None:
+    """While a call is waited for, the client is still there: its presence is noted again now and then."""
+    while True:
+        await asyncio.sleep(PRESENCE_EVERY_S * 2)
+        await run_db(mcp_presence_note, caller, force=True)
+
+
+class McpAccessError(Exception):
+    """The request cannot be served before the protocol starts: answered with this HTTP status."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _named_session(api_key: ApiKey, session_id: str) -> AgentSession:
+    try:
+        session = access_row(AgentSession, api_key.tenant, session_id,
+                             allowed=lambda row: key_sees_agent(api_key, row.agent))
+    except Http404:
+        raise McpAccessError(404, "no such session for this API key") from None
+    session.tenant = api_key.tenant
+    return session
+
+
+def mcp_session(*, api_key: ApiKey, named: str = "", agent: str = "", opening: bool = False) -> McpCaller:
+    """The session an MCP request speaks for: the one it names (`Mcp-Session-Id`, or a REST session), a new
+    one for a connection that is `opening`, or the key's session of the agent."""
+    if named:
+        return McpCaller(api_key, _named_session(api_key, named), opened=False)
+    if api_key.agent and agent and agent != api_key.agent:
+        raise McpAccessError(403, f"this API key is locked to the agent {api_key.agent!r}")
+    agent = api_key.agent or agent
+    if not agent:
+        raise McpAccessError(400, f"name the agent: the {AGENT_HEADER} header or ?agent= in the URL")
+    tenant = api_key.tenant
+    try:
+        if opening:
+            session = session_create(tenant=tenant, agent=agent, api_key=api_key, context={"mcp": CONNECTION_SESSION})
+            return McpCaller(api_key, session, opened=True)
+        # Two first requests at once may both open one; the oldest is the one every later request finds.
+        session = AgentSession.objects.for_tenant(tenant).filter(
+            api_key=api_key, agent=agent, context__mcp=KEY_SESSION).order_by("created_at", "id").first()
+        if session is None:
+            session = session_create(tenant=tenant, agent=agent, api_key=api_key, context={"mcp": KEY_SESSION})
+    except ServiceError as exc:
+        raise McpAccessError(exc.status, exc.message) from None
+    session.tenant = tenant
+    return McpCaller(api_key, session, opened=False)
+
+
+def _caller(ctx) -> McpCaller:
+    return ctx.request.scope[CALLER_SCOPE]
+
+
+async def _list_tools(ctx, params) -> types.ListToolsResult:
+    caller = _caller(ctx)
+    listed = await run_db(session_tools, caller.session, "mcp")
+    return types.ListToolsResult(tools=[types.Tool.model_validate(tool) for tool in listed])
+
+
+def call_tool_result(call: ToolCall) -> types.CallToolResult:
+    """A call as it ended up, as MCP's tool result: the tool's content and structure when it succeeded, an
+    error result with the structured error otherwise, and `pending_approval` while a reviewer has it."""
+    if call.status == CallStatus.SUCCEEDED:
+        result = call.result or {}
+        structured = result.get("structured")
+        return types.CallToolResult.model_validate({
+            "content": result.get("content") or [],
+            **({"structuredContent": structured} if isinstance(structured, dict) else {}),
+        })
+    if call.status not in TERMINAL_STATUSES:
+        waiting = "pending_approval" if call.status == CallStatus.AWAITING_APPROVAL else call.status
+        text = (f"The call {call.call_id} is waiting for a reviewer's approval; call {call.tool_name} again with "
+                "the same arguments to wait for it." if waiting == "pending_approval"
+                else f"The call {call.call_id} is still {call.status}.")
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True,
+                                    structured_content={"status": waiting, "call_id": call.call_id})
+    result = call.result or {}
+    structured = call.error if isinstance(call.error, dict) else {"status": call.status, "call_id": call.call_id}
+    return types.CallToolResult.model_validate({
+        "content": result.get("content") or [{"type": "text", "text": f"The call ended {call.status}."}],
+        "structuredContent": structured, "isError": True,
+    })
+
+
+def pending_approval_twin(session: AgentSession, tool_name: str, arguments: dict) -> ToolCall | None:
+    """The session's call of this tool with these arguments that waits for a reviewer, if there is one: a
+    client that gave up waiting and calls again attaches to it instead of asking the reviewers twice."""
+    twin = next((pk for pk, call_input in session_calls_awaiting_approval(session, tool_name)
+                 if call_input == arguments), None)
+    return None if twin is None else fetch_one(ToolCall, tenant=session.tenant_id, pk=twin)
+
+
+def _submitted(caller: McpCaller, spec: dict, request_key: str | None) -> tuple[ExposedTool | None, list[ToolCall]]:
+    """The tool as the session sees it and the call: the one still awaiting approval for the same arguments,
+    or a new one; (None, []) when the session has no such tool. One trip to the database pool. With a
+    `request_key`, the call is remembered under it for a cancel of the request that may come."""
+    exposed = visible_tool(caller.session, spec["name"])
+    if exposed is None:
+        return None, []
+    twin = pending_approval_twin(caller.session, spec["name"], spec["input"])
+    calls = [twin] if twin is not None else calls_submit(session=caller.session, calls=[spec],
+                                                         api_key=caller.api_key)
+    if request_key is not None:
+        cache.set(request_key, str(calls[0].pk), settings.TOOLKEEPER_MCP_MAX_WAIT_S + 60)
+    return exposed, calls
+
+
+# How a client stops a call it asked for. A 2025-era client sends `notifications/cancelled` naming its
+# request; in the stateless transport that comes in another HTTP request, maybe to another server process,
+# so the call each request started is kept in the cache (shared by the processes) under the request's id,
+# for as long as a request can wait. A 2026-era client sends no such message: closing the request's
+# response stream is its cancel. A call waiting for a reviewer outlives a closed stream, though: that is
+# what a dropped connection looks like too, and a retry attaches to the call.
+
+def _request_key(session_id, request_id) -> str:
+    return f"mcp:request:{session_id}:{json.dumps(request_id)}"
+
+
+def _actor(caller: McpCaller) -> str:
+    return f"apikey:{caller.api_key.name}"
+
+
+def mcp_request_cancelled(caller: McpCaller, request_id) -> ToolCall | None:
+    """A 2025-era client cancelled its request `request_id`: the call it started is cancelled, if it is still
+    open (a call waiting for a reviewer too: its request is withdrawn)."""
+    call_pk = cache.get(_request_key(caller.session.pk, request_id))
+    call = fetch_one(ToolCall, tenant=caller.session.tenant_id, pk=call_pk) if call_pk else None
+    if call is None or call.session_id != caller.session.pk or call.status in TERMINAL_STATUSES:
+        return None
+    try:
+        return call_cancel(call=call, actor=_actor(caller))
+    except Conflict:  # it settled meanwhile
+        return None
+
+
+def _call_abandoned(caller: McpCaller, call_pk) -> None:
+    """A 2026-era client closed the stream of its call: the call stops, unless people have it."""
+    call = fetch_one(ToolCall, tenant=caller.session.tenant_id, pk=call_pk)
+    if call is not None and call.status not in TERMINAL_STATUSES:
+        with contextlib.suppress(Conflict):
+            call_cancel(call=call, actor=_actor(caller), sparing_people=True)
+
+
+_abandoning: set[asyncio.Future] = set()  # cancels under way after their request's task ended
+
+
+def _is_modern(ctx) -> bool:
+    return ctx.request.headers.get("mcp-protocol-version") in MODERN_PROTOCOL_VERSIONS
+
+
+async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    caller = _caller(ctx)
+    session = caller.session
+    waiter = runtime().waiter
+    spec = {"name": params.name, "input": params.arguments or {}}
+    modern = _is_modern(ctx)
+    request_key = None if modern else _request_key(session.pk, ctx.request_id)
+    # Both armed before the call exists: its settling and its first progress are not missed.
+    async with _ProgressFeed(session, wanted=_progress_token(ctx) is not None) as feed:
+        with waiter.watching(session.pk) as watch:
+            exposed, calls = await run_db(_submitted, caller, spec, request_key)
+            if exposed is None:
+                raise MCPError(code=types.INVALID_PARAMS,
+                               message=f"no tool named {params.name!r} is available in this session")
+            plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls,
+                            timeout=settings.TOOLKEEPER_MCP_MAX_WAIT_S, until=TERMINAL_STATUSES,
+                            grant=grant_of_key(caller.api_key), render=list, offline=lambda calls: True)
+            if plan.waits():
+                relay = asyncio.ensure_future(feed.relay(ctx, calls[0])) if feed.wanted else None
+                present = asyncio.ensure_future(_presence_kept(caller))
+                try:
+                    answer = await waiter.answer(plan, watch)
+                except asyncio.CancelledError:
+                    if modern:  # this task is done for: the cancel runs on without it
+                        abandoning = asyncio.ensure_future(run_db(_call_abandoned, caller, calls[0].pk))
+                        _abandoning.add(abandoning)
+                        abandoning.add_done_callback(_abandoning.discard)
+                    raise
+                finally:
+                    present.cancel()
+                    if relay is not None:
+                        await feed.stop(relay)
+                await feed.flush(ctx, calls[0])
+                if answer.refused:
+                    raise MCPError(code=types.INVALID_REQUEST, message="the API key of this request was revoked")
+                calls = answer.payload
+    if exposed.is_meta and calls[0].status == CallStatus.SUCCEEDED:
+        await _surface_changed(ctx)
+    return call_tool_result(calls[0])
+
+
+async def _surface_changed(ctx) -> None:
+    """A meta tool changed the session's surface: the client hears `tools/list_changed` on the stream of the
+    call that changed it (in the stateless transport there is no other stream to send it on)."""
+    try:
+        await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
+    except Exception:  # a client that cannot take it lists the tools again when it next needs them
+        logger.info("tools/list_changed could not be sent", exc_info=True)
+
+
+class _ProgressFeed:
+    """The session's call events, heard on the channel layer while a call is waited for, so the tool's own
+    progress (`ctx.emit`) reaches the client as MCP progress, in order. When nothing comes for
+    TOOLKEEPER_MCP_HEARTBEAT_S (a call with a reviewer, mostly), a heartbeat keeps the request alive: many
+    clients give up after 60 s without progress. A client that asked for no progress is sent none."""
+
+    FLUSH_S = 0.05  # after the call settled, how long to look for its last events still on their way
+
+    def __init__(self, session: AgentSession, *, wanted: bool):
+        self.group = session_group(session.tenant_id, session.pk)
+        self.wanted = wanted
+        self.layer = None
+        self.channel = ""
+        self.sent = 0
+        self._held: dict | None = None  # an event the relay received as it was stopped
+        self._stopping = asyncio.Event()
+
+    async def __aenter__(self) -> _ProgressFeed:
+        if not self.wanted:
+            return self
+        try:
+            self.layer = get_channel_layer()
+            # the process's one real channel (one receive loop): another prefix would be a second real channel,
+            # and the layer's blocking read of either holds up the other's messages
+            self.channel = await self.layer.new_channel()
+            await self.layer.group_add(self.group, self.channel)
+        except Exception:  # heartbeats alone, then
+            logger.warning("cannot hear call progress on the channel layer", exc_info=True)
+            self.layer = None
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.layer is not None:
+            with contextlib.suppress(Exception):
+                await self.layer.group_discard(self.group, self.channel)
+
+    def _text(self, message: dict, call: ToolCall) -> str | None:
+        if message.get("call") == str(call.pk) and message.get("kind") in ("progress", "output"):
+            return str((message.get("data") or {}).get("text", ""))
+        return None  # another call's event, or its status
+
+    async def _send(self, ctx, text: str) -> None:
+        self.sent += 1
+        await ctx.session.report_progress(self.sent, None, text or None)
+
+    async def flush(self, ctx, call: ToolCall) -> None:
+        """The call's events that arrived after the wait ended (its last progress, published just before it
+        settled), so the client has them all, in order, before the result."""
+        if self.layer is None:
+            return
+        if self._held is not None:
+            held, self._held = self._held, None
+            if (text := self._text(held, call)) is not None:
+                await self._send(ctx, text)
+        while True:
+            try:
+                message = await asyncio.wait_for(self.layer.receive(self.channel), self.FLUSH_S)
+            except TimeoutError:
+                return
+            text = self._text(message, call)
+            if text is not None:
+                await self._send(ctx, text)
+
+    async def stop(self, relay: asyncio.Future) -> None:
+        """End the relay once it has sent what it is sending: a progress notification cut off mid-way is lost."""
+        self._stopping.set()
+        try:
+            await relay
+        except asyncio.CancelledError:
+            relay.cancel()
+            raise
+
+    async def relay(self, ctx, call: ToolCall) -> None:
+        receiving: asyncio.Future | None = None
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        loop = asyncio.get_running_loop()
+        beat_at = loop.time() + settings.TOOLKEEPER_MCP_HEARTBEAT_S
+        try:
+            while not self._stopping.is_set():
+                if self.layer is not None and receiving is None:
+                    receiving = asyncio.ensure_future(self.layer.receive(self.channel))
+                wait = max(0.0, beat_at - loop.time())
+                done, _ = await asyncio.wait({stopping} | ({receiving} if receiving else set()), timeout=wait,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if receiving is not None and receiving in done:
+                    message, receiving = receiving.result(), None
+                elif self._stopping.is_set():
+                    break
+                else:
+                    message = None
+                if message is None:
+                    if loop.time() < beat_at:
+                        continue
+                    text = f"call {call.call_id} is waiting"
+                else:
+                    text = self._text(message, call)
+                    if text is None:
+                        continue
+                beat_at = loop.time() + settings.TOOLKEEPER_MCP_HEARTBEAT_S
+                await self._send(ctx, text)
+        finally:
+            stopping.cancel()
+            if receiving is not None and receiving.done() and not receiving.cancelled() \
+                    and receiving.exception() is None:
+                self._held = receiving.result()
+            elif receiving is not None:
+                receiving.cancel()
+
+
+def _progress_token(ctx):
+    meta = ctx.meta
+    return meta.get("progress_token") if isinstance(meta, dict) else getattr(meta, "progress_token", None)
+
+
+def _resources(session: AgentSession) -> tuple[list[dict], list[dict]]:
+    resources, templates = [], []
+    for provider in resource_providers():
+        resources += provider.resources(session)
+        templates += provider.templates(session)
+    return resources, templates
+
+
+async def _list_resources(ctx, params) -> types.ListResourcesResult:
+    resources, _ = await run_db(_resources, _caller(ctx).session)
+    return types.ListResourcesResult(resources=[types.Resource.model_validate(r) for r in resources])
+
+
+async def _list_resource_templates(ctx, params) -> types.ListResourceTemplatesResult:
+    _, templates = await run_db(_resources, _caller(ctx).session)
+    return types.ListResourceTemplatesResult(
+        resource_templates=[types.ResourceTemplate.model_validate(t) for t in templates])
+
+
+def _read(session: AgentSession, uri: str) -> list[dict] | None:
+    for provider in resource_providers():
+        contents = provider.read(session, uri)
+        if contents is not None:
+            return contents
+    return None
+
+
+async def _read_resource(ctx, params) -> types.ReadResourceResult:
+    uri = str(params.uri)
+    contents = await run_db(_read, _caller(ctx).session, uri)
+    if contents is None:
+        raise MCPError(code=types.INVALID_PARAMS, message=f"no resource {uri[:300]!r} is available in this session")
+    return types.ReadResourceResult.model_validate({"contents": contents})
+
+
+class _GovernedServer(Server):
+    def create_initialization_options(self, notification_options=None, *args, **kwargs):
+        # The handshake says what `_surface_changed` does: a changed surface is announced.
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("toolkeeper")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return ""
+
+
+def _guarded(handler):
+    """`handler`, whose unexpected failure reaches the client as JSON-RPC's internal error without its text: the
+    SDK would send the exception's own words (a database's message, a fragment of SQL). The log has it whole."""
+    @functools.wraps(handler)
+    async def guarded(ctx, params):
+        try:
+            return await handler(ctx, params)
+        except MCPError:
+            raise
+        except Exception:
+            logger.exception("the MCP handler %s failed", handler.__name__)
+            raise MCPError(code=types.INTERNAL_ERROR, message="Internal error; the server logged it.") from None
+
+    return guarded
+
+
+def mcp_protocol_server() -> Server:
+    # A schema of ours never names an `x-mcp-header`: without this, a 2026-era tools/call lists tools again.
+    return _GovernedServer("toolkeeper", version=_version(), on_list_tools=_guarded(_list_tools),
+                           on_call_tool=_guarded(_call_tool), on_list_resources=_guarded(_list_resources),
+                           on_list_resource_templates=_guarded(_list_resource_templates),
+                           on_read_resource=_guarded(_read_resource), get_tool_input_schema=lambda name: None)

@@ -1,0 +1,160 @@
+"""The console's pages for a tenant's MCP servers (tools.upstream.servers): the list, a server with its tools,
+add, edit, delete, sync now and test the connection. Credentials are write-only on every form."""
+from django import forms
+from django.contrib import messages
+from django.http import HttpResponseRedirect
+from django.shortcuts import render
+
+from tenancy.editing import (
+    ObjectActionView,
+    ObjectDeleteView,
+    ObjectFormView,
+    SecretTextarea,
+    credentials_from_text,
+    credentials_stored,
+    text_lines,
+)
+from tenancy.web import SERVICE_REFUSALS, TenantForm, acting_user, tenant_view
+from toolkeeper.secrets import secret_names
+from tools.catalog.selectors import exposed_schema
+from tools.models import BoundArgument, McpServer, McpTransport
+from tools.upstream import servers as mcp_servers
+from tools.upstream.servers import SERVER_NAME_RULE, TIMEOUT_RANGE, stdio_servers
+
+
+class McpServerForm(TenantForm):
+    """An MCP server. Credentials are write-only: left empty, the stored ones stay; "remove" clears them."""
+
+    name = forms.CharField(max_length=24, help_text=f"{SERVER_NAME_RULE}. Its tools are named mcp__NAME__TOOL.")
+    transport = forms.ChoiceField(choices=McpTransport.choices)
+    url = forms.CharField(max_length=2000, required=False, label="URL",
+                          help_text="HTTP transports. Only public addresses, unless the platform admin allows "
+                                    "the host.")
+    headers = forms.CharField(required=False, widget=SecretTextarea(attrs={"rows": 3, "autocomplete": "off"}),
+                              label="Headers",
+                              help_text="One per line, Name: value (or a JSON object), e.g. Authorization: Bearer …")
+    clear_headers = forms.BooleanField(required=False, label="Remove the stored headers")
+    command = forms.ChoiceField(required=False, label="Stdio server",
+                                help_text="stdio: a server the platform admin allows.")
+    env = forms.CharField(required=False, widget=SecretTextarea(attrs={"rows": 2, "autocomplete": "off"}),
+                          label="Environment", help_text="stdio: one per line, NAME=value (or a JSON object).")
+    clear_env = forms.BooleanField(required=False, label="Remove the stored environment")
+    timeout_s = forms.FloatField(min_value=TIMEOUT_RANGE[0], max_value=TIMEOUT_RANGE[1], initial=30,
+                                 label="Timeout (s)", help_text="The limit of each call of its tools.")
+    include = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                              help_text="Upstream tool names to take, one per line; empty: every tool.")
+    exclude = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                              help_text="Upstream tool names to leave out, one per line.")
+    trusted = forms.BooleanField(required=False, help_text="Its tools' annotations (read-only, destructive, "
+                                 "idempotent) become their flags. Otherwise they are treated as destructive.")
+    enabled = forms.BooleanField(required=False, initial=True, help_text="Off: its tools are disabled.")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["command"].choices = [("", "—"), *((name, name) for name in sorted(stdio_servers()))]
+        if self.instance is not None:
+            self.fields["name"].disabled = True
+            self.fields["name"].help_text = "Part of its tools' names: it cannot change."
+            self.fields["headers"].label = "Replace the headers"
+            stored = credentials_stored(self.instance.headers, "headers")
+            self.fields["headers"].help_text = f"{stored} Leave empty to keep them. " + self.fields["headers"].help_text
+            self.fields["env"].label = "Replace the environment"
+            stored = credentials_stored(self.instance.env, "variables")
+            self.fields["env"].help_text = f"{stored} Leave empty to keep it. " + self.fields["env"].help_text
+        else:
+            del self.fields["clear_headers"], self.fields["clear_env"]
+
+    def initial_for(self, server) -> dict:
+        return {"name": server.name, "transport": server.transport, "url": server.url, "command": server.command,
+                "timeout_s": server.timeout_s, "include": "\n".join(server.include),
+                "exclude": "\n".join(server.exclude), "trusted": server.trusted, "enabled": server.enabled}
+
+    def clean_headers(self):
+        text = self.cleaned_data["headers"]
+        return credentials_from_text(text, "headers") if text.strip() else None
+
+    def clean_env(self):
+        text = self.cleaned_data["env"]
+        return credentials_from_text(text, "variables") if text.strip() else None
+
+    def service_values(self) -> dict:
+        data = dict(self.cleaned_data)
+        values = {name: data[name] for name in ("transport", "url", "command", "timeout_s", "trusted", "enabled")}
+        values["include"], values["exclude"] = text_lines(data["include"]), text_lines(data["exclude"])
+        if self.instance is None:
+            values["name"] = data["name"]
+        for name in ("headers", "env"):
+            if data.get(f"clear_{name}"):
+                values[name] = {}
+            elif data[name] is not None:
+                values[name] = data[name]
+        return values
+
+
+# --- pages -------------------------------------------------------------------------------
+
+@tenant_view()
+def mcp_server_list(request):
+    servers = list(McpServer.objects.for_tenant(request.tenant))
+    tools = mcp_servers.mcp_tools_by_server(request.tenant, servers)
+    rows = [(server, sum(t.enabled for t in tools[server.pk]), len(tools[server.pk])) for server in servers]
+    return render(request, "console/mcp_server_list.html", {"rows": rows})
+
+
+@tenant_view()
+def mcp_server_detail(request, server):
+    """The server and its tools, each schema as the model sees it (tenant-wide bindings removed)."""
+    tools = list(mcp_servers.server_tools(server).order_by("name"))
+    bound: dict[int, list[str]] = {}
+    agents: dict[int, set[str]] = {}
+    for tool_id, agent, name in BoundArgument.objects.for_tenant(request.tenant).filter(tool__in=tools).values_list(
+            "tool_id", "agent", "name"):
+        if agent:
+            agents.setdefault(tool_id, set()).add(agent)
+        else:
+            bound.setdefault(tool_id, []).append(name)
+    rows = [(tool, exposed_schema(tool.input_schema, bound.get(tool.pk, [])), sorted(agents.get(tool.pk, ())))
+            for tool in tools]
+    return render(request, "console/mcp_server_detail.html", {
+        "server": server, "rows": rows,
+        "header_names": secret_names(server, "headers"), "env_names": secret_names(server, "env"),
+    })
+
+
+mcp_server_create = ObjectFormView.as_view(
+    form_class=McpServerForm, service=mcp_servers.mcp_server_create, template_name="console/mcp_server_form.html",
+    success_url="console:mcp_server_detail", success_params=(("server_id", "pk"),),
+    success_message="MCP server {object.name} added. Sync it to list its tools.")
+mcp_server_edit = ObjectFormView.as_view(
+    form_class=McpServerForm, service=mcp_servers.mcp_server_update, template_name="console/mcp_server_form.html",
+    success_url="console:mcp_server_detail", success_params=(("server_id", "pk"),),
+    success_message="MCP server {object.name} saved.")
+mcp_server_delete = ObjectDeleteView.as_view(
+    service=mcp_servers.mcp_server_delete, template_name="console/mcp_server_delete.html",
+    success_url="console:mcp_server_list",
+    success_message="MCP server {object.name} deleted. Its tools stay in the catalog, disabled.")
+
+
+class McpServerSync(ObjectActionView):
+    """Sync now: the outcome is the page's message (an unreachable server is no refusal: it is recorded)."""
+
+    def post(self, request, **objects):
+        try:
+            result = self.service(server=self.object, actor=acting_user(request))
+        except SERVICE_REFUSALS as exc:
+            return self.refused(exc)
+        if result["status"] == "ok":
+            skipped = "; ".join(f"{name}: {reason}" for name, reason in result["skipped"][:5])
+            messages.success(request, f"Synced: {result['added']} added, {result['updated']} updated, "
+                                      f"{result['disabled']} disabled" + (f". Skipped: {skipped}" if skipped else "."))
+        else:
+            messages.error(request, f"The sync failed: {result['error']}")
+        return HttpResponseRedirect(self.success(self.object))
+
+
+mcp_server_sync = McpServerSync.as_view(
+    service=mcp_servers.mcp_server_sync, success_url="console:mcp_server_detail",
+    success_params=(("server_id", "pk"),))
+mcp_server_test = ObjectActionView.as_view(
+    service=mcp_servers.mcp_server_probe, success_url="console:mcp_server_detail",
+    success_params=(("server_id", "pk"),), success_message="{object.name} answers: the connection works.")

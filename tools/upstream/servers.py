@@ -1,0 +1,543 @@
+"""A tenant's MCP servers: registering them (credentials write-only) and putting their tools in the catalog.
+
+- **Names.** An upstream tool `t` of the server `s` is the catalog's `mcp__s__t` (`mcp_tool_name`): the
+  catalog takes `[a-zA-Z0-9_-]{1,64}`, MCP names may hold dots and run to 128 characters. A name that had
+  to change (a character replaced, cut to length) ends in `_` and 8 hex digits of the SHA-256 of the upstream
+  name, so two upstream names never share a catalog name and the mapping is the same at every sync.
+  `Tool.source_ref` keeps the upstream name: that is what a call sends upstream. Server names have no
+  underscore, so the first `__` after `mcp__` ends the server's name.
+- **Reconcile** (`mcp_tools_reconcile`): the listed tools (after `include`/`exclude`) are created or updated;
+  a tool that is no longer offered is disabled and detached from the server (`mcp_server` null), never
+  deleted, so its groups, bindings and calls stay; when it is offered again the detached row is taken back
+  and enabled. A tool an operator disabled stays attached and stays disabled: the sync never overrides
+  that choice. A tool whose schema fails the catalog's checks, or whose name is taken by a tool from another
+  source, is skipped and reported; the sync goes on. New tools join no group: nothing an upstream server
+  adds is visible to a model until an operator puts it in a group.
+- **Trust.** Annotations (readOnlyHint, destructiveHint, idempotentHint) become the tool's flags only for a
+  server marked `trusted`. Otherwise the tool is taken as not read-only, destructive and not idempotent
+  (the safe reading: read-only auto-allow does not apply, and a call is never re-run after a lost worker).
+  A tool runs one call at a time per session (`concurrency_safe`) unless it is trusted read-only.
+- **Credentials** (HTTP headers, a command's environment) are write-only: answers, pages and audit data
+  name them, never show them; an update without them keeps them, `{}` clears them; and they are never sent
+  to another host than the one they were entered for (changing the URL's origin, or the command, needs
+  them sent again).
+"""
+import hashlib
+import logging
+import re
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from audit.services import audit_record
+from toolkeeper.errors import ServiceError
+from toolkeeper.json_values import flags_check, json_problem, seconds_check
+from toolkeeper.outbound import OutboundRefused, check_url
+from toolkeeper.secrets import SecretUnreadable, secret_readable
+from tools.catalog.schemas import SchemaProblem, schema_check, tool_name_reserved
+from tools.models import McpServer, McpStatus, McpTransport, Tool, ToolSource
+from tools.upstream import client as mcp_client
+from tools.upstream.client import UpstreamTool, UpstreamUnavailable
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,22}[a-z0-9])?")
+SERVER_NAME_RULE = "1-24 lowercase letters, digits or '-', starting and ending with a letter or digit"
+TOOL_NAME_MAX = 64
+_OUTSIDE_CHARSET = re.compile(r"[^a-zA-Z0-9_-]")
+HASH_LENGTH = 8
+UPSTREAM_NAME_MAX = 255  # Tool.source_ref
+DESCRIPTION_MAX = 16_000
+HTTP_TRANSPORTS = (McpTransport.STREAMABLE_HTTP, McpTransport.SSE)
+TIMEOUT_RANGE = (0.1, 3600.0)
+NAMES_MAX, NAME_LENGTH_MAX = 500, UPSTREAM_NAME_MAX  # include / exclude lists
+HEADERS_MAX, HEADER_VALUE_MAX = 32, 8192
+ENV_VALUE_MAX = 8192
+HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,128}")  # an HTTP token (RFC 9110)
+HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")  # visible ASCII, space and tab: no CR/LF (no header injection)
+# Headers the transport owns: hop-by-hop ones, those that frame the message, and the MCP session's own.
+REFUSED_HEADERS = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer",
+    "transfer-encoding", "upgrade", "host", "content-length", "mcp-session-id", "mcp-protocol-version",
+})
+FIELDS = ("name", "transport", "url", "headers", "command", "env", "enabled", "timeout_s", "include", "exclude",
+          "trusted")
+SECRET_FIELDS = ("headers", "env")
+ERROR_MAX = 500
+UNEXPECTED = "the server's answer could not be used"  # a failure the client did not report as such
+SKIPPED_IN_AUDIT = 50
+
+
+# --- names -------------------------------------------------------------------------------------
+
+def mcp_tool_name(server_name: str, upstream_name: str) -> str:
+    """The catalog name of an upstream tool: `mcp__{server}__{tool}`, in `[a-zA-Z0-9_-]`, at most 64 characters.
+    A name that had to be changed ends in `_` and a hash of the upstream name (stable, distinct per name)."""
+    prefix = f"mcp__{server_name}__"
+    clean = _OUTSIDE_CHARSET.sub("_", upstream_name)
+    if clean and clean == upstream_name and len(prefix) + len(clean) <= TOOL_NAME_MAX:
+        return prefix + clean
+    digest = hashlib.sha256(upstream_name.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_LENGTH]
+    room = TOOL_NAME_MAX - len(prefix) - HASH_LENGTH - 1
+    return f"{prefix}{clean[:room]}_{digest}"
+
+
+def server_tools(server: McpServer):
+    """The tools that bear the server's name: its own, and those detached from it (disabled)."""
+    prefix = f"mcp__{server.name}__"
+    return Tool.objects.for_tenant(server.tenant_id).filter(
+        Q(mcp_server=server) | Q(source=ToolSource.MCP, mcp_server__isnull=True, name__startswith=prefix))
+
+
+def mcp_tools_by_server(tenant, servers) -> dict[int, list[Tool]]:
+    """The tools of each server (`server_tools`), in one query for a whole list of servers."""
+    servers = list(servers)
+    by_name = {server.name: server.pk for server in servers}
+    found: dict[int, list[Tool]] = {server.pk: [] for server in servers}
+    if not servers:
+        return found
+    tools = Tool.objects.for_tenant(tenant).filter(
+        Q(mcp_server__in=[server.pk for server in servers]) | Q(source=ToolSource.MCP, mcp_server__isnull=True)
+    ).defer("input_schema", "output_schema").order_by("name")
+    for tool in tools:
+        if tool.mcp_server_id is not None:
+            found[tool.mcp_server_id].append(tool)
+        elif tool.name.startswith("mcp__") and (owner := by_name.get(tool.name[5:].split("__", 1)[0])):
+            found[owner].append(tool)
+    return found
+
+
+# --- reconcile ---------------------------------------------------------------------------------
+
+def _flags(server: McpServer, annotations) -> dict:
+    annotations = annotations if isinstance(annotations, dict) else {}
+    if not server.trusted:
+        return {"read_only": False, "destructive": True, "idempotent": False, "concurrency_safe": False,
+                "trusted": False}
+    read_only = annotations.get("readOnlyHint") is True
+    destructive = not read_only and annotations.get("destructiveHint") is not False  # MCP's default: true
+    return {"read_only": read_only, "destructive": destructive, "idempotent": annotations.get("idempotentHint") is True,
+            "concurrency_safe": read_only, "trusted": True}
+
+
+def _definition(server: McpServer, upstream: UpstreamTool) -> tuple[dict | None, str]:
+    """The synced values of an upstream tool, or (None, why it cannot enter the catalog)."""
+    schema = upstream.input_schema
+    if not isinstance(schema, dict):
+        return None, 'its input schema is not a JSON Schema of type "object"'
+    if "type" not in schema:
+        schema = {"type": "object", **schema}
+    output = upstream.output_schema if isinstance(upstream.output_schema, dict) else None
+    description = upstream.description if isinstance(upstream.description, str) else ""
+    if problem := json_problem({"description": description, "input_schema": schema, "output_schema": output}):
+        return None, f"it cannot be stored: {problem}"
+    try:
+        schema_check(schema)
+    except SchemaProblem as exc:
+        return None, f"its input schema {exc}"
+    if output is not None and len(repr(output)) > 4 * 64 * 1024:
+        output = None  # shown to operators only; a huge one is not worth storing
+    return {
+        "description": description[:DESCRIPTION_MAX], "input_schema": schema, "output_schema": output,
+        "source": ToolSource.MCP, "source_ref": upstream.name, "timeout_s": server.timeout_s,
+        **_flags(server, upstream.annotations),
+    }, ""
+
+
+def _taken(server: McpServer, name: str) -> bool:
+    include, exclude = server.include or [], server.exclude or []
+    return (not include or name in include) and name not in exclude
+
+
+@transaction.atomic
+def mcp_tools_reconcile(*, server: McpServer, listed: list[UpstreamTool]) -> dict:
+    """Bring the catalog in line with the tools the server lists (the rules: this module's docstring).
+    Returns {"added", "updated", "disabled": counts, "skipped": [(name, reason)]}."""
+    McpServer.objects.for_tenant(server.tenant_id).select_for_update().filter(pk=server.pk).first()  # one at a time
+    rows = list(server_tools(server))
+    attached = {tool.source_ref: tool for tool in rows if tool.mcp_server_id == server.pk}
+    detached = {tool.name: tool for tool in rows if tool.mcp_server_id is None}
+    added = updated = disabled = 0
+    skipped: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    kept: set[int] = set()
+    for upstream in listed:
+        upstream_name = upstream.name if isinstance(upstream.name, str) else ""
+        if not upstream_name or len(upstream_name) > UPSTREAM_NAME_MAX or json_problem(upstream_name):
+            shown = upstream_name[:80] if upstream_name and not json_problem(upstream_name) else "(no usable name)"
+            skipped.append((shown, "the server gave it no usable name"))
+            continue
+        if upstream_name in seen:
+            skipped.append((upstream_name, "the server listed it twice"))
+            continue
+        seen.add(upstream_name)
+        if not _taken(server, upstream_name):
+            continue
+        values, problem = _definition(server, upstream)
+        if values is None:
+            skipped.append((upstream_name, problem))
+            continue
+        name = mcp_tool_name(server.name, upstream_name)
+        if tool_name_reserved(name):
+            skipped.append((upstream_name, f"{name} is reserved for a tool of the platform"))
+            continue
+        tool = attached.get(upstream_name) or detached.pop(name, None)
+        if tool is None or tool.name != name:
+            clash = Tool.objects.for_tenant(server.tenant_id).filter(name=name).exclude(
+                pk=getattr(tool, "pk", None)).first()
+            if clash is not None:
+                owner = "another tool of this server" if clash.mcp_server_id == server.pk else f"a {clash.source} tool"
+                skipped.append((upstream_name, f"its name {name} is taken by {owner}"))
+                continue
+        if tool is None:
+            tool = Tool.objects.create(tenant_id=server.tenant_id, name=name, mcp_server=server, enabled=True,
+                                       **values)
+            added += 1
+        else:
+            changes = {key: value for key, value in values.items() if getattr(tool, key) != value}
+            if tool.name != name:
+                changes["name"] = name
+            if tool.mcp_server_id is None:  # offered again: taken back, enabled
+                changes.update(mcp_server=server, enabled=True)
+            if changes:
+                for key, value in changes.items():
+                    setattr(tool, key, value)
+                tool.save()
+                updated += 1
+        kept.add(tool.pk)
+    for tool in attached.values():
+        if tool.pk not in kept and tool.enabled:
+            _detach(tool)
+            disabled += 1
+    return {"added": added, "updated": updated, "disabled": disabled, "skipped": skipped}
+
+
+def _detach(tool: Tool) -> None:
+    """Disabled by the platform (no longer offered): detached from its server, kept with its history."""
+    tool.enabled, tool.mcp_server = False, None
+    tool.save(update_fields=["enabled", "mcp_server", "updated_at"])
+
+
+def _detach_all(server: McpServer) -> int:
+    """Disable the server's enabled tools (a disabled or deleted server offers none); those an operator
+    disabled stay attached, as they are."""
+    tools = list(Tool.objects.for_tenant(server.tenant_id).filter(mcp_server=server, enabled=True))
+    for tool in tools:
+        _detach(tool)
+    return len(tools)
+
+
+# --- sync and probe ----------------------------------------------------------------------------
+
+def _plain(exc: Exception, server: McpServer, fallback: str) -> str:
+    """An upstream failure in plain words for the tenant: one line, bounded, with no stored secret in it."""
+    text = str(exc).encode("utf-8", "replace").decode("utf-8")  # no lone surrogate
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split()) or fallback  # one line, no NUL
+    for secrets in (server.headers, server.env):
+        for value in (secrets or {}).values():
+            if isinstance(value, str) and len(value) >= 4:
+                text = text.replace(value, "[hidden]")
+    return text if len(text) <= ERROR_MAX else text[:ERROR_MAX - 1] + "…"
+
+
+def _upstream_failure(exc: Exception, server: McpServer) -> str:
+    if isinstance(exc, SecretUnreadable):
+        return "the stored credentials cannot be read with the platform's keys; enter them again"
+    if isinstance(exc, UpstreamUnavailable | OutboundRefused):
+        return _plain(exc, server, "the server could not be reached")
+    logger.error("MCP server %s of tenant %s: unexpected failure %s: %s", server.pk, server.tenant_id,
+                 type(exc).__name__, _plain(exc, server, ""))
+    return UNEXPECTED
+
+
+def _target(server: McpServer) -> str:
+    return f"mcp_server:{server.name}"
+
+
+def mcp_server_sync(*, server: McpServer, actor=None) -> dict:
+    """List the server's tools and reconcile the catalog. An unreachable server is recorded (status `error`,
+    `last_error` in plain words) and its tools stay as they were. Returns the counts with "status" and "error"."""
+    if not server.enabled:
+        raise ServiceError("the server is disabled: enable it to sync its tools")
+    try:
+        listed = mcp_client.mcp_list_tools(mcp_client.endpoint_of(server))
+    except Exception as exc:  # every failure is recorded on the server; none reaches the tenant raw
+        error = _upstream_failure(exc, server)
+        with transaction.atomic():
+            McpServer.objects.for_tenant(server.tenant_id).filter(pk=server.pk).update(
+                status=McpStatus.ERROR, last_error=error)
+            server.status, server.last_error = McpStatus.ERROR, error
+            audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.synced", target=_target(server),
+                         data={"status": McpStatus.ERROR, "error": error})
+        logger.info("MCP server %s of tenant %s not synced: %s", server.pk, server.tenant_id, error)
+        return {"status": McpStatus.ERROR, "error": error, "added": 0, "updated": 0, "disabled": 0, "skipped": []}
+    with transaction.atomic():
+        counts = mcp_tools_reconcile(server=server, listed=listed)
+        now = timezone.now()
+        McpServer.objects.for_tenant(server.tenant_id).filter(pk=server.pk).update(
+            status=McpStatus.OK, last_error="", last_synced_at=now)
+        server.status, server.last_error, server.last_synced_at = McpStatus.OK, "", now
+        audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.synced", target=_target(server),
+                     data={"status": McpStatus.OK, "added": counts["added"], "updated": counts["updated"],
+                           "disabled": counts["disabled"],
+                           "skipped": [name for name, _ in counts["skipped"][:SKIPPED_IN_AUDIT]]})
+    return {"status": McpStatus.OK, "error": "", **counts}
+
+
+def mcp_server_probe(*, server: McpServer, actor=None) -> dict:
+    """Connect and say whether the server answers (ServiceError in plain words when it does not). Changes
+    nothing but the audit trail, which records that the platform reached out on someone's request. A disabled
+    server is not contacted at all."""
+    if not server.enabled:
+        raise ServiceError("the server is disabled: enable it to test the connection")
+    try:
+        info = mcp_client.mcp_probe(mcp_client.endpoint_of(server))
+    except Exception as exc:  # as in mcp_server_sync
+        error = _upstream_failure(exc, server)
+        audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.tested", target=_target(server),
+                     data={"ok": False, "error": error})
+        raise ServiceError(f"the connection test failed: {error}") from None
+    audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.tested", target=_target(server),
+                 data={"ok": True})
+    return {"ok": True, "info": info if isinstance(info, dict) else {}}
+
+
+# --- create, update, delete --------------------------------------------------------------------
+
+def stdio_servers() -> dict:
+    """The platform admin's allow-list of stdio servers (settings.TOOLKEEPER_MCP_STDIO_SERVERS)."""
+    servers = getattr(settings, "TOOLKEEPER_MCP_STDIO_SERVERS", None)
+    return servers if isinstance(servers, dict) else {}
+
+
+def _stdio_entry(command: str) -> dict | None:
+    entry = stdio_servers().get(command)
+    return entry if isinstance(entry, dict) and isinstance(entry.get("command"), str) else None
+
+
+def _origin(url: str) -> str:
+    match = re.match(r"(?i)([a-z][a-z0-9+.-]*://[^/?#]*)", url or "")
+    return match.group(1).lower() if match else ""
+
+
+def _check_name(tenant, name, errors: dict, instance=None) -> None:
+    if not isinstance(name, str) or not SERVER_NAME.fullmatch(name):
+        errors["name"] = [SERVER_NAME_RULE]
+        return
+    if instance is not None and name != instance.name:
+        errors["name"] = ["the name is part of its tools' names and cannot change; add the server again instead"]
+        return
+    if instance is None and McpServer.objects.for_tenant(tenant).filter(name=name).exists():
+        errors["name"] = [f"a server named {name!r} exists"]
+
+
+def check_headers(headers, errors: dict) -> dict | None:
+    if not isinstance(headers, dict):
+        errors["headers"] = ["a JSON object of header names and values"]
+        return None
+    problems, seen = [], set()
+    if len(headers) > HEADERS_MAX:
+        problems.append(f"at most {HEADERS_MAX} headers")
+    for name, value in headers.items():
+        if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
+            problems.append(f"{str(name)[:60]!r} is not a header name")
+            continue
+        if name.lower() in REFUSED_HEADERS:
+            problems.append(f"{name} is set by the connection itself and cannot be given")
+        elif name.lower() in seen:
+            problems.append(f"{name} is given twice")
+        seen.add(name.lower())
+        if not isinstance(value, str):
+            problems.append(f"the value of {name} must be a string")
+        elif len(value) > HEADER_VALUE_MAX or not HEADER_VALUE.fullmatch(value):
+            # never echo the value: it is a credential
+            problems.append(f"the value of {name} must be at most {HEADER_VALUE_MAX} visible ASCII characters, "
+                            "without line breaks")
+    if problems:
+        errors["headers"] = problems
+        return None
+    return dict(headers)
+
+
+def _check_env(env, entry: dict | None, command: str, errors: dict) -> dict | None:
+    if not isinstance(env, dict):
+        errors["env"] = ["a JSON object of environment variable names and values"]
+        return None
+    problems = []
+    for name, value in env.items():
+        # the check the client makes before it starts the command: what is saved here is what it gets
+        if refusal := mcp_client.tenant_env_refusal(name, entry, command):
+            problems.append(refusal)
+        elif not isinstance(value, str) or len(value) > ENV_VALUE_MAX:
+            problems.append(f"the value of {name} must be text of at most {ENV_VALUE_MAX} characters")
+        elif "\x00" in value:  # a process's environment cannot hold it (never echo the value: a credential)
+            problems.append(f"the value of {name} may not contain the NUL character (\\u0000)")
+    if problems:
+        errors["env"] = problems
+        return None
+    return dict(env)
+
+
+def _check_names(value, field: str, errors: dict) -> list | None:
+    if (not isinstance(value, list) or len(value) > NAMES_MAX
+            or not all(isinstance(v, str) and 0 < len(v) <= NAME_LENGTH_MAX and not json_problem(v) for v in value)):
+        errors[field] = [f"a list of at most {NAMES_MAX} upstream tool names (1-{NAME_LENGTH_MAX} characters each)"]
+        return None
+    return list(dict.fromkeys(value))
+
+
+def mcp_server_check(tenant, changes: dict, instance: McpServer | None = None) -> dict:
+    """The server's fields after `changes`, checked whole; ServiceError naming each refused field (for the
+    services below, and the Django admin's form)."""
+    unknown = set(changes) - set(FIELDS)
+    if unknown:
+        raise ServiceError({name: ["not a field of an MCP server"] for name in sorted(unknown)})
+    unreadable = []  # stored credentials no configured key opens: they must be sent again, or go
+    if instance is None:
+        current = {"name": "", "transport": "", "url": "", "headers": None, "command": "", "env": None,
+                   "enabled": True, "timeout_s": 30.0, "include": [], "exclude": [], "trusted": False}
+    else:
+        current = {}
+        for name in FIELDS:
+            try:
+                current[name] = getattr(instance, name)
+            except SecretUnreadable:
+                current[name] = None
+                unreadable.append(name)
+    values = {**current, **changes}
+    errors: dict = {}
+    _check_name(tenant, values["name"], errors, instance)
+    transport = values["transport"]
+    if transport not in McpTransport.values:
+        errors["transport"] = [f"one of: {', '.join(McpTransport.values)}"]
+    elif instance is not None and transport != instance.transport:
+        # what belonged to the other kind of transport goes, unless it was sent again (then it is refused below)
+        for name in (("command", "env") if transport in HTTP_TRANSPORTS else ("url", "headers")):
+            if name not in changes:
+                values[name] = None if name in SECRET_FIELDS else ""
+                if name in unreadable:
+                    unreadable.remove(name)  # it goes with its transport
+    for name in unreadable:
+        if name not in changes:
+            errors[name] = [f"the stored {'headers' if name == 'headers' else 'environment'} cannot be read with "
+                            "the platform's keys: send it again, or {} for none"]
+    flags_check(values, ("enabled", "trusted"), errors)
+    seconds_check(values, "timeout_s", TIMEOUT_RANGE, errors)
+    for name in ("include", "exclude"):
+        values[name] = _check_names(values[name], name, errors)
+    for name in SECRET_FIELDS:
+        if name in changes and values[name] == {}:
+            values[name] = None  # `{}` clears the stored credentials
+    if transport in HTTP_TRANSPORTS:
+        _check_http(values, changes, instance, errors)
+    elif transport == McpTransport.STDIO:
+        _check_stdio(values, changes, instance, errors)
+    if errors:
+        raise ServiceError(errors)
+    return values
+
+
+def _check_http(values: dict, changes: dict, instance, errors: dict) -> None:
+    url = values["url"]
+    if not isinstance(url, str) or not url:
+        errors["url"] = ["an HTTP server needs its URL"]
+    elif len(url) > 2000:
+        errors["url"] = ["at most 2000 characters"]
+    else:
+        try:
+            check_url(url, resolve=True)
+        except OutboundRefused as exc:
+            errors["url"] = [str(exc)]
+    if values["command"]:
+        errors["command"] = ["only a stdio server names a command"]
+    if values["env"]:
+        errors["env"] = ["only a stdio server takes environment variables"]
+    if values["headers"] is not None:
+        values["headers"] = check_headers(values["headers"], errors)
+    if (instance is not None and "headers" not in changes and secret_readable(instance, "headers")
+            and "url" not in errors and _origin(url) != _origin(instance.url)):
+        errors["headers"] = ["the URL now points at another server: send the headers again (stored credentials "
+                             "are only sent where they were entered for), or {} to send none"]
+
+
+def _check_stdio(values: dict, changes: dict, instance, errors: dict) -> None:
+    command = values["command"]
+    entry = _stdio_entry(command) if isinstance(command, str) and command else None
+    if entry is None:
+        names = ", ".join(sorted(stdio_servers())) or "none are configured"
+        errors["command"] = [f"not an allowed stdio server (the platform allows: {names})"]
+    if values["url"]:
+        errors["url"] = ["a stdio server has no URL"]
+    if values["headers"]:
+        errors["headers"] = ["a stdio server takes no headers"]
+    if values["env"] is not None:
+        values["env"] = _check_env(values["env"], entry, command, errors)
+    if (instance is not None and "env" not in changes and secret_readable(instance, "env") and entry is not None
+            and command != instance.command):
+        errors["env"] = ["the command changed: send the environment again (stored values are only given to the "
+                         "command they were entered for), or {} to give none"]
+
+
+def _described(values: dict) -> dict:
+    """What the audit log may hold of a server's fields: never a credential's value."""
+    return {"transport": values["transport"], "header_names": sorted(values["headers"] or {}),
+            "env_names": sorted(values["env"] or {}), "command": values["command"], "enabled": values["enabled"],
+            "trusted": values["trusted"]}
+
+
+@transaction.atomic
+def mcp_server_create(*, tenant, actor=None, **fields) -> McpServer:
+    values = mcp_server_check(tenant, fields)
+    server = McpServer.objects.create(tenant=tenant, **values)
+    audit_record(tenant=tenant, actor=actor, verb="mcp_server.created", target=_target(server),
+                 data=_described(values))
+    return server
+
+
+@transaction.atomic
+def mcp_server_update(*, server: McpServer, actor=None, **changes) -> McpServer:
+    values = mcp_server_check(server.tenant, changes, instance=server)
+    changed = sorted(name for name in FIELDS if _differs(server, name, values[name]))
+    if not changed:
+        return server
+    for name in changed:
+        setattr(server, name, values[name])
+    if {"url", "headers", "command", "env", "transport"} & set(changed):
+        server.status, server.last_error = McpStatus.NEW, ""  # what was learnt of the old connection is moot
+    server.save()
+    disabled = _detach_all(server) if "enabled" in changed and not server.enabled else 0
+    if {"timeout_s", "trusted"} & set(changed):
+        _restamp_tools(server)
+    audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.updated", target=_target(server),
+                 data={"fields": changed, **_described(values), **({"tools_disabled": disabled} if disabled else {})})
+    return server
+
+
+def _differs(server: McpServer, name: str, value) -> bool:
+    try:
+        return value != getattr(server, name)
+    except SecretUnreadable:
+        return True  # what no key opens is replaced (mcp_server_check let it through only so)
+
+
+def _restamp_tools(server: McpServer) -> None:
+    """A new timeout applies to the server's tools at once; a change of trust takes the safe flags now (an
+    untrusted server's) and the annotations again at the next sync."""
+    for tool in Tool.objects.for_tenant(server.tenant_id).filter(mcp_server=server):
+        tool.timeout_s = server.timeout_s
+        if not server.trusted:
+            for key, value in _flags(server, {}).items():
+                setattr(tool, key, value)
+        tool.save()
+
+
+@transaction.atomic
+def mcp_server_delete(*, server: McpServer, actor=None) -> None:
+    """The server goes; its tools stay in the catalog, disabled and detached (a server of the same name takes
+    them back at its first sync)."""
+    disabled = _detach_all(server)
+    audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.deleted", target=_target(server),
+                 data={"tools_disabled": disabled})
+    server.delete()
