@@ -7,6 +7,7 @@ queue forms are `TenantForm`s, built by the generic views of `tenancy.editing`.
 import json
 from datetime import timedelta
 
+from common.json_values import json_parse
 from django import forms
 from django.contrib.auth import get_user_model
 
@@ -14,7 +15,6 @@ from approvals.models import ChannelKind, NotifyEvent, Queue, VoteDecision
 from approvals.notifications import CHANNEL_EVENTS
 from tenancy.models import Behavior, Membership
 from tenancy.web import TenantForm
-from toolkeeper.json_values import json_parse
 
 JSON_ROWS = 10
 

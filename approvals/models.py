@@ -1,9 +1,9 @@
+from common.secrets import EncryptedJSONField
 from django.conf import settings
 from django.db import models
 
 from tenancy.models import Behavior
 from tenancy.scoping import TenantOwned
-from toolkeeper.secrets import EncryptedJSONField
 
 
 class PermissionRule(TenantOwned):

@@ -11,7 +11,7 @@ request: a slow receiver holds a background thread, never a call.
 
 Webhook bodies are signed: `X-Toolkeeper-Signature: v1=<hex HMAC-SHA256 of "<timestamp>.<body>">` under the
 channel's secret, with the timestamp in `X-Toolkeeper-Timestamp`, so a receiver refuses a changed body and an
-old one replayed. Every URL goes through the outbound guard (`toolkeeper.outbound`), when it is saved and
+old one replayed. Every URL goes through the outbound guard (`common.outbound`), when it is saved and
 when each connection is made. Messages carry no call arguments: they name the tool, the agent and the reason,
 and link to the inbox, where a logged-in reviewer sees the rest. Those names are values, never markup: each
 medium escapes them its own way (`_message` and the `_*_part` renderers below).
@@ -28,6 +28,8 @@ from datetime import datetime, timedelta
 from urllib.parse import urlencode, urlsplit
 
 import anyio
+from common.errors import ServiceError
+from common.outbound import OutboundRefused, async_http_client, check_url
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
@@ -55,8 +57,6 @@ from approvals.models import (
 )
 from audit.services import audit_record
 from tenancy.models import Role
-from toolkeeper.errors import ServiceError
-from toolkeeper.outbound import OutboundRefused, async_http_client, check_url
 from tools.calls.runtime import runtime
 from tools.models import ToolCall
 

@@ -1,4 +1,5 @@
 """Writes for rules, queues and approval requests; the reviewer's decisions."""
+from common.errors import Conflict, NotPermitted, ServiceError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -22,7 +23,6 @@ from realtime.broadcast import publish_on_commit
 from realtime.groups import inbox_group
 from tenancy.models import REVIEW_ROLES, Membership
 from tenancy.versions import version_bump
-from toolkeeper.errors import Conflict, NotPermitted, ServiceError
 from tools.calls.aftercare import result_finish
 from tools.calls.events import call_fail, call_transition
 from tools.calls.pipeline import input_problems, pipeline_resume

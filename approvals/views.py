@@ -8,6 +8,7 @@ operator, admin); rules and queues are changed by operators and admins, through 
 """
 import json
 
+from common.errors import Conflict, NotPermitted
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Case, IntegerField, Prefetch, Q, Value, When
@@ -54,7 +55,6 @@ from tenancy.web import (
     tenant_redirect,
     tenant_view,
 )
-from toolkeeper.errors import Conflict, NotPermitted
 from tools.catalog.declared import call_exposed
 
 BEHAVIOR_ORDER = Case(When(behavior="deny", then=Value(0)), When(behavior="ask", then=Value(1)),

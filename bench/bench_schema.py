@@ -12,5 +12,5 @@ CREATE_TABLE = (
 
 def create_floor_table(server) -> None:
     """Create the table in a started embedded server's SQLite database."""
-    with sqlite3.connect(server.data_dir / "toolkeeper.sqlite3") as db:
+    with sqlite3.connect(server.data_dir / "common.sqlite3") as db:
         db.execute(CREATE_TABLE)

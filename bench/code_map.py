@@ -143,7 +143,7 @@ def call_paths(approval: bool, verbose: bool) -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="tk-codemap-"))
     os.environ.update({
         "DJANGO_SETTINGS_MODULE": "toolkeeper.settings", "TOOLKEEPER_DATA_DIR": str(data_dir),
-        "DATABASE_URL": f"sqlite:///{data_dir / 'toolkeeper.sqlite3'}", "TOOLKEEPER_EXECUTOR": "local",
+        "DATABASE_URL": f"sqlite:///{data_dir / 'common.sqlite3'}", "TOOLKEEPER_EXECUTOR": "local",
         "REDIS_URL": "", "LOG_LEVEL": "WARNING", "ALLOWED_HOSTS": "testserver",
     })
     sys.path[:0] = [str(ROOT), str(ROOT / "platform")]

@@ -3,7 +3,7 @@
 
 In-process, no database (Django is set up only to import the reader). Every document is read as
 `POST /api/v1/http-tools/import` reads it: `tools.http_tools.services.openapi_parse`, which is
-`toolkeeper.documents.document_parse` with the import's bounds (IMPORT_MAX_BYTES, IMPORT_MAX_NODES, nesting
+`common.documents.document_parse` with the import's bounds (IMPORT_MAX_BYTES, IMPORT_MAX_NODES, nesting
 64) and the OpenAPI checks. The baseline is a realistic generated OpenAPI 3 document (resources with CRUD
 operations, parameters, bodies, responses, described component schemas) of about the size limit, in YAML and
 in JSON, measured in the same run; each hostile document is near the size limit too:
@@ -42,9 +42,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolkeeper.settings")
 django.setup()
 
 import yaml  # noqa: E402
+from common import documents  # noqa: E402
+from common.errors import ServiceError  # noqa: E402
 
-from toolkeeper import documents  # noqa: E402
-from toolkeeper.errors import ServiceError  # noqa: E402
 from tools.http_tools.services import IMPORT_MAX_BYTES, IMPORT_MAX_NODES, openapi_parse  # noqa: E402
 
 TARGET_S = 0.5

@@ -1,10 +1,10 @@
 """Console forms for datasets, uploads, trial searches and the knowledge_search scope."""
+from common.json_values import JSONValueField
 from django import forms
 
 from knowledge.selectors import MAX_QUERY_CHARS, MAX_TOP_K, InvalidQuery, clean_filters
 from knowledge.services import MAX_UPLOAD_BYTES
 from tenancy.web import TenantForm
-from toolkeeper.json_values import JSONValueField
 
 MAX_FILES_PER_UPLOAD = 1000  # over services.BATCH_SIZE, the upload runs as work with progress
 

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from common.errors import ServiceError
+from common.json_values import json_problem
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -15,8 +17,6 @@ from knowledge.chunking import chunk_text
 from knowledge.models import Chunk, Dataset, Document
 from tenancy.fastread import tables_exist
 from tenancy.models import Tenant
-from toolkeeper.errors import ServiceError
-from toolkeeper.json_values import json_problem
 from tools.catalog.services import binding_set
 from tools.models import BoundArgument, Tool, ToolGroup
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkeeper.documents import DocumentRefused, yaml_parse
+from common.documents import DocumentRefused, yaml_parse
 
 # --- limits ----------------------------------------------------------------------------------------
 MAX_FILES = 200  # files in a package, SKILL.md included
@@ -284,7 +284,7 @@ def _split_front_matter(text: str) -> tuple[str, str]:
 
 
 def _parse_front_matter(source: str) -> tuple[object, list[str]]:
-    """The front matter's value, read by `toolkeeper.documents` (bounded before anything is built: size,
+    """The front matter's value, read by `common.documents` (bounded before anything is built: size,
     nesting, values; anchors, aliases and repeated keys refused), or the problem."""
     size = len(source.encode("utf-8", "surrogatepass"))
     if size > MAX_FRONT_MATTER_BYTES:

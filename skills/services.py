@@ -3,6 +3,7 @@ import base64
 import logging
 from functools import lru_cache
 
+from common.errors import Conflict, ServiceError
 from django.db import transaction
 from django.utils import timezone
 
@@ -21,7 +22,6 @@ from skills.packages import (
 from skills.selectors import session_skill_version
 from tenancy.fastread import tables_exist
 from tenancy.models import Tenant
-from toolkeeper.errors import Conflict, ServiceError
 from tools.catalog.snapshot import catalog_bump
 from tools.models import AgentSession
 from tools.python.decorators import ToolError

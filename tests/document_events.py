@@ -1,6 +1,6 @@
-"""The work of reading a document, counted: the events `toolkeeper.documents`' parser hands out (tests of the
+"""The work of reading a document, counted: the events `common.documents`' parser hands out (tests of the
 bounds count work, never time it)."""
-from toolkeeper import documents
+from common import documents
 
 
 def counted_events(monkeypatch) -> dict:

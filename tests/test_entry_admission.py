@@ -14,6 +14,8 @@ import pytest
 from asgiref.testing import ApplicationCommunicator
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
+from common.errors import NotPermitted, RateLimited
+from common.json_values import JSONValueField
 from django import forms
 from django.contrib.auth.models import AnonymousUser
 from django.core.asgi import get_asgi_application
@@ -37,9 +39,7 @@ from tenancy.models import Tenant
 from tenancy.services import apikey_create
 from tests.realtime.test_socket_walker import ORIGIN, cookie_of, fill, routes
 from tests.test_url_isolation import API_PREFIX, CONSOLE_PREFIXES, SKIPPED_PREFIXES, walk
-from toolkeeper.errors import NotPermitted, RateLimited
 from toolkeeper.handlers import http_application
-from toolkeeper.json_values import JSONValueField
 from toolkeeper.routing import websocket_urlpatterns
 from tools.gateway.entry import INVALID_PARAMS, RATE_LIMITED, McpEndpoint
 from tools.gateway.protocol import mcp_protocol_server

@@ -29,7 +29,7 @@ def test_embedded_default_needs_no_configuration(tmp_path):
     result = load_settings(tmp_path)
     assert result.returncode == 0, result.stderr
     loaded = json.loads(result.stdout)
-    assert loaded["engine"] == "toolkeeper.sqlite3"  # SQLite with an in-process writer queue
+    assert loaded["engine"] == "common.sqlite3"  # SQLite with an in-process writer queue
     assert loaded["layer"] == "realtime.layers.InProcessChannelLayer"
     assert loaded["executor"] == "local"
     assert loaded["data_dir"] == str(tmp_path / "data")

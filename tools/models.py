@@ -1,9 +1,9 @@
 import uuid
 
+from common.secrets import EncryptedJSONField
 from django.db import models
 
 from tenancy.scoping import TenantOwned
-from toolkeeper.secrets import EncryptedJSONField
 
 RESERVED_GROUP = "basic"
 
@@ -130,7 +130,7 @@ class ToolGroup(TenantOwned):
 class HttpEndpoint(TenantOwned):
     """How an HTTP tool (source `http`) calls its endpoint: the request is built from the call's arguments,
     `secrets` (encrypted, write-only) fill the headers that name them, and `response` says how the reply
-    becomes the result. Requests go through the outbound SSRF guard (toolkeeper.outbound)."""
+    becomes the result. Requests go through the outbound SSRF guard (common.outbound)."""
 
     tool = models.OneToOneField(Tool, on_delete=models.CASCADE, related_name="http")
     method = models.CharField(max_length=7, default="POST")

@@ -1,5 +1,6 @@
 from datetime import timedelta
 
+from common import serializers as strict
 from django.contrib.auth import get_user_model
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -16,7 +17,6 @@ from approvals.models import (
 )
 from approvals.notifications import CHANNEL_EVENTS
 from tenancy.models import Behavior, Membership
-from toolkeeper import serializers as strict
 
 
 class TenantQueueField(serializers.SlugRelatedField):

@@ -1,9 +1,9 @@
+from common import serializers as strict
 from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
 from knowledge.models import Dataset, Document
 from knowledge.services import MAX_TITLE_CHARS
-from toolkeeper import serializers as strict
 from tools.api.serializers import CallSerializer
 
 MAX_DOCUMENTS_PER_REQUEST = 1000

@@ -3,6 +3,7 @@
 larger ingests run as work that reports progress (a `knowledge_ingest` call), in batches, each batch its own
 transaction. Bodies are capped by the API parser (413 beyond
 TOOLKEEPER_MAX_BODY_BYTES)."""
+from common.errors import ServiceError
 from django.db.models import Count
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins
@@ -14,7 +15,6 @@ from knowledge.api import serializers as s
 from knowledge.models import Dataset, Document
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.web import acting_user
-from toolkeeper.errors import ServiceError
 from tools.api.serializers import calls_data
 from tools.calls.submit import work_start
 

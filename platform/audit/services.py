@@ -2,6 +2,7 @@
 import random
 from dataclasses import dataclass
 
+from common.errors import ServiceError
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,7 +20,6 @@ from audit.chain import (
 from audit.models import ChainHead, Event
 from audit.selectors import UNSIGNED, ChainCheck, audit_check
 from tenancy.fastread import insert_row, this_connection
-from toolkeeper.errors import ServiceError
 
 
 def _actor_label(actor) -> str:

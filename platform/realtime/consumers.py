@@ -17,13 +17,13 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from common.errors import NotPermitted, RateLimited
 
 from tenancy.admission import Entry, NotAuthenticated, admit
 from tenancy.authentication import bearer_token
 from tenancy.grants import Grant, grant_of_key, grant_of_member, grant_watch
 from tenancy.models import Scope
 from tenancy.selectors import access_tenant
-from toolkeeper.errors import NotPermitted, RateLimited
 
 logger = logging.getLogger("toolkeeper.realtime")
 

@@ -1,8 +1,8 @@
+from common.json_values import JSONValueField
 from django.contrib import admin
 from django.db import models
 
 from tenancy.models import ApiKey, Membership, Tenant
-from toolkeeper.json_values import JSONValueField
 
 
 class MembershipInline(admin.TabularInline):

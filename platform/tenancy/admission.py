@@ -9,7 +9,7 @@ JSON value. `admit` checks, in this order, and raises the first refusal:
    `api_key_for_token`, or a logged-in console member of the tenant; and the scope the entry needs
    (`NotAuthenticated`, 401; `NotPermitted`, 403);
 2. the requests-per-minute limits of the key (or the console login) and of the tenant (`RateLimited`, 429);
-3. the value: what every stored JSON value must be (`toolkeeper.json_values.json_problem`: no NUL, no lone
+3. the value: what every stored JSON value must be (`common.json_values.json_problem`: no NUL, no lone
    surrogate, no NaN or Infinity, nesting at most 64 levels) (`ValueRefused`, 400).
 
 The URL is checked even before the caller is known, at the HTTP entry every request passes
@@ -17,7 +17,7 @@ The URL is checked even before the caller is known, at the HTTP entry every requ
 PostgreSQL would refuse the text with an error.
 
 Each entry turns these refusals into its own medium in one place: the API's error envelope
-(`toolkeeper.api.exception_handler`), an HTTP status with a JSON-RPC error on `/mcp/` (`tools.gateway.entry`),
+(`common.api.exception_handler`), an HTTP status with a JSON-RPC error on `/mcp/` (`tools.gateway.entry`),
 a close code on a WebSocket (`realtime.consumers`), a page with the status in the console (`tenancy.web`).
 `tests/test_entry_admission.py` walks every entry and shows each refusal there, so a new entry cannot skip one.
 """
@@ -26,14 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from common.errors import NotPermitted, ServiceError
+from common.json_values import json_problem
 from rest_framework.throttling import BaseThrottle
 
 from tenancy.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
 from tenancy.limits import requests_admit
 from tenancy.models import ApiKey, Tenant
 from tenancy.selectors import apikey_from_token
-from toolkeeper.errors import NotPermitted, ServiceError
-from toolkeeper.json_values import json_problem
 
 
 class Entry(StrEnum):

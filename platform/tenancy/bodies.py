@@ -21,14 +21,14 @@ import json
 import tempfile
 from dataclasses import dataclass
 
+from common.api import error_body
+from common.middleware import API_PREFIXES
 from django.conf import settings
 from django.http.cookie import parse_cookie
 
 from tenancy.admission import url_problem
 from tenancy.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
 from tenancy.models import split_key
-from toolkeeper.api import error_body
-from toolkeeper.middleware import API_PREFIXES
 
 KEYED_API_PREFIX = "/api/v1/"  # every endpoint under it needs credentials
 REPLAY_CHUNK = 64 * 1024

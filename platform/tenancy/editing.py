@@ -19,6 +19,7 @@ before the service ran (a deleted row has no primary key any more). Every page i
 is the level that opens it, `write` the level that posts to it; both default to operators. A page whose
 service takes other arguments subclasses and overrides `save`; `context()` adds to what the template sees.
 """
+from common.json_values import json_parse
 from django import forms
 from django.contrib import messages
 from django.http import HttpResponseRedirect
@@ -35,7 +36,6 @@ from tenancy.web import (
     service_messages,
     tenant_view,
 )
-from toolkeeper.json_values import json_parse
 
 
 class TenantPage(View):

@@ -1,7 +1,7 @@
 """Rate limits per API key and per tenant: requests per minute and calls in flight.
 
 Requests are counted for every entry by `tenancy.admission.admit` (the REST API, `/mcp/`, WebSocket connects,
-the console's changes); calls in flight by the call services. A refusal is `toolkeeper.errors.RateLimited`:
+the console's changes); calls in flight by the call services. A refusal is `common.errors.RateLimited`:
 429 in the API's error envelope, with `Retry-After` in seconds.
 
 Requests are counted in fixed one-minute windows in Django's cache: in-process memory in the embedded
@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable
 from functools import cache
 
+from common.errors import RateLimited
 from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from tenancy.models import ApiKey, Tenant
-from toolkeeper.errors import RateLimited
 
 logger = logging.getLogger("toolkeeper.limits")
 

@@ -1,6 +1,7 @@
 """Writes for tenants, memberships and API keys."""
 from dataclasses import dataclass
 
+from common.errors import ServiceError
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
@@ -18,7 +19,6 @@ from tenancy.models import (
     new_key_material,
 )
 from tenancy.signals import tenant_created
-from toolkeeper.errors import ServiceError
 
 
 @transaction.atomic

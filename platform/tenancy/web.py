@@ -6,12 +6,13 @@
   `register_url_objects`): missing or another tenant's → 404, before the method or the role is even looked
   at. Reading needs the page's `read` level, changing (any other method) its `write` level.
 - `page_of`: one page of a list. `acting_user`: who a service records as the actor.
-- `add_service_errors` / `service_messages`: a service's refusal (`toolkeeper.errors.ServiceError`) shown on a
+- `add_service_errors` / `service_messages`: a service's refusal (`common.errors.ServiceError`) shown on a
   form, or as plain messages: the console's one mapping of those errors.
 - `TenantForm`: the base of the forms of tenant pages (the generic views in `tenancy.editing` build them).
 """
 from functools import wraps
 
+from common.errors import RateLimited, ServiceError
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
@@ -22,7 +23,6 @@ from django.shortcuts import redirect, render
 from tenancy.admission import Entry, admit
 from tenancy.models import ApiKey, Role
 from tenancy.selectors import access_object, access_tenant
-from toolkeeper.errors import RateLimited, ServiceError
 
 MEMBER, OPERATE, ADMIN = "member", "operate", "admin"
 READ_METHODS = ("GET", "HEAD")

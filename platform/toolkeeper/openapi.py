@@ -3,7 +3,7 @@
 `AutoSchema` states the scope each operation needs (`x-required-scope` and a sentence in the
 description, both read from the view's `required_scope` and the console rules of
 `tenancy.permissions`, so they cannot drift from what is enforced) and documents the error
-responses that apply, each in the error envelope of `toolkeeper.api.error_body`. Views add the
+responses that apply, each in the error envelope of `common.api.error_body`. Views add the
 statuses only they know of (409) with `CONFLICT`. A request serializer states a rule between its
 fields that a field's own schema cannot (`only_with`) in `schema_rules`, added to its request schema.
 """

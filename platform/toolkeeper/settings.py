@@ -14,9 +14,8 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from common.command_env import env_name_refusal
 from django.core.exceptions import ImproperlyConfigured
-
-from toolkeeper.command_env import env_name_refusal
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent  # the repository root
 
@@ -69,7 +68,7 @@ def development_secrets_key(path: Path) -> str:
 
 
 def secrets_keys(value: str, *, debug: bool, data_dir: Path) -> list[str]:
-    """The keys of the credentials stored encrypted (toolkeeper.secrets), from TOOLKEEPER_SECRETS_KEY:
+    """The keys of the credentials stored encrypted (common.secrets), from TOOLKEEPER_SECRETS_KEY:
     comma-separated Fernet keys, the first encrypts and all decrypt (rotation). Unset, a development
     process uses a key generated once into the data dir; a production one (DEBUG off) refuses to start.
     It is never derived from SECRET_KEY: rotating one must not make the other unreadable."""
@@ -151,9 +150,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "toolkeeper.middleware.ApiErrorMiddleware",
+    "common.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "toolkeeper.csp.ContentSecurityPolicyMiddleware",
+    "common.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -164,10 +163,10 @@ MIDDLEWARE = [
 # Requests that present an API key (toolkeeper.handlers): no cookies, so no session, CSRF, auth or
 # messages layer; Django's security, common and X-Frame-Options hooks run on the event loop.
 API_KEY_MIDDLEWARE = [
-    "toolkeeper.middleware.ApiErrorMiddleware",
-    "toolkeeper.middleware.SecurityHeadersMiddleware",
-    "toolkeeper.middleware.CommonRequestMiddleware",
-    "toolkeeper.middleware.FrameOptionsMiddleware",
+    "common.middleware.ApiErrorMiddleware",
+    "common.middleware.SecurityHeadersMiddleware",
+    "common.middleware.CommonRequestMiddleware",
+    "common.middleware.FrameOptionsMiddleware",
 ]
 # Long-lived threads (each with its database connection) that API-key requests borrow.
 TOOLKEEPER_API_THREADS = int(os.environ.get("TOOLKEEPER_API_THREADS", 16))
@@ -196,7 +195,7 @@ TEMPLATES = [
 def database_from_url(url: str) -> dict:
     config = dj_database_url.parse(url, conn_max_age=0)
     if config["ENGINE"] == "django.db.backends.sqlite3":
-        config["ENGINE"] = "toolkeeper.sqlite3"
+        config["ENGINE"] = "common.sqlite3"
         config["OPTIONS"] = {
             # IMMEDIATE: writers queue on the lock up front instead of failing to upgrade it.
             "transaction_mode": "IMMEDIATE",
@@ -206,7 +205,7 @@ def database_from_url(url: str) -> dict:
     return config
 
 
-DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'toolkeeper.sqlite3'}"
+DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'common.sqlite3'}"
 DATABASES = {"default": database_from_url(DATABASE_URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -292,12 +291,12 @@ REST_FRAMEWORK = {
         "tenancy.authentication.ConsoleSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["tenancy.permissions.HasTenant"],
-    "DEFAULT_PARSER_CLASSES": ["toolkeeper.api.LimitedJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["common.api.LimitedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "EXCEPTION_HANDLER": "toolkeeper.api.exception_handler",
+    "EXCEPTION_HANDLER": "common.api.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["tenancy.admission.RestAdmission"],
     "DEFAULT_SCHEMA_CLASS": "toolkeeper.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "toolkeeper.api.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "common.api.Pagination",
     "PAGE_SIZE": 50,
     "UNAUTHENTICATED_USER": None,
     "URL_FORMAT_OVERRIDE": None,  # `format` is ours: the tool-list format (docs/api.md)
@@ -336,9 +335,9 @@ TOOLKEEPER_MAX_WAIT_S = 60
 # With a key, the audit log's hash chain is keyed (HMAC-SHA256): database access alone cannot rewrite it.
 TOOLKEEPER_AUDIT_KEY = os.environ.get("TOOLKEEPER_AUDIT_KEY", "")
 TOOLKEEPER_MAX_BATCH = 64
-# The largest response body (or event of an event stream) an outbound request takes (toolkeeper.outbound).
+# The largest response body (or event of an event stream) an outbound request takes (common.outbound).
 TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES = int(os.environ.get("TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES", 16 * 1024 * 1024))
-# Outbound requests to addresses tenants give (toolkeeper.outbound) reach public addresses only; these
+# Outbound requests to addresses tenants give (common.outbound) reach public addresses only; these
 # host names, IP addresses and networks (CIDR) are opened by the admin, e.g. an internal MCP server.
 TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS", "").split(",") if h.strip()

@@ -20,7 +20,7 @@ urlpatterns = [
     path("api/v1/", include((api_v1, "api"), namespace="api")),
     path("api/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),
          name="schema"),
-    # The split view serves Swagger UI's start-up script as a file: no inline script (toolkeeper.csp).
+    # The split view serves Swagger UI's start-up script as a file: no inline script (common.csp).
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema", authentication_classes=[],
                                                           permission_classes=[]), name="swagger-ui"),
     path("admin/", admin.site.urls),

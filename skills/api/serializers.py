@@ -1,7 +1,7 @@
+from common import serializers as strict
 from rest_framework import serializers
 
 from skills.models import Skill, SkillVersion
-from toolkeeper import serializers as strict
 
 MAX_UPLOAD_FILES = 200
 

@@ -1,4 +1,4 @@
-"""Services refuse with the platform's own errors (`toolkeeper.errors`), and the API maps them in one place.
+"""Services refuse with the platform's own errors (`common.errors`), and the API maps them in one place.
 
 The layout is read from the source: outside the `api` packages, only the modules that plug into DRF import
 it, so no service can raise a DRF exception. The mapping is checked twice: against DRF's own exceptions of the
@@ -9,14 +9,14 @@ import ast
 from pathlib import Path
 
 import pytest
+from common.api import exception_handler
+from common.errors import Conflict, NotPermitted, ServiceError
 from rest_framework import exceptions, status
 from rest_framework.test import APIClient
 
 from approvals.engine import index_cache
 from approvals.models import ApprovalRequest
 from approvals.services import queue_save, rule_create
-from toolkeeper.api import exception_handler
-from toolkeeper.errors import Conflict, NotPermitted, ServiceError
 from tools.calls.submit import calls_submit
 from tools.models import CallStatus
 
@@ -61,7 +61,7 @@ def test_the_drf_plugins_still_exist():
 
 
 def test_the_errors_sit_below_django_and_drf():
-    imported = _imported_modules(ROOT / "platform/toolkeeper/errors.py")
+    imported = _imported_modules(ROOT / "platform/common/errors.py")
     assert not {name for name in imported if name.split(".")[0] in ("django", "rest_framework")}
 
 

@@ -7,11 +7,11 @@ of the row answered 500; 950 levels of nesting were stored and broke the pages t
 import json
 
 import pytest
+from common.json_values import MAX_JSON_DEPTH, json_parse, json_problem
 
 from approvals.models import PermissionRule
 from knowledge.models import Dataset, Document
 from tests.api.test_bad_input import assert_error, raw_post
-from toolkeeper.json_values import MAX_JSON_DEPTH, json_parse, json_problem
 from tools.models import AgentSession, BoundArgument, ToolCall
 
 SURROGATE = "\ud800"

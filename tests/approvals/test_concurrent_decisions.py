@@ -7,6 +7,7 @@ import os
 import threading
 
 import pytest
+from common.errors import Conflict
 from django.db import connection, connections
 from rest_framework.test import APIClient
 
@@ -14,7 +15,6 @@ from approvals.models import ApprovalRequest, RequestStatus, Vote
 from approvals.services import request_decide
 from tenancy.services import apikey_create
 from tests.tools.support import wait_terminal
-from toolkeeper.errors import Conflict
 from tools.calls.submit import calls_submit
 from tools.models import CallStatus, ToolCall
 

@@ -8,6 +8,7 @@ from datetime import time as clock
 from datetime import timedelta
 
 import pytest
+from common.errors import NotPermitted, ServiceError
 from django.core import mail
 from django.test import override_settings
 from django.utils import timezone
@@ -25,7 +26,6 @@ from approvals.models import (
 from tenancy.models import Role
 from tests.approvals.conftest import console_api
 from tests.tools import http_endpoint
-from toolkeeper.errors import NotPermitted, ServiceError
 from tools.models import CallStatus
 
 SECRET = "a-signing-secret-of-some-length"

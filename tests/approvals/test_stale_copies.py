@@ -7,6 +7,7 @@ no timing. (The racing tests in `test_concurrent_decisions.py` show the same und
 from datetime import timedelta
 
 import pytest
+from common.errors import Conflict
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest, RequestStatus, Vote
@@ -20,7 +21,6 @@ from approvals.services import (
 from audit.models import Event
 from tests.approvals.test_external import open_ticket, ticket_tool  # noqa: F401 - ticket_tool: a fixture
 from tests.tools.support import wait_terminal
-from toolkeeper.errors import Conflict
 from tools.calls.events import call_fail
 from tools.calls.submit import calls_submit
 from tools.models import CallStatus, ToolCall

@@ -47,7 +47,7 @@ REFUSED_AGENT = "fuzz-refused"  # speaks only the tools/call messages that must 
 ERAS = ("2025", "2026")
 SEED = 20260101  # with derandomize: the same messages on every run
 EXAMPLES_PER_ERA = 120
-MAX_DEPTH = 64  # toolkeeper.json_values.MAX_JSON_DEPTH, as the docs state it
+MAX_DEPTH = 64  # common.json_values.MAX_JSON_DEPTH, as the docs state it
 REQUEST_TIMEOUT_S = 60
 # Daphne (Twisted) drops a connection whose header line passes 16 KiB, unanswered, before /mcp/ sees it: a 2026-era
 # header that would carry a longer value (the method, a name) is left out, and the body's value meets the protocol.
@@ -495,7 +495,7 @@ print(json.dumps({{"key": apikey_create(tenant=tenant, name="mcp-fuzz", scopes=[
 STORED = f"""
 import json
 from approvals.models import ApprovalRequest
-from toolkeeper.json_values import json_problem
+from common.json_values import json_problem
 from tools.models import ToolCall
 calls = ToolCall.all_tenants.filter(tenant__slug={TENANT!r})
 print(json.dumps({{

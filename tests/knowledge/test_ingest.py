@@ -2,6 +2,7 @@
 import io
 
 import pytest
+from common.errors import ServiceError
 from django.core.management import CommandError, call_command
 
 from knowledge.models import Chunk, Document
@@ -14,7 +15,6 @@ from knowledge.services import (
     document_ingest,
     documents_ingest_bulk,
 )
-from toolkeeper.errors import ServiceError
 
 pytestmark = pytest.mark.django_db
 

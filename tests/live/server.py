@@ -89,7 +89,7 @@ class LiveServer:
             "PYTHONUNBUFFERED": "1",
             "DJANGO_SETTINGS_MODULE": self.settings_module,
             "TOOLKEEPER_DATA_DIR": str(self.data_dir),
-            "DATABASE_URL": self.database_url or f"sqlite:///{self.data_dir / 'toolkeeper.sqlite3'}",
+            "DATABASE_URL": self.database_url or f"sqlite:///{self.data_dir / 'common.sqlite3'}",
             "REDIS_URL": self.redis_url,
             "TOOLKEEPER_EXECUTOR": "local",
             "LOG_LEVEL": "WARNING",

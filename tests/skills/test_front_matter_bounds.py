@@ -1,7 +1,8 @@
-"""SKILL.md's front matter is read by toolkeeper.documents (skills.packages): size, nesting and the count of
+"""SKILL.md's front matter is read by common.documents (skills.packages): size, nesting and the count of
 values are bounds checked as the parser's events arrive, with libyaml's parser and the pure-Python one alike;
 anchors, aliases, merge keys and repeated keys are refused. The parser's work is counted, not timed."""
 import pytest
+from common import documents
 
 from skills.packages import (
     MAX_FRONT_MATTER_BYTES,
@@ -11,7 +12,6 @@ from skills.packages import (
     package_from_files,
 )
 from tests.document_events import counted_events
-from toolkeeper import documents
 
 PARSERS = ["libyaml", "python"] if documents.CParser is not None else ["python"]
 VALID = "name: demo-skill\ndescription: d\n"

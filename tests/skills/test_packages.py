@@ -8,6 +8,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from common import documents
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -32,10 +33,9 @@ from skills.packages import (
     platform_packages,
     skill_path,
 )
-from toolkeeper import documents
 
 PLATFORM = Path(packages.__file__).resolve().parent
-# the parser's own words: libyaml's when PyYAML has it (toolkeeper.documents), the pure-Python one's otherwise
+# the parser's own words: libyaml's when PyYAML has it (common.documents), the pure-Python one's otherwise
 UNCLOSED = ("front matter is not valid YAML (line 4, column 1 of SKILL.md): did not find expected ',' or ']'"
             if documents.CParser is not None else
             "front matter is not valid YAML (line 3, column 23 of SKILL.md): expected ',' or ']', "

@@ -1,5 +1,6 @@
 """API keys: a prefix to find them, a hash to check them, scopes, agent lock, revocation, last use."""
 import pytest
+from common.errors import ServiceError
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -7,7 +8,6 @@ from audit.models import Event
 from tenancy.models import ApiKey
 from tenancy.selectors import apikey_from_token
 from tenancy.services import apikey_create, apikey_revoke
-from toolkeeper.errors import ServiceError
 
 
 def _parts(key: str) -> tuple[str, str]:

@@ -4,6 +4,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from common.errors import RateLimited
 from django.contrib.auth.models import AnonymousUser
 from django.core.cache import cache
 
@@ -11,7 +12,6 @@ from audit.models import Event
 from tenancy import limits
 from tenancy.services import apikey_create, tenant_limits_set
 from tests.api.test_api_key_path import as_json, call_app
-from toolkeeper.errors import RateLimited
 from tools.calls.submit import call_cancel
 from tools.models import TERMINAL_STATUSES, ToolCall
 

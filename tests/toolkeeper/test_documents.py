@@ -1,12 +1,11 @@
-"""The bounded reader of documents from outside (toolkeeper.documents): every bound is checked as the parser's
+"""The bounded reader of documents from outside (common.documents): every bound is checked as the parser's
 events arrive, and reading stops at the first event past one, with libyaml's parser and with PyYAML's
 pure-Python one alike. No timed assertions: the parser's work is counted (events read, characters scanned)."""
 import pytest
 import yaml
-
-from toolkeeper import documents, json_values
-from toolkeeper.documents import DocumentRefused, document_parse, yaml_parse
-from toolkeeper.json_values import json_parse
+from common import documents, json_values
+from common.documents import DocumentRefused, document_parse, yaml_parse
+from common.json_values import json_parse
 
 MIB = 1024 * 1024
 NODES = 1000  # the bound on values in these tests

@@ -11,13 +11,8 @@ from pathlib import Path
 import httpcore2
 import httpx2
 import pytest
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.test import override_settings
-
-from tests.toolkeeper.conftest import serving
-from toolkeeper import outbound
-from toolkeeper.outbound import (
+from common import outbound
+from common.outbound import (
     MessageBound,
     OutboundRefused,
     ResponseTooLarge,
@@ -25,6 +20,11 @@ from toolkeeper.outbound import (
     check_url,
     http_client,
 )
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from tests.toolkeeper.conftest import serving
 
 PUBLIC = "93.184.215.14"  # never connected to: every test that resolves it is refused before connecting
 

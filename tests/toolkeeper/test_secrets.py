@@ -6,13 +6,7 @@ import stat
 import threading
 
 import pytest
-from cryptography.fernet import Fernet
-from django.apps.registry import Apps
-from django.core.exceptions import FieldError, ImproperlyConfigured, ValidationError
-from django.db import connection, models
-from django.test import override_settings
-
-from toolkeeper.secrets import (
+from common.secrets import (
     EncryptedJSONField,
     SecretDict,
     SecretUnreadable,
@@ -21,6 +15,12 @@ from toolkeeper.secrets import (
     secret_names,
     secret_rotate,
 )
+from cryptography.fernet import Fernet
+from django.apps.registry import Apps
+from django.core.exceptions import FieldError, ImproperlyConfigured, ValidationError
+from django.db import connection, models
+from django.test import override_settings
+
 from toolkeeper.settings import DEV_SECRETS_KEY_FILE, development_secrets_key, secrets_keys
 
 PLAIN = "Bearer tk-very-secret-value"
@@ -176,7 +176,7 @@ def test_the_field_encrypts_for_the_database_and_decrypts_from_it():
 
 def test_the_field_deconstructs_for_migrations():
     name, path, args, kwargs = Vault._meta.get_field("credentials").deconstruct()
-    assert (name, path, args, kwargs) == ("credentials", "toolkeeper.secrets.EncryptedJSONField", [],
+    assert (name, path, args, kwargs) == ("credentials", "common.secrets.EncryptedJSONField", [],
                                           {"null": True, "blank": True})
     rebuilt = EncryptedJSONField(*args, **kwargs)
     assert rebuilt.null and rebuilt.blank

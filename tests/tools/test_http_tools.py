@@ -4,10 +4,10 @@ tests/api/test_http_tools_api.py."""
 import json
 
 import pytest
+from common.errors import ServiceError
 
 from audit.models import Event
 from tests.tools.http_endpoint import serve
-from toolkeeper.errors import ServiceError
 from tools.http_tools.services import (
     IMPORT_MAX_BYTES,
     HttpSource,

@@ -1,4 +1,4 @@
-"""The OpenAPI import cannot stall the server (tools.http_tools.services): the document is read by toolkeeper.documents
+"""The OpenAPI import cannot stall the server (tools.http_tools.services): the document is read by common.documents
 within the import's bounds, which stop the reading at the first event past one, and the tools' input schemas
 carry only the components they use, within a budget of values for the whole import. No timed assertions: the
 work is counted (the parser's events, the schema values checked)."""
@@ -7,10 +7,10 @@ import random
 
 import pytest
 import yaml
+from common import documents
+from common.errors import ServiceError
 
 from tests.document_events import counted_events
-from toolkeeper import documents
-from toolkeeper.errors import ServiceError
 from tools.http_tools import services as http_tools
 from tools.http_tools.services import (
     IMPORT_MAX_BYTES,

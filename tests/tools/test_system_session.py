@@ -5,12 +5,12 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
+from common.errors import ServiceError
 from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
 from tenancy.models import SYSTEM_AGENT, ApiKey
 from tenancy.services import apikey_create
-from toolkeeper.errors import ServiceError
 from toolkeeper.routing import websocket_urlpatterns
 from tools.calls.submit import work_start
 from tools.catalog.services import session_create

@@ -1,4 +1,5 @@
 """The app-facing API of ../shared/API.md, and the admin endpoints for tools, groups, bindings and MCP servers."""
+from common.api import exception_handler
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -16,7 +17,6 @@ from tenancy.permissions import sees_secrets
 from tenancy.selectors import access_object, access_row, key_sees_agent, key_sessions, versions_read_with
 from tenancy.versions import versions_known
 from tenancy.web import acting_user
-from toolkeeper.api import exception_handler
 from toolkeeper.openapi import CONFLICT
 from tools.api import serializers as s
 from tools.calls import submit as tool_calls

@@ -8,13 +8,13 @@ the pipeline and the runtime, so neither of them imports an executor.
 """
 from contextvars import ContextVar
 
+from common.errors import Conflict, ServiceError
 from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
 from tenancy.limits import calls_admit
 from tenancy.models import SYSTEM_AGENT
-from toolkeeper.errors import Conflict, ServiceError
 from tools.calls.events import call_record, call_transition
 from tools.calls.meta import meta_run
 from tools.calls.pipeline import CallContext, Step, pipeline_run

@@ -4,12 +4,12 @@ import json
 import logging
 import re
 
+from common.errors import ServiceError
 from django.db import transaction
 
 from audit.services import audit_record
 from tenancy.fastread import tables_exist
 from tenancy.models import SYSTEM_AGENT_RESERVED, Tenant, is_system_agent
-from toolkeeper.errors import ServiceError
 from tools.catalog.registry import sources
 from tools.catalog.schemas import (
     SchemaProblem,

@@ -21,6 +21,8 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
+from common.errors import NotPermitted, RateLimited
+from common.json_values import MAX_JSON_DEPTH
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -29,8 +31,6 @@ from mcp.server.transport_security import TransportSecuritySettings
 from tenancy.admission import NO_VALUE, Entry, NotAuthenticated, ValueRefused, admit
 from tenancy.bodies import NOT_AUTHENTICATED, Refusal, header_map
 from tenancy.models import Scope
-from toolkeeper.errors import NotPermitted, RateLimited
-from toolkeeper.json_values import MAX_JSON_DEPTH
 from tools.calls.waiting import run_db
 from tools.gateway.protocol import (
     AGENT_HEADER,

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from channels.layers import get_channel_layer
+from common.errors import Conflict, ServiceError
 from django.conf import settings
 from django.core.cache import cache
 from django.http import Http404
@@ -41,7 +42,6 @@ from tenancy.fastread import fetch_one
 from tenancy.grants import grant_of_key
 from tenancy.models import ApiKey
 from tenancy.selectors import access_row, key_sees_agent
-from toolkeeper.errors import Conflict, ServiceError
 from tools.calls.runtime import runtime
 from tools.calls.statements import session_calls_awaiting_approval
 from tools.calls.submit import call_cancel, calls_submit

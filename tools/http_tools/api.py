@@ -1,4 +1,6 @@
 """`/api/v1/http-tools`: HTTP tools for admin keys and operators. Secrets are write-only: answers name them."""
+from common import serializers as strict
+from common.secrets import secret_names
 from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers
@@ -7,8 +9,6 @@ from rest_framework.response import Response
 
 from tenancy.api.base import TenantScopedViewSet
 from tenancy.web import acting_user
-from toolkeeper import serializers as strict
-from toolkeeper.secrets import secret_names
 from tools.http_tools import services as http_tools
 from tools.models import HttpEndpoint, ToolSource
 

@@ -20,7 +20,7 @@ How a call becomes a request:
   (`HttpError`, with the status and a short excerpt of the body), and so does a redirect (3xx), which is never
   followed.
 
-Every request goes through the outbound guard (`toolkeeper.outbound.http_client`): the URL is checked when
+Every request goes through the outbound guard (`common.outbound.http_client`): the URL is checked when
 saved and every connection when made; redirects are not followed. The request ends at the tool's timeout
 (the executor settles the call `timed_out` then and sets its stop signal, which ends the wait here at
 once); what was sent cannot be taken back. Failures that may pass on another attempt (the connection,
@@ -37,14 +37,14 @@ import time
 from urllib.parse import quote, urlencode
 
 import httpx2
+from common.documents import DocumentRefused, document_parse
+from common.errors import ServiceError
+from common.json_values import flags_check, json_parse, json_problem, seconds_check
+from common.outbound import OutboundRefused, ResponseTooLarge, check_url, http_client
+from common.secrets import SecretUnreadable
 from django.db import transaction
 
 from audit.services import audit_record
-from toolkeeper.documents import DocumentRefused, document_parse
-from toolkeeper.errors import ServiceError
-from toolkeeper.json_values import flags_check, json_parse, json_problem, seconds_check
-from toolkeeper.outbound import OutboundRefused, ResponseTooLarge, check_url, http_client
-from toolkeeper.secrets import SecretUnreadable
 from tools.catalog.registry import register_source
 from tools.catalog.schemas import declared_object_schema, tool_name_reserved
 from tools.models import HttpEndpoint, Tool, ToolSource
@@ -628,7 +628,7 @@ def _refused(field: str, message: str) -> ServiceError:
 
 
 def openapi_parse(text: str) -> dict:
-    """An OpenAPI 3 document (JSON or YAML) as plain JSON values, read by `toolkeeper.documents` within the
+    """An OpenAPI 3 document (JSON or YAML) as plain JSON values, read by `common.documents` within the
     import's bounds (size, nesting, values; YAML anchors and aliases refused), which stop the reading early."""
     try:
         value = document_parse(text, max_bytes=IMPORT_MAX_BYTES, max_nodes=IMPORT_MAX_NODES)

@@ -1,9 +1,9 @@
 """Admin API of redaction rules: patterns removed from tool results before the model sees them."""
+from common import serializers as strict
 from rest_framework import serializers
 
 from tenancy.api.base import TenantModelViewSet
 from tenancy.web import acting_user
-from toolkeeper import serializers as strict
 from tools.models import RedactionRule
 from tools.redaction import rules as redaction
 

@@ -10,11 +10,11 @@ import logging
 from dataclasses import dataclass, field
 
 import re2
+from common.errors import ServiceError
 from django.db import transaction
 
 from audit.services import audit_record
 from tenancy.versions import VersionedCache
-from toolkeeper.errors import ServiceError
 from tools.models import CatalogVersion, RedactionRule
 
 logger = logging.getLogger("toolkeeper.calls")

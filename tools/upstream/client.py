@@ -16,7 +16,7 @@ open per process.
   exited, a dropped SSE stream, a failed HTTP exchange); the next use opens a new one, so a killed stdio
   server is restarted by the next call. A session whose server changed (another key for the same server)
   is closed when the new one opens; a session unused for `TOOLKEEPER_MCP_SESSION_IDLE_S` is closed.
-- HTTP (streamable HTTP and SSE) goes through `toolkeeper.outbound.async_http_client` only, with the
+- HTTP (streamable HTTP and SSE) goes through `common.outbound.async_http_client` only, with the
   endpoint's own stored headers: the address is checked at every connection, and nothing of the caller's
   request (its Authorization header included) is ever sent upstream.
 - stdio servers are the platform admin's allow-list (`settings.TOOLKEEPER_MCP_STDIO_SERVERS`); a tenant
@@ -60,6 +60,10 @@ import django
 import httpx2
 import mcp_types as types
 from anyio.from_thread import BlockingPortal
+from common.children import ChildGone, ChildSide, start_child
+from common.command_env import ENV_NAME, env_name_refusal
+from common.outbound import OutboundRefused, ResponseTooLarge, async_http_client
+from common.secrets import SecretDict
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -71,11 +75,6 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-
-from toolkeeper.children import ChildGone, ChildSide, start_child
-from toolkeeper.command_env import ENV_NAME, env_name_refusal
-from toolkeeper.outbound import OutboundRefused, ResponseTooLarge, async_http_client
-from toolkeeper.secrets import SecretDict
 
 logger = logging.getLogger("toolkeeper.mcp")
 stderr_logger = logging.getLogger("toolkeeper.mcp.stderr")
@@ -171,7 +170,7 @@ def stdio_allow_list() -> dict:
         if not isinstance(entry.get("tenant_env", []), list):
             raise ImproperlyConfigured(f"TOOLKEEPER_MCP_STDIO_SERVERS[{name!r}]: tenant_env lists names")
         for variable in entry.get("tenant_env", []):
-            if refusal := env_name_refusal(variable):  # as the settings check it (toolkeeper.command_env)
+            if refusal := env_name_refusal(variable):  # as the settings check it (common.command_env)
                 raise ImproperlyConfigured(f"TOOLKEEPER_MCP_STDIO_SERVERS[{name!r}]: tenant_env: {refusal}")
     return entries
 

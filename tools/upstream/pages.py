@@ -1,5 +1,6 @@
 """The console's pages for a tenant's MCP servers (tools.upstream.servers): the list, a server with its tools,
 add, edit, delete, sync now and test the connection. Credentials are write-only on every form."""
+from common.secrets import secret_names
 from django import forms
 from django.contrib import messages
 from django.http import HttpResponseRedirect
@@ -15,7 +16,6 @@ from tenancy.editing import (
     text_lines,
 )
 from tenancy.web import SERVICE_REFUSALS, TenantForm, acting_user, tenant_view
-from toolkeeper.secrets import secret_names
 from tools.catalog.selectors import exposed_schema
 from tools.models import BoundArgument, McpServer, McpTransport
 from tools.upstream import servers as mcp_servers

@@ -1,8 +1,7 @@
 import json
 
+from common.json_values import input_changes
 from django import template
-
-from toolkeeper.json_values import input_changes
 
 register = template.Library()
 

@@ -1,10 +1,10 @@
 import json
 
+from common.errors import ServiceError
 from django.core.management.base import BaseCommand, CommandError
 
 from tenancy.models import Tenant
 from tenancy.services import apikey_create
-from toolkeeper.errors import ServiceError
 
 
 class Command(BaseCommand):

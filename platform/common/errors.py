@@ -1,7 +1,7 @@
 """The platform's own errors: what a service raises when it refuses a request.
 
 Services are called by the API, the console and management commands, so they speak none of those front
-doors' errors; each front door maps these in one place: the API in `toolkeeper.api.exception_handler`
+doors' errors; each front door maps these in one place: the API in `common.api.exception_handler`
 (status and the JSON error envelope), the console in `tenancy.web` (errors on the form, the page's
 status), commands into a `CommandError`. Nothing here imports Django or DRF: every layer may raise them.
 

@@ -7,7 +7,7 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
 from django.middleware.security import SecurityMiddleware
 
-from toolkeeper.api import json_error
+from common.api import json_error
 
 logger = logging.getLogger("toolkeeper.api")
 

@@ -39,7 +39,7 @@ from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
-from toolkeeper.json_values import MAX_JSON_DEPTH, json_parse
+from common.json_values import MAX_JSON_DEPTH, json_parse
 
 try:
     from yaml.cyaml import CParser

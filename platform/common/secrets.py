@@ -28,7 +28,7 @@ from django.db import models
 from django.db.models.lookups import Exact, IsNull
 from django.db.models.query_utils import DeferredAttribute
 
-from toolkeeper.json_values import json_problem
+from common.json_values import json_problem
 
 
 class SecretUnreadable(Exception):

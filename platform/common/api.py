@@ -1,7 +1,7 @@
 """The API's shared plumbing: the error envelope, the size-limited parser, pagination.
 
 Every error leaves as `{"error": {"code", "message", "fields"}}` (docs/api.md), never a stack trace. A service's
-refusal (`toolkeeper.errors.ServiceError`) is mapped to its status and envelope here, in `exception_handler`.
+refusal (`common.errors.ServiceError`) is mapped to its status and envelope here, in `exception_handler`.
 """
 import io
 import logging
@@ -14,8 +14,8 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
-from toolkeeper.errors import RateLimited, ServiceError
-from toolkeeper.json_values import MAX_JSON_DEPTH
+from common.errors import RateLimited, ServiceError
+from common.json_values import MAX_JSON_DEPTH
 
 logger = logging.getLogger("toolkeeper.api")
 
