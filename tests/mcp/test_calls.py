@@ -203,7 +203,7 @@ def test_a_refused_address_fails_at_once_even_for_an_idempotent_tool(mcp, settin
     assert call["error"]["errorType"] == "UpstreamUnavailable"
     assert call["error"]["error"] == ("MCP server local may not be reached: 127.0.0.1 is a loopback address; "
                                       "only public addresses may be reached")
-    refusals = [r for r in caplog.records if r.name == "common.outbound"]
+    refusals = [r for r in caplog.records if r.name == "toolkeeper.outbound"]
     assert len(refusals) == 1  # one attempt: trying again cannot help
 
 

@@ -76,7 +76,7 @@ def test_the_hosts_log_records_are_handled_here(endpoint, settings, caplog):  # 
     settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = []
     with caplog.at_level(logging.INFO), pytest.raises(UpstreamUnavailable):
         mcp_call_tool(target, "echo", {}, timeout_s=20)
-    refusals = [r for r in caplog.records if r.name == "common.outbound"]
+    refusals = [r for r in caplog.records if r.name == "toolkeeper.outbound"]
     assert refusals and "127.0.0.1" in refusals[0].getMessage()
     assert refusals[0].process == mcp_client._host_state.child.pid  # written there, handled here
 
