@@ -4,11 +4,12 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from common.errors import RateLimited
+import redis
 from django.contrib.auth.models import AnonymousUser
 from django.core.cache import cache
 
 from audit.models import Event
+from common.errors import RateLimited
 from tenancy import limits
 from tenancy.services import apikey_create, tenant_limits_set
 from tests.api.test_api_key_path import as_json, call_app
@@ -348,11 +349,18 @@ def redis_counters(settings):
     url = getattr(settings, "TEST_REDIS_URL", None)
     if not url:
         pytest.skip("Redis is not reachable")
+    prefix = f"limits-test-{time.time_ns()}"
+    location = url.rsplit("/", 1)[0] + "/15"
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                                   "LOCATION": url.rsplit("/", 1)[0] + "/15",
-                                   "KEY_PREFIX": f"limits-test-{time.time_ns()}"}}
+                                   "LOCATION": location, "KEY_PREFIX": prefix}}
     yield limits.counter_store()
-    limits.counter_store().clear()
+    # only this test's keys: clear() would flush the database under the counters of a test running in
+    # another worker at the same moment
+    client = redis.Redis.from_url(location)
+    written = list(client.scan_iter(match=f"{prefix}:*"))
+    if written:
+        client.delete(*written)
+    client.close()
 
 
 def test_on_redis_a_request_refused_for_its_key_does_not_count_for_its_tenant(world, redis_counters):
