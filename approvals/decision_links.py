@@ -6,7 +6,6 @@ reviews (the one it was mailed to, for an email), while its request is pending a
 the inbox's own `request_decide`, so reviewer lists, four-eyes and quorum hold exactly as in the inbox. It is
 spent only by a decision it made (`link_use`).
 """
-from common.errors import NotPermitted, ServiceError
 from django.core import signing
 from django.db import transaction
 from django.utils import timezone
@@ -14,6 +13,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest, DecisionLink, RequestStatus
 from approvals.notifications import LINK_MAX_AGE_S, LINK_SALT
 from approvals.services import request_decide
+from common.errors import NotPermitted, ServiceError
 from tenancy.models import Membership
 
 

@@ -7,12 +7,12 @@ queue forms are `TenantForm`s, built by the generic views of `tenancy.editing`.
 import json
 from datetime import timedelta
 
-from common.json_values import json_parse
 from django import forms
 from django.contrib.auth import get_user_model
 
 from approvals.models import ChannelKind, NotifyEvent, Queue, VoteDecision
 from approvals.notifications import CHANNEL_EVENTS
+from common.json_values import json_parse
 from tenancy.models import Behavior, Membership
 from tenancy.web import TenantForm
 

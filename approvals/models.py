@@ -1,7 +1,7 @@
-from common.secrets import EncryptedJSONField
 from django.conf import settings
 from django.db import models
 
+from common.secrets import EncryptedJSONField
 from tenancy.models import Behavior
 from tenancy.scoping import TenantOwned
 

@@ -28,8 +28,6 @@ from datetime import datetime, timedelta
 from urllib.parse import urlencode, urlsplit
 
 import anyio
-from common.errors import ServiceError
-from common.outbound import OutboundRefused, async_http_client, check_url
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
@@ -56,6 +54,8 @@ from approvals.models import (
     ReviewerNotifySetting,
 )
 from audit.services import audit_record
+from common.errors import ServiceError
+from common.outbound import OutboundRefused, async_http_client, check_url
 from tenancy.models import Role
 from tools.calls.runtime import runtime
 from tools.models import ToolCall

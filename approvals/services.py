@@ -1,5 +1,4 @@
 """Writes for rules, queues and approval requests; the reviewer's decisions."""
-from common.errors import Conflict, NotPermitted, ServiceError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -19,6 +18,7 @@ from approvals.models import (
 from approvals.notifications import notify_request
 from approvals.selectors import approvals_of, approved_edit, evaluate
 from audit.services import audit_record
+from common.errors import Conflict, NotPermitted, ServiceError
 from realtime.broadcast import publish_on_commit
 from realtime.groups import inbox_group
 from tenancy.models import REVIEW_ROLES, Membership

@@ -1,9 +1,8 @@
 """Each reviewer's vote on a call's timeline, as the call's own event: "approved by … (edited)", with what the
 edit changed. A log event, written with the vote (`post_save` of `Vote`, in the same transaction), so the call
 page, the events API and the streams show it where it happened, before the status change it leads to."""
-from common.json_values import input_changes
-
 from approvals.models import VoteDecision
+from common.json_values import input_changes
 from tools.calls.events import call_event_append
 from tools.models import EventKind
 

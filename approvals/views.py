@@ -8,7 +8,6 @@ operator, admin); rules and queues are changed by operators and admins, through 
 """
 import json
 
-from common.errors import Conflict, NotPermitted
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Case, IntegerField, Prefetch, Q, Value, When
@@ -42,6 +41,7 @@ from approvals.models import (
     Vote,
     VoteDecision,
 )
+from common.errors import Conflict, NotPermitted
 from tenancy.editing import ObjectDeleteView, ObjectFormView
 from tenancy.web import (
     INVALID_STATUS,

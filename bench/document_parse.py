@@ -42,9 +42,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolkeeper.settings")
 django.setup()
 
 import yaml  # noqa: E402
+
 from common import documents  # noqa: E402
 from common.errors import ServiceError  # noqa: E402
-
 from tools.http_tools.services import IMPORT_MAX_BYTES, IMPORT_MAX_NODES, openapi_parse  # noqa: E402
 
 TARGET_S = 0.5

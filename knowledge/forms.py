@@ -1,7 +1,7 @@
 """Console forms for datasets, uploads, trial searches and the knowledge_search scope."""
-from common.json_values import JSONValueField
 from django import forms
 
+from common.json_values import JSONValueField
 from knowledge.selectors import MAX_QUERY_CHARS, MAX_TOP_K, InvalidQuery, clean_filters
 from knowledge.services import MAX_UPLOAD_BYTES
 from tenancy.web import TenantForm

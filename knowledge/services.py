@@ -6,12 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
-from common.errors import ServiceError
-from common.json_values import json_problem
 from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from common.errors import ServiceError
+from common.json_values import json_problem
 from knowledge import fts
 from knowledge.chunking import chunk_text
 from knowledge.models import Chunk, Dataset, Document

@@ -3,11 +3,11 @@ import base64
 import logging
 from functools import lru_cache
 
-from common.errors import Conflict, ServiceError
 from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from common.errors import Conflict, ServiceError
 from skills.models import Skill, SkillFile, SkillSource, SkillVersion
 from skills.packages import (
     SKILL_FILE,

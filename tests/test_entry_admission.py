@@ -14,8 +14,6 @@ import pytest
 from asgiref.testing import ApplicationCommunicator
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
-from common.errors import NotPermitted, RateLimited
-from common.json_values import JSONValueField
 from django import forms
 from django.contrib.auth.models import AnonymousUser
 from django.core.asgi import get_asgi_application
@@ -23,6 +21,8 @@ from django.urls import NoReverseMatch, get_resolver, reverse
 from rest_framework.request import Request
 from rest_framework.test import APIRequestFactory
 
+from common.errors import NotPermitted, RateLimited
+from common.json_values import JSONValueField
 from realtime.consumers import CLOSE_RATE_LIMITED
 from tenancy import limits
 from tenancy.admission import (

@@ -4,15 +4,15 @@ Tenant-owned models fail closed on their default manager, so every queryset here
 lists, the inline, the choices of related fields) says explicitly that it spans tenants
 (`Model.all_tenants`), and a form refuses to link rows of two different tenants.
 """
-from common.errors import ServiceError
-from common.json_values import JSONValueField
-from common.secrets import secret_names
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.db import models
 
 from audit.services import audit_record
+from common.errors import ServiceError
+from common.json_values import JSONValueField
+from common.secrets import secret_names
 from tools.catalog.schemas import SchemaProblem, schema_check
 from tools.models import AgentSession, BoundArgument, CallEvent, McpServer, Tool, ToolCall, ToolGroup
 from tools.upstream.servers import FIELDS as MCP_SERVER_FIELDS

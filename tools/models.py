@@ -1,8 +1,8 @@
 import uuid
 
-from common.secrets import EncryptedJSONField
 from django.db import models
 
+from common.secrets import EncryptedJSONField
 from tenancy.scoping import TenantOwned
 
 RESERVED_GROUP = "basic"

@@ -1,6 +1,5 @@
 from datetime import timedelta
 
-from common import serializers as strict
 from django.contrib.auth import get_user_model
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -16,6 +15,7 @@ from approvals.models import (
     VoteDecision,
 )
 from approvals.notifications import CHANNEL_EVENTS
+from common import serializers as strict
 from tenancy.models import Behavior, Membership
 
 

@@ -1,7 +1,7 @@
-from common import serializers as strict
 from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
+from common import serializers as strict
 from knowledge.models import Dataset, Document
 from knowledge.services import MAX_TITLE_CHARS
 from tools.api.serializers import CallSerializer

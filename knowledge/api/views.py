@@ -3,13 +3,13 @@
 larger ingests run as work that reports progress (a `knowledge_ingest` call), in batches, each batch its own
 transaction. Bodies are capped by the API parser (413 beyond
 TOOLKEEPER_MAX_BODY_BYTES)."""
-from common.errors import ServiceError
 from django.db.models import Count
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
+from common.errors import ServiceError
 from knowledge import services
 from knowledge.api import serializers as s
 from knowledge.models import Dataset, Document

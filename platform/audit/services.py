@@ -2,7 +2,6 @@
 import random
 from dataclasses import dataclass
 
-from common.errors import ServiceError
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,6 +18,7 @@ from audit.chain import (
 )
 from audit.models import ChainHead, Event
 from audit.selectors import UNSIGNED, ChainCheck, audit_check
+from common.errors import ServiceError
 from tenancy.fastread import insert_row, this_connection
 
 

@@ -1,8 +1,8 @@
 """Forms of the console's own pages. Querysets are always the tenant's (`for_tenant`): a choice from another
 tenant is invalid. Page forms are `TenantForm`s, built by the generic views of `tenancy.editing`."""
-from common.json_values import JSONValueField
 from django import forms
 
+from common.json_values import JSONValueField
 from tenancy.editing import text_lines
 from tenancy.models import SYSTEM_AGENT_RESERVED, Scope, Tenant, is_system_agent
 from tenancy.services import LIMIT_FIELDS, LIMIT_MAX

@@ -17,8 +17,8 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from common.errors import NotPermitted, RateLimited
 
+from common.errors import NotPermitted, RateLimited
 from tenancy.admission import Entry, NotAuthenticated, admit
 from tenancy.authentication import bearer_token
 from tenancy.grants import Grant, grant_of_key, grant_of_member, grant_watch

@@ -1,7 +1,7 @@
-from common.json_values import JSONValueField
 from django.contrib import admin
 from django.db import models
 
+from common.json_values import JSONValueField
 from tenancy.models import ApiKey, Membership, Tenant
 
 

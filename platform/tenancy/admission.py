@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from common.errors import NotPermitted, ServiceError
-from common.json_values import json_problem
 from rest_framework.throttling import BaseThrottle
 
+from common.errors import NotPermitted, ServiceError
+from common.json_values import json_problem
 from tenancy.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
 from tenancy.limits import requests_admit
 from tenancy.models import ApiKey, Tenant

@@ -21,11 +21,11 @@ import json
 import tempfile
 from dataclasses import dataclass
 
-from common.api import error_body
-from common.middleware import API_PREFIXES
 from django.conf import settings
 from django.http.cookie import parse_cookie
 
+from common.api import error_body
+from common.middleware import API_PREFIXES
 from tenancy.admission import url_problem
 from tenancy.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
 from tenancy.models import split_key

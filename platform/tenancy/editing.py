@@ -19,7 +19,6 @@ before the service ran (a deleted row has no primary key any more). Every page i
 is the level that opens it, `write` the level that posts to it; both default to operators. A page whose
 service takes other arguments subclasses and overrides `save`; `context()` adds to what the template sees.
 """
-from common.json_values import json_parse
 from django import forms
 from django.contrib import messages
 from django.http import HttpResponseRedirect
@@ -27,6 +26,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views import View
 
+from common.json_values import json_parse
 from tenancy.web import (
     INVALID_STATUS,
     OPERATE,

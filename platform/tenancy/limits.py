@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 from functools import cache
 
-from common.errors import RateLimited
 from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from common.errors import RateLimited
 from tenancy.models import ApiKey, Tenant
 
 logger = logging.getLogger("toolkeeper.limits")

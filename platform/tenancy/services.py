@@ -1,12 +1,12 @@
 """Writes for tenants, memberships and API keys."""
 from dataclasses import dataclass
 
-from common.errors import ServiceError
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from common.errors import ServiceError
 from tenancy.models import (
     SYSTEM_AGENT_RESERVED,
     ApiKey,

@@ -12,7 +12,6 @@
 """
 from functools import wraps
 
-from common.errors import RateLimited, ServiceError
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
@@ -20,6 +19,7 @@ from django.core.paginator import Paginator
 from django.http import HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 
+from common.errors import RateLimited, ServiceError
 from tenancy.admission import Entry, admit
 from tenancy.models import ApiKey, Role
 from tenancy.selectors import access_object, access_tenant

@@ -14,8 +14,9 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
-from common.command_env import env_name_refusal
 from django.core.exceptions import ImproperlyConfigured
+
+from common.command_env import env_name_refusal
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent  # the repository root
 

@@ -1,6 +1,6 @@
-from common import serializers as strict
 from rest_framework import serializers
 
+from common import serializers as strict
 from skills.models import Skill, SkillVersion
 
 MAX_UPLOAD_FILES = 200

@@ -9,14 +9,14 @@ import ast
 from pathlib import Path
 
 import pytest
-from common.api import exception_handler
-from common.errors import Conflict, NotPermitted, ServiceError
 from rest_framework import exceptions, status
 from rest_framework.test import APIClient
 
 from approvals.engine import index_cache
 from approvals.models import ApprovalRequest
 from approvals.services import queue_save, rule_create
+from common.api import exception_handler
+from common.errors import Conflict, NotPermitted, ServiceError
 from tools.calls.submit import calls_submit
 from tools.models import CallStatus
 

@@ -7,9 +7,9 @@ of the row answered 500; 950 levels of nesting were stored and broke the pages t
 import json
 
 import pytest
-from common.json_values import MAX_JSON_DEPTH, json_parse, json_problem
 
 from approvals.models import PermissionRule
+from common.json_values import MAX_JSON_DEPTH, json_parse, json_problem
 from knowledge.models import Dataset, Document
 from tests.api.test_bad_input import assert_error, raw_post
 from tools.models import AgentSession, BoundArgument, ToolCall

@@ -7,12 +7,12 @@ import os
 import threading
 
 import pytest
-from common.errors import Conflict
 from django.db import connection, connections
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest, RequestStatus, Vote
 from approvals.services import request_decide
+from common.errors import Conflict
 from tenancy.services import apikey_create
 from tests.tools.support import wait_terminal
 from tools.calls.submit import calls_submit

@@ -5,13 +5,13 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from common.errors import Conflict
 from django.core import signing
 from django.utils import timezone
 
 from approvals import decision_links, notifications
 from approvals import services as approvals
 from approvals.models import ApprovalRequest, DecisionLink, RequestStatus
+from common.errors import Conflict
 
 WEEK_S = 7 * 24 * 3600
 SIGNED_AT = 1_700_000_000  # a whole second, as the signer stamps it

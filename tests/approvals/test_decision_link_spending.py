@@ -8,7 +8,6 @@ from types import SimpleNamespace
 from urllib.parse import urlencode
 
 import pytest
-from common.errors import Conflict, NotPermitted
 from django.db import connection, connections
 from django.test import Client
 from django.utils import timezone
@@ -16,6 +15,7 @@ from django.utils import timezone
 from approvals import decision_links, notifications
 from approvals import services as approvals
 from approvals.models import ApprovalRequest, DecisionLink, RequestStatus, Vote
+from common.errors import Conflict, NotPermitted
 from tools.models import CallStatus
 
 USED = "this link was used already"

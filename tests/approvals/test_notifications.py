@@ -8,7 +8,6 @@ from datetime import time as clock
 from datetime import timedelta
 
 import pytest
-from common.errors import NotPermitted, ServiceError
 from django.core import mail
 from django.test import override_settings
 from django.utils import timezone
@@ -23,6 +22,7 @@ from approvals.models import (
     NotificationChannel,
     RequestStatus,
 )
+from common.errors import NotPermitted, ServiceError
 from tenancy.models import Role
 from tests.approvals.conftest import console_api
 from tests.tools import http_endpoint

@@ -3,10 +3,10 @@ counting what the edit leaves as it was (`queue_save`)."""
 from datetime import timedelta
 
 import pytest
-from common.errors import ServiceError
 
 from approvals.models import Queue
 from approvals.services import queue_save
+from common.errors import ServiceError
 
 ADVICE = ": name more reviewers or ask for fewer approvals"
 

@@ -3,7 +3,6 @@ status and error, audit entries (verb, target, data), which rows an update touch
 from datetime import timedelta
 
 import pytest
-from common.errors import Conflict, NotPermitted, ServiceError
 from django.utils import timezone
 
 from approvals import services as approval_services
@@ -24,6 +23,7 @@ from approvals.services import (
     rule_update,
 )
 from audit.models import Event
+from common.errors import Conflict, NotPermitted, ServiceError
 from tests.approvals.test_external import open_ticket, ticket_tool  # noqa: F401 - ticket_tool: a fixture
 from tools.calls.submit import call_cancel, calls_submit
 from tools.models import CallEvent, CallStatus, ToolCall, ToolGroup

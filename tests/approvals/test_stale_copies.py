@@ -7,7 +7,6 @@ no timing. (The racing tests in `test_concurrent_decisions.py` show the same und
 from datetime import timedelta
 
 import pytest
-from common.errors import Conflict
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest, RequestStatus, Vote
@@ -19,6 +18,7 @@ from approvals.services import (
     requests_expire_due,
 )
 from audit.models import Event
+from common.errors import Conflict
 from tests.approvals.test_external import open_ticket, ticket_tool  # noqa: F401 - ticket_tool: a fixture
 from tests.tools.support import wait_terminal
 from tools.calls.events import call_fail

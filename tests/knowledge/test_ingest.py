@@ -2,9 +2,9 @@
 import io
 
 import pytest
-from common.errors import ServiceError
 from django.core.management import CommandError, call_command
 
+from common.errors import ServiceError
 from knowledge.models import Chunk, Document
 from knowledge.selectors import chunks_search
 from knowledge.services import (

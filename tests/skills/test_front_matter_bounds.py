@@ -2,8 +2,8 @@
 values are bounds checked as the parser's events arrive, with libyaml's parser and the pure-Python one alike;
 anchors, aliases, merge keys and repeated keys are refused. The parser's work is counted, not timed."""
 import pytest
-from common import documents
 
+from common import documents
 from skills.packages import (
     MAX_FRONT_MATTER_BYTES,
     MAX_FRONT_MATTER_NESTING,

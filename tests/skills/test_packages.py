@@ -8,10 +8,10 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from common import documents
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from common import documents
 from knowledge.selectors import MAX_QUERY_CHARS, MAX_TOP_K
 from skills import packages
 from skills.packages import (

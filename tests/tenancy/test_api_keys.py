@@ -1,10 +1,10 @@
 """API keys: a prefix to find them, a hash to check them, scopes, agent lock, revocation, last use."""
 import pytest
-from common.errors import ServiceError
 from django.db import connection
 from rest_framework.test import APIClient
 
 from audit.models import Event
+from common.errors import ServiceError
 from tenancy.models import ApiKey
 from tenancy.selectors import apikey_from_token
 from tenancy.services import apikey_create, apikey_revoke

@@ -5,11 +5,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from common.errors import ServiceError
 from django import forms
 from django.core.exceptions import ImproperlyConfigured
 from django.urls import get_resolver, resolve, reverse
 
+from common.errors import ServiceError
 from tenancy.editing import ObjectActionView, ObjectDeleteView, ObjectFormView
 from tenancy.models import ApiKey
 from tenancy.web import URL_OBJECTS, acting_user, add_service_errors, register_url_objects, service_messages

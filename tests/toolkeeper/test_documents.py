@@ -3,6 +3,7 @@ events arrive, and reading stops at the first event past one, with libyaml's par
 pure-Python one alike. No timed assertions: the parser's work is counted (events read, characters scanned)."""
 import pytest
 import yaml
+
 from common import documents, json_values
 from common.documents import DocumentRefused, document_parse, yaml_parse
 from common.json_values import json_parse

@@ -11,6 +11,10 @@ from pathlib import Path
 import httpcore2
 import httpx2
 import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
 from common import outbound
 from common.outbound import (
     MessageBound,
@@ -20,10 +24,6 @@ from common.outbound import (
     check_url,
     http_client,
 )
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.test import override_settings
-
 from tests.toolkeeper.conftest import serving
 
 PUBLIC = "93.184.215.14"  # never connected to: every test that resolves it is refused before connecting

@@ -6,6 +6,12 @@ import stat
 import threading
 
 import pytest
+from cryptography.fernet import Fernet
+from django.apps.registry import Apps
+from django.core.exceptions import FieldError, ImproperlyConfigured, ValidationError
+from django.db import connection, models
+from django.test import override_settings
+
 from common.secrets import (
     EncryptedJSONField,
     SecretDict,
@@ -15,12 +21,6 @@ from common.secrets import (
     secret_names,
     secret_rotate,
 )
-from cryptography.fernet import Fernet
-from django.apps.registry import Apps
-from django.core.exceptions import FieldError, ImproperlyConfigured, ValidationError
-from django.db import connection, models
-from django.test import override_settings
-
 from toolkeeper.settings import DEV_SECRETS_KEY_FILE, development_secrets_key, secrets_keys
 
 PLAIN = "Bearer tk-very-secret-value"

@@ -5,13 +5,13 @@ import io
 import json
 
 import pytest
-from common.secrets import UNREADABLE, EncryptedJSONField, SecretDict, secret_decrypt, secret_encrypt
 from cryptography.fernet import Fernet
 from django.apps import apps
 from django.core import serializers
 from django.core.management import call_command
 from django.test import override_settings
 
+from common.secrets import UNREADABLE, EncryptedJSONField, SecretDict, secret_decrypt, secret_encrypt
 from tools.models import McpServer
 
 pytestmark = pytest.mark.django_db

@@ -1,8 +1,9 @@
 """The embedded SQLite backend keeps each statement's placeholder conversion: it must convert exactly as
 Django's cursor does, and a kept conversion must never carry one execution's values into the next."""
 import pytest
-from common.sqlite3.base import CursorWrapper, DatabaseWrapper, _qmark
 from django.db.backends.sqlite3.base import SQLiteCursorWrapper
+
+from common.sqlite3.base import CursorWrapper, DatabaseWrapper, _qmark
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import httpx2
 import pytest
-from common.errors import ServiceError
-from common.outbound import OutboundRefused, ResponseTooLarge
 from cryptography.fernet import Fernet
 from django.test import override_settings
 
 from audit.models import Event
+from common.errors import ServiceError
+from common.outbound import OutboundRefused, ResponseTooLarge
 from tools.http_tools import services as ht
 from tools.models import HttpEndpoint, Tool
 from tools.python.decorators import CallCancelled, ToolError

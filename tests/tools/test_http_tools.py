@@ -4,9 +4,9 @@ tests/api/test_http_tools_api.py."""
 import json
 
 import pytest
-from common.errors import ServiceError
 
 from audit.models import Event
+from common.errors import ServiceError
 from tests.tools.http_endpoint import serve
 from tools.http_tools.services import (
     IMPORT_MAX_BYTES,

@@ -5,12 +5,12 @@ import logging
 import socket
 
 import pytest
-from common.errors import ServiceError
-from common.secrets import SecretUnreadable
 from django.db import connection
 from django.test import override_settings
 
 from audit.models import Event
+from common.errors import ServiceError
+from common.secrets import SecretUnreadable
 from tools.models import McpServer, McpStatus, Tool
 from tools.upstream import servers as mcp_servers
 from tools.upstream.client import UpstreamTool, UpstreamUnavailable

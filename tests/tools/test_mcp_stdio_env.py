@@ -5,11 +5,11 @@ is started; nothing is dropped in silence."""
 import json
 
 import pytest
-from common.command_env import env_name_refusal
-from common.errors import ServiceError
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from common.command_env import env_name_refusal
+from common.errors import ServiceError
 from toolkeeper.settings import mcp_stdio_servers
 from tools.models import McpServer
 from tools.upstream.client import UpstreamRefused, endpoint_of, stdio_allow_list

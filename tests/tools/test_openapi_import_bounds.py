@@ -7,9 +7,9 @@ import random
 
 import pytest
 import yaml
+
 from common import documents
 from common.errors import ServiceError
-
 from tests.document_events import counted_events
 from tools.http_tools import services as http_tools
 from tools.http_tools.services import (

@@ -5,9 +5,9 @@ read and its UPDATE), not left to timing."""
 from datetime import timedelta
 
 import pytest
-from common.errors import Conflict
 from django.utils import timezone
 
+from common.errors import Conflict
 from tools.calls import worker
 from tools.calls.events import call_fail, call_transition
 from tools.calls.execution import call_settle_orphan

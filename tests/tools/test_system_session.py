@@ -5,10 +5,10 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
-from common.errors import ServiceError
 from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
+from common.errors import ServiceError
 from tenancy.models import SYSTEM_AGENT, ApiKey
 from tenancy.services import apikey_create
 from toolkeeper.routing import websocket_urlpatterns

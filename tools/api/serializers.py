@@ -1,13 +1,13 @@
 import json
 
-from common import serializers as strict
-from common.secrets import secret_names
 from django.conf import settings
 from django.core.validators import RegexValidator
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from common import serializers as strict
+from common.secrets import secret_names
 from toolkeeper.openapi import NOT_NULL, only_with
 from tools.catalog.declared import DECLARED_MAX, DESCRIPTION_MAX
 from tools.catalog.registry import annotate_calls, calls_annotated

@@ -1,5 +1,4 @@
 """The app-facing API of ../shared/API.md, and the admin endpoints for tools, groups, bindings and MCP servers."""
-from common.api import exception_handler
 from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -10,6 +9,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.api import exception_handler
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.grants import Grant, grant_of
 from tenancy.models import ApiKey, Scope

@@ -8,11 +8,11 @@ the pipeline and the runtime, so neither of them imports an executor.
 """
 from contextvars import ContextVar
 
-from common.errors import Conflict, ServiceError
 from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from common.errors import Conflict, ServiceError
 from tenancy.limits import calls_admit
 from tenancy.models import SYSTEM_AGENT
 from tools.calls.events import call_record, call_transition

@@ -15,11 +15,11 @@ import json
 import re
 from dataclasses import dataclass
 
-from common.errors import ServiceError
-from common.json_values import json_problem
 from django.db import transaction
 
 from audit.services import audit_record
+from common.errors import ServiceError
+from common.json_values import json_problem
 from tools.catalog.schemas import declared_object_schema, tool_name_reserved
 from tools.catalog.selectors import (
     DECLARED_REPLACE,

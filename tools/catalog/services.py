@@ -4,10 +4,10 @@ import json
 import logging
 import re
 
-from common.errors import ServiceError
 from django.db import transaction
 
 from audit.services import audit_record
+from common.errors import ServiceError
 from tenancy.fastread import tables_exist
 from tenancy.models import SYSTEM_AGENT_RESERVED, Tenant, is_system_agent
 from tools.catalog.registry import sources

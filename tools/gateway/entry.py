@@ -21,13 +21,13 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
-from common.errors import NotPermitted, RateLimited
-from common.json_values import MAX_JSON_DEPTH
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from common.errors import NotPermitted, RateLimited
+from common.json_values import MAX_JSON_DEPTH
 from tenancy.admission import NO_VALUE, Entry, NotAuthenticated, ValueRefused, admit
 from tenancy.bodies import NOT_AUTHENTICATED, Refusal, header_map
 from tenancy.models import Scope

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from channels.layers import get_channel_layer
-from common.errors import Conflict, ServiceError
 from django.conf import settings
 from django.core.cache import cache
 from django.http import Http404
@@ -37,6 +36,7 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from common.errors import Conflict, ServiceError
 from realtime.groups import session_group
 from tenancy.fastread import fetch_one
 from tenancy.grants import grant_of_key

@@ -1,12 +1,12 @@
 """`/api/v1/http-tools`: HTTP tools for admin keys and operators. Secrets are write-only: answers name them."""
-from common import serializers as strict
-from common.secrets import secret_names
 from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from common import serializers as strict
+from common.secrets import secret_names
 from tenancy.api.base import TenantScopedViewSet
 from tenancy.web import acting_user
 from tools.http_tools import services as http_tools

@@ -1,9 +1,9 @@
 """The console's pages for HTTP tools (tools.http_tools.services): create, edit, delete. The tool's own page
 (`tool_detail`) shows the endpoint. Secrets are write-only: a form takes new values, never shows stored ones
 (not even on a form refused for another field), and names those stored."""
-from common.json_values import JSONValueField
 from django import forms
 
+from common.json_values import JSONValueField
 from tenancy.editing import ObjectDeleteView, ObjectFormView, SecretTextarea, credentials_from_text, credentials_stored
 from tenancy.web import TenantForm, acting_user
 from tools.http_tools import services as http_tools

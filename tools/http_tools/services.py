@@ -37,14 +37,14 @@ import time
 from urllib.parse import quote, urlencode
 
 import httpx2
+from django.db import transaction
+
+from audit.services import audit_record
 from common.documents import DocumentRefused, document_parse
 from common.errors import ServiceError
 from common.json_values import flags_check, json_parse, json_problem, seconds_check
 from common.outbound import OutboundRefused, ResponseTooLarge, check_url, http_client
 from common.secrets import SecretUnreadable
-from django.db import transaction
-
-from audit.services import audit_record
 from tools.catalog.registry import register_source
 from tools.catalog.schemas import declared_object_schema, tool_name_reserved
 from tools.models import HttpEndpoint, Tool, ToolSource

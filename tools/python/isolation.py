@@ -26,9 +26,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from common.children import READY_TIMEOUT_S, ChildGone, ChildProcess, start_child
 from django.conf import settings
 from django.db import connections
+
+from common.children import READY_TIMEOUT_S, ChildGone, ChildProcess, start_child
 
 logger = logging.getLogger("toolkeeper.calls")
 

@@ -14,9 +14,9 @@ import threading
 from functools import cache
 
 import django
-from common.children import ChildSide
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from common.children import ChildSide
 from tools.python.decorators import PythonTool, ToolContext, ToolError, build_python_tool
 from tools.python.results import tool_result
 

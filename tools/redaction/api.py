@@ -1,7 +1,7 @@
 """Admin API of redaction rules: patterns removed from tool results before the model sees them."""
-from common import serializers as strict
 from rest_framework import serializers
 
+from common import serializers as strict
 from tenancy.api.base import TenantModelViewSet
 from tenancy.web import acting_user
 from tools.models import RedactionRule

@@ -10,10 +10,10 @@ import logging
 from dataclasses import dataclass, field
 
 import re2
-from common.errors import ServiceError
 from django.db import transaction
 
 from audit.services import audit_record
+from common.errors import ServiceError
 from tenancy.versions import VersionedCache
 from tools.models import CatalogVersion, RedactionRule
 

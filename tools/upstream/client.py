@@ -60,10 +60,6 @@ import django
 import httpx2
 import mcp_types as types
 from anyio.from_thread import BlockingPortal
-from common.children import ChildGone, ChildSide, start_child
-from common.command_env import ENV_NAME, env_name_refusal
-from common.outbound import OutboundRefused, ResponseTooLarge, async_http_client
-from common.secrets import SecretDict
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -75,6 +71,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from common.children import ChildGone, ChildSide, start_child
+from common.command_env import ENV_NAME, env_name_refusal
+from common.outbound import OutboundRefused, ResponseTooLarge, async_http_client
+from common.secrets import SecretDict
 
 logger = logging.getLogger("toolkeeper.mcp")
 stderr_logger = logging.getLogger("toolkeeper.mcp.stderr")

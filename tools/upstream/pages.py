@@ -1,11 +1,11 @@
 """The console's pages for a tenant's MCP servers (tools.upstream.servers): the list, a server with its tools,
 add, edit, delete, sync now and test the connection. Credentials are write-only on every form."""
-from common.secrets import secret_names
 from django import forms
 from django.contrib import messages
 from django.http import HttpResponseRedirect
 from django.shortcuts import render
 
+from common.secrets import secret_names
 from tenancy.editing import (
     ObjectActionView,
     ObjectDeleteView,

@@ -26,16 +26,16 @@ import hashlib
 import logging
 import re
 
-from common.errors import ServiceError
-from common.json_values import flags_check, json_problem, seconds_check
-from common.outbound import OutboundRefused, check_url
-from common.secrets import SecretUnreadable, secret_readable
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import audit_record
+from common.errors import ServiceError
+from common.json_values import flags_check, json_problem, seconds_check
+from common.outbound import OutboundRefused, check_url
+from common.secrets import SecretUnreadable, secret_readable
 from tools.catalog.schemas import SchemaProblem, schema_check, tool_name_reserved
 from tools.models import McpServer, McpStatus, McpTransport, Tool, ToolSource
 from tools.upstream import client as mcp_client

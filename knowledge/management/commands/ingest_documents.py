@@ -1,9 +1,9 @@
 """manage.py ingest_documents <tenant> <dataset> <folder>: ingest every .txt/.md file under a folder."""
 from pathlib import Path
 
-from common.errors import ServiceError
 from django.core.management.base import BaseCommand, CommandError
 
+from common.errors import ServiceError
 from knowledge import services
 from knowledge.models import Dataset
 from tenancy.models import Tenant

@@ -1,7 +1,8 @@
 import json
 
-from common.json_values import input_changes
 from django import template
+
+from common.json_values import input_changes
 
 register = template.Library()
 

@@ -1,8 +1,8 @@
 import json
 
-from common.errors import ServiceError
 from django.core.management.base import BaseCommand, CommandError
 
+from common.errors import ServiceError
 from tenancy.models import Tenant
 from tenancy.services import apikey_create
 
