@@ -7,9 +7,10 @@ class ApprovalsConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import post_save
 
+        from approvals.channel_kinds import register_channel_kind
         from approvals.exposure import tools_always_denied
         from approvals.models import Vote
-        from approvals.notifications import DELIVER_JOB, DIGEST_JOB, deliveries_send, expiry_digest
+        from approvals.notifications import BUILT_IN_KINDS, DELIVER_JOB, DIGEST_JOB, deliveries_send, expiry_digest
         from approvals.pipeline import External, Permission
         from approvals.selectors import approvals_for_calls, ever_asked
         from approvals.services import default_queue, request_cancel_for_call, requests_expire_due
@@ -25,6 +26,8 @@ class ApprovalsConfig(AppConfig):
         )
         from tools.signals import call_cancelled
 
+        for kind in BUILT_IN_KINDS:
+            register_channel_kind(kind)
         CALL_STEPS.register(400, Permission)
         CALL_STEPS.register(500, External)
         register_call_annotator(approvals_for_calls, describes=ever_asked)

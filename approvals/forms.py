@@ -10,7 +10,8 @@ from datetime import timedelta
 from django import forms
 from django.contrib.auth import get_user_model
 
-from approvals.models import ChannelKind, NotifyEvent, Queue, VoteDecision
+from approvals.channel_kinds import channel_kind_choices
+from approvals.models import NotifyEvent, Queue, VoteDecision
 from approvals.notifications import CHANNEL_EVENTS
 from common.json_values import json_parse
 from tenancy.models import Behavior, Membership
@@ -258,7 +259,7 @@ class ChannelForm(forms.Form):
     """A queue's notification channel. The URL and the secret are write-only: left empty, they stay as they are."""
 
     name = forms.SlugField(max_length=64)
-    kind = forms.ChoiceField(choices=ChannelKind.choices)
+    kind = forms.ChoiceField(choices=channel_kind_choices)
     url = forms.CharField(required=False, max_length=2000, label="URL",
                           help_text="webhooks only; never shown again (a Slack URL holds its token)")
     signing_secret = forms.CharField(required=False, max_length=200, widget=forms.PasswordInput,

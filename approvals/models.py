@@ -147,19 +147,13 @@ class NotifyEvent(models.TextChoices):
     TEST = "test", "test notification"
 
 
-class ChannelKind(models.TextChoices):
-    WEBHOOK = "webhook", "webhook (signed JSON)"
-    SLACK = "slack", "Slack-compatible webhook"
-    EMAIL = "email", "email to the queue's reviewers"
-
-
 class NotificationChannel(TenantOwned):
     """Where a queue's events are sent. A webhook's URL and signing secret are credentials (a Slack URL holds its
     token): stored encrypted in `target`, never shown back; `host` is what the console shows of the URL."""
 
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="channels")
     name = models.SlugField(max_length=64)
-    kind = models.CharField(max_length=8, choices=ChannelKind.choices)
+    kind = models.CharField(max_length=32, help_text="a registered channel kind (approvals.channel_kinds)")
     target = EncryptedJSONField(null=True, blank=True)
     host = models.CharField(max_length=255, blank=True, default="")
     events = models.JSONField(default=list, help_text="which of the queue's events this channel is sent")

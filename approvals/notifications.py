@@ -40,9 +40,9 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from approvals.channel_kinds import ChannelKind, channel_kind, channel_kind_names
 from approvals.models import (
     ApprovalRequest,
-    ChannelKind,
     DecisionLink,
     DeliveryStatus,
     Notification,
@@ -80,16 +80,16 @@ MIN_SECRET_CHARS = 16
 
 def _check_channel(values: dict, *, creating: bool, url, secret) -> dict:
     errors = {}
-    kind = values.get("kind")
-    if kind not in ChannelKind.values:
-        errors["kind"] = [f"one of {', '.join(ChannelKind.values)}"]
+    kind = channel_kind(values.get("kind") or "")
+    if kind is None:
+        errors["kind"] = [f"one of {', '.join(channel_kind_names())}"]
     events = values.get("events")
     if not isinstance(events, list) or not events or not all(e in CHANNEL_EVENTS for e in events):
         errors["events"] = [f"a list of one or more of {', '.join(CHANNEL_EVENTS)}"]
     if (values.get("quiet_from") is None) != (values.get("quiet_until") is None):
         errors["quiet_until"] = ["quiet hours need both a start and an end"]
     target = {}
-    if kind in (ChannelKind.WEBHOOK, ChannelKind.SLACK):
+    if kind is not None and not kind.to_reviewers:
         if url:
             try:
                 check_url(url)
@@ -102,10 +102,10 @@ def _check_channel(values: dict, *, creating: bool, url, secret) -> dict:
             if len(secret) < MIN_SECRET_CHARS:
                 errors["signing_secret"] = [f"at least {MIN_SECRET_CHARS} characters"]
             target["secret"] = secret
-        elif creating and kind == ChannelKind.WEBHOOK:
-            errors["signing_secret"] = ["a webhook's messages are signed: give it a secret"]
-    elif url or secret:
-        errors["url"] = ["email goes to the queue's reviewers: no URL or secret"]
+        elif creating and kind.signed:
+            errors["signing_secret"] = [f"a {kind.name} channel signs its messages: give it a secret"]
+    elif kind is not None and (url or secret):
+        errors["url"] = [f"{kind.label} takes no URL or secret"]
     if errors:
         raise ServiceError(errors)
     return target
@@ -119,7 +119,8 @@ def channel_save(*, queue: Queue, channel: NotificationChannel | None = None, ac
     fields = ("name", "kind", "events", "quiet_from", "quiet_until", "action_links", "enabled")
     current = {} if creating else {name: getattr(channel, name) for name in fields}
     merged = current | values
-    if not creating and merged["kind"] != channel.kind and not url and merged["kind"] != ChannelKind.EMAIL:
+    kind = channel_kind(merged.get("kind") or "")
+    if not creating and merged["kind"] != channel.kind and not url and kind is not None and not kind.to_reviewers:
         raise ServiceError({"url": ["a channel that becomes a webhook needs its URL again"]})
     target = _check_channel(merged, creating=creating or merged["kind"] != channel.kind, url=url,
                             secret=signing_secret)
@@ -127,7 +128,7 @@ def channel_save(*, queue: Queue, channel: NotificationChannel | None = None, ac
         channel = NotificationChannel(tenant_id=queue.tenant_id, queue=queue)
     for name, value in merged.items():
         setattr(channel, name, value)
-    if merged["kind"] == ChannelKind.EMAIL:
+    if kind.to_reviewers:
         channel.target, channel.host = None, ""
     elif target:
         channel.target = (channel.target or {}) | target if merged["kind"] == current.get("kind") else target
@@ -219,8 +220,9 @@ def _links(request: ApprovalRequest, user) -> dict:
 def _write(channel: NotificationChannel, *, event: str, key: str, body: dict, request=None, escalation=False,
            now=None) -> int:
     now = now or timezone.now()
-    email = channel.kind == ChannelKind.EMAIL
-    targets = _recipients(channel, escalation=escalation) if email else [(None, "")]
+    kind = channel_kind(channel.kind)
+    to_reviewers = kind is not None and kind.to_reviewers
+    targets = _recipients(channel, escalation=escalation) if to_reviewers else [(None, "")]
     rows = []
     for user, address in targets:
         payload = dict(body)
@@ -287,7 +289,8 @@ def notify_external_task(call: ToolCall) -> int:
 def channel_test(*, channel: NotificationChannel, actor) -> Notification:
     """A test message, sent like any other (and logged). An email channel's test goes to the one who asked."""
     address = ""
-    if channel.kind == ChannelKind.EMAIL:
+    kind = channel_kind(channel.kind)
+    if kind is not None and kind.to_reviewers:
         address = getattr(actor, "email", "") or ""
         if not address:
             raise ServiceError({"channel": ["a test email goes to you: your account has no email address"]})
@@ -445,15 +448,31 @@ def _payload_with_links(notification: Notification) -> dict:
 
 
 def _send(notification: Notification) -> None:
-    channel = notification.channel
+    kind = channel_kind(notification.channel.kind)
+    if kind is None:
+        raise DeliveryRefused(f"no channel kind {notification.channel.kind!r} is installed")
     payload = _payload_with_links(notification)
     payload["delivery"] = notification.pk
-    if channel.kind == ChannelKind.EMAIL:
-        subject, text, html = _email(payload)
-        send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, [notification.recipient], html_message=html)
-        return
-    target = channel.target or {}
-    body_data = _slack(payload) if channel.kind == ChannelKind.SLACK else payload
+    kind.send(notification, payload)
+
+
+def send_email(notification: Notification, payload: dict) -> None:
+    subject, text, html = _email(payload)
+    send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, [notification.recipient], html_message=html)
+
+
+def send_webhook(notification: Notification, payload: dict) -> None:
+    """The payload as it is, signed."""
+    _post_json(notification, payload)
+
+
+def send_slack(notification: Notification, payload: dict) -> None:
+    """Slack's incoming-webhook shape (signed too, when the channel has a secret)."""
+    _post_json(notification, _slack(payload))
+
+
+def _post_json(notification: Notification, body_data: dict) -> None:
+    target = notification.channel.target or {}
     body = json.dumps(body_data, separators=(",", ":"), ensure_ascii=False).encode()
     timestamp = int(time.time())
     headers = {"Content-Type": "application/json", "User-Agent": "Toolkeeper-Notify/1",
@@ -611,3 +630,10 @@ def _slack(payload: dict) -> dict:
     if buttons:
         blocks.append({"type": "actions", "elements": buttons})
     return {"text": _as_slack(subject), "blocks": blocks}
+
+
+BUILT_IN_KINDS = (
+    ChannelKind("webhook", "webhook (signed JSON)", send_webhook, signed=True),
+    ChannelKind("slack", "Slack-compatible webhook", send_slack),
+    ChannelKind("email", "email to the queue's reviewers", send_email, to_reviewers=True),
+)

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from approvals import decision_links, notifications, selectors, services
+from approvals.channel_kinds import reviewer_kind_names
 from approvals.forms import (
     ChannelForm,
     DecisionForm,
@@ -29,7 +30,6 @@ from approvals.forms import (
 )
 from approvals.models import (
     ApprovalRequest,
-    ChannelKind,
     DeliveryStatus,
     Notification,
     NotificationChannel,
@@ -436,7 +436,8 @@ def my_notifications(request):
     """A reviewer's own notification settings."""
     tenant = request.tenant
     setting = ReviewerNotifySetting.objects.for_tenant(tenant).filter(user=request.user).first()
-    channels = NotificationChannel.objects.for_tenant(tenant).filter(kind=ChannelKind.EMAIL).select_related("queue")
+    channels = (NotificationChannel.objects.for_tenant(tenant).filter(kind__in=reviewer_kind_names())
+                .select_related("queue"))
     status = 200
     if request.method == "POST":
         form = ReviewerNotifyForm(request.POST, channels=channels)

@@ -4,9 +4,9 @@ from django.contrib.auth import get_user_model
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from approvals.channel_kinds import channel_kind_choices
 from approvals.models import (
     ApprovalRequest,
-    ChannelKind,
     Notification,
     NotificationChannel,
     PermissionRule,
@@ -164,7 +164,7 @@ class ChannelSerializer(strict.ModelSerializer):
     an update, they stay as they are."""
 
     queue = TenantQueueField()
-    kind = serializers.ChoiceField(choices=ChannelKind.choices)
+    kind = serializers.ChoiceField(choices=[])
     events = serializers.ListField(child=serializers.ChoiceField(choices=CHANNEL_EVENTS), min_length=1)
     url = serializers.CharField(write_only=True, required=False, max_length=2000)
     signing_secret = serializers.CharField(write_only=True, required=False, max_length=200,
@@ -176,6 +176,10 @@ class ChannelSerializer(strict.ModelSerializer):
                   "quiet_until", "action_links", "enabled", "created_at"]
         read_only_fields = ["host", "created_at"]
         validators = []  # the service checks the name's uniqueness in the queue
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["kind"].choices = channel_kind_choices()  # the kinds registered when the serializer is used
 
 
 class DeliverySerializer(serializers.ModelSerializer):
