@@ -12,7 +12,7 @@ from django.utils import timezone
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tenancy.authentication import ApiKeyAuthentication
+from tenancy.entry.authentication import ApiKeyAuthentication
 from tenancy.models import Scope
 from tenancy.permissions import HasTenant
 

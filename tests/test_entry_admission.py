@@ -1,4 +1,5 @@
-"""Every entry admits its requests through `tenancy.admission.admit` (docs/notes/entry-and-admission.md, "Admission").
+"""Every entry admits its requests through `tenancy.entry.admission.admit` (docs/notes/entry-and-admission.md,
+"Admission").
 
 The walker goes to every door there is: each route and method of the REST API, each console route that takes a
 change, each WebSocket route, each method of `/mcp/`. With the caller's requests-per-minute used up, every
@@ -24,8 +25,8 @@ from rest_framework.test import APIRequestFactory
 from common.errors import NotPermitted, RateLimited
 from common.json_values import JSONValueField
 from realtime.consumers import CLOSE_RATE_LIMITED
-from tenancy import limits
-from tenancy.admission import (
+from tenancy.entry import limits
+from tenancy.entry.admission import (
     Entry,
     NotAuthenticated,
     RestAdmission,
@@ -34,7 +35,7 @@ from tenancy.admission import (
     api_key_for_token,
     url_problem,
 )
-from tenancy.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION
+from tenancy.entry.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION
 from tenancy.models import Tenant
 from tenancy.services import apikey_create
 from tests.realtime.test_socket_walker import ORIGIN, cookie_of, fill, routes

@@ -28,7 +28,7 @@ class RequestTooLarge(exceptions.APIException):
 
 class LimitedJSONParser(JSONParser):
     """JSON parser that refuses bodies over TOOLKEEPER_MAX_BODY_BYTES with 413 and nesting too deep to parse
-    with 400. The values are checked with every other entry's, by `tenancy.admission.admit`."""
+    with 400. The values are checked with every other entry's, by `tenancy.entry.admission.admit`."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         limit = settings.TOOLKEEPER_MAX_BODY_BYTES

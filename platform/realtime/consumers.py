@@ -8,7 +8,7 @@ numbered above `after`), then live ones; an event is never sent twice on one con
 A stream holds the grant it was let in with (its API key, or its user's membership): when that
 ends, the stream is closed with code 4401 (`tenancy.grants`).
 
-A connect is admitted like any other request (`tenancy.admission.admit`): it counts against the key's (or the
+A connect is admitted like any other request (`tenancy.entry.admission.admit`): it counts against the key's (or the
 console login's) and the tenant's requests per minute, and one past a limit is closed with code 4429.
 """
 import asyncio
@@ -19,8 +19,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from common.errors import NotPermitted, RateLimited
-from tenancy.admission import Entry, NotAuthenticated, admit
-from tenancy.authentication import bearer_token
+from tenancy.entry.admission import Entry, NotAuthenticated, admit
+from tenancy.entry.authentication import bearer_token
 from tenancy.grants import Grant, grant_of_key, grant_of_member, grant_watch
 from tenancy.models import Scope
 from tenancy.selectors import access_tenant

@@ -5,4 +5,4 @@ class TenancyConfig(AppConfig):
     name = "tenancy"
 
     def ready(self):
-        from tenancy import schema  # noqa: F401  (registers the OpenAPI auth schemes)
+        from tenancy.entry import schema  # noqa: F401  (registers the OpenAPI auth schemes)

@@ -20,7 +20,7 @@ class Tenant(models.Model):
     default_behavior = models.CharField(max_length=8, choices=Behavior.choices, default=Behavior.ASK)
     auto_allow_read_only = models.BooleanField(default=True)
     max_parallel_calls = models.PositiveIntegerField(default=8)
-    # Limits on what apps may ask of the platform (tenancy.limits); 0 means no limit.
+    # Limits on what apps may ask of the platform (tenancy.entry.limits); 0 means no limit.
     key_requests_per_minute = models.PositiveIntegerField(
         "requests a minute per API key",
         default=60_000, help_text="API requests one API key may make in a minute (0: no limit).")

@@ -37,7 +37,7 @@ LIMIT_MAX = 10_000_000
 
 
 def tenant_limits_set(*, tenant: Tenant, actor=None, **limits) -> Tenant:
-    """Change the tenant's rate limits (tenancy.limits; 0 is no limit). Only the named limits change."""
+    """Change the tenant's rate limits (tenancy.entry.limits; 0 is no limit). Only the named limits change."""
     unknown = sorted(set(limits) - set(LIMIT_FIELDS))
     if unknown:
         raise ServiceError({name: ["not a limit"] for name in unknown})

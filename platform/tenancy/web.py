@@ -1,7 +1,7 @@
 """What every app's console pages need from the web layer, kept low so that no app imports the console.
 
 - `tenant_view`: the one door into a tenant page. It resolves the tenant (membership required), admits a
-  change (any method but GET and HEAD) through `tenancy.admission.admit` (the login's and the tenant's rate
+  change (any method but GET and HEAD) through `tenancy.entry.admission.admit` (the login's and the tenant's rate
   limits), then every object the URL names, by parameter name (`URL_OBJECTS`, filled by each app's URL conf through
   `register_url_objects`): missing or another tenant's → 404, before the method or the role is even looked
   at. Reading needs the page's `read` level, changing (any other method) its `write` level.
@@ -20,7 +20,7 @@ from django.http import HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 
 from common.errors import RateLimited, ServiceError
-from tenancy.admission import Entry, admit
+from tenancy.entry.admission import Entry, admit
 from tenancy.models import ApiKey, Role
 from tenancy.selectors import access_object, access_tenant
 

@@ -1,4 +1,4 @@
-"""Daphne's HTTP request with the body checks of `tenancy.bodies`, applied as the bytes arrive.
+"""Daphne's HTTP request with the body checks of `tenancy.entry.bodies`, applied as the bytes arrive.
 
 Daphne receives a request's whole body (into memory, or a temporary file) before it starts the
 application, and twisted parses a multipart body on the way, answering a bare 400 to one it cannot
@@ -10,7 +10,7 @@ from urllib.parse import unquote
 
 from daphne import http_protocol
 
-from tenancy.bodies import TOO_LARGE, Refusal, body_limit, header_map, refusal_before_body
+from tenancy.entry.bodies import TOO_LARGE, Refusal, body_limit, header_map, refusal_before_body
 
 
 class BodyCheckingRequest(http_protocol.WebRequest):

@@ -20,8 +20,8 @@ from django.db import connections
 from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
-from tenancy.authentication import CHECKED_KEY_SCOPE, bearer_token
-from tenancy.bodies import INVALID_API_KEY, BodyGuard, declared_length, header_map
+from tenancy.entry.authentication import CHECKED_KEY_SCOPE, bearer_token
+from tenancy.entry.bodies import INVALID_API_KEY, BodyGuard, declared_length, header_map
 from tenancy.selectors import apikey_from_token
 from tools.gateway.entry import McpEndpoint, is_mcp
 

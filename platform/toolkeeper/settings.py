@@ -236,7 +236,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "realtime.layers.InProcessChannelLayer"}}
 
-# The rate limits' counters (tenancy.limits): shared by every server process through Redis in the
+# The rate limits' counters (tenancy.entry.limits): shared by every server process through Redis in the
 # distributed mode, in-process otherwise. Short timeouts: a slow Redis must not hold requests up.
 if REDIS_URL:
     CACHES = {"default": {
@@ -279,7 +279,7 @@ else:
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 
-# Every request body is capped (tenancy.bodies); larger ones get 413, before they are read.
+# Every request body is capped (tenancy.entry.bodies); larger ones get 413, before they are read.
 TOOLKEEPER_MAX_BODY_BYTES = int(os.environ.get("TOOLKEEPER_MAX_BODY_BYTES", 1024 * 1024))
 # …except a multipart upload to a console page: the knowledge upload takes up to 1,000 files of 1 MiB.
 TOOLKEEPER_MAX_UPLOAD_BYTES = int(os.environ.get("TOOLKEEPER_MAX_UPLOAD_BYTES", 1024 * 1024 * 1024))
@@ -288,14 +288,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = TOOLKEEPER_MAX_BODY_BYTES
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "tenancy.authentication.ApiKeyAuthentication",
-        "tenancy.authentication.ConsoleSessionAuthentication",
+        "tenancy.entry.authentication.ApiKeyAuthentication",
+        "tenancy.entry.authentication.ConsoleSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["tenancy.permissions.HasTenant"],
     "DEFAULT_PARSER_CLASSES": ["common.api.LimitedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "common.api.exception_handler",
-    "DEFAULT_THROTTLE_CLASSES": ["tenancy.admission.RestAdmission"],
+    "DEFAULT_THROTTLE_CLASSES": ["tenancy.entry.admission.RestAdmission"],
     "DEFAULT_SCHEMA_CLASS": "toolkeeper.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "common.api.Pagination",
     "PAGE_SIZE": 50,

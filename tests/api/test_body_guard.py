@@ -1,4 +1,4 @@
-"""The ASGI entry refuses bodies before it reads them (tenancy.bodies.BodyGuard and the API-key lane):
+"""The ASGI entry refuses bodies before it reads them (tenancy.entry.bodies.BodyGuard and the API-key lane):
 these tests drive the real ASGI application and never send a body the server should not read, so an
 application that waits for one fails them. Chunked bodies (no Content-Length) are read, within the limit.
 

@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICE_PACKAGES = ["tools", "approvals", "knowledge", "skills", "platform/tenancy", "platform/audit"]
 # DRF by nature: they plug into it (authentication, permission and throttle classes) or build an API answer
 # (the refusal of a waiting request whose key or membership ended). No service raises what they define.
-DRF_MODULES = {"platform/tenancy/authentication.py", "platform/tenancy/permissions.py",
-               "platform/tenancy/admission.py", "platform/tenancy/grants.py"}
+DRF_MODULES = {"platform/tenancy/entry/authentication.py", "platform/tenancy/permissions.py",
+               "platform/tenancy/entry/admission.py", "platform/tenancy/grants.py"}
 
 
 def _imported_modules(path: Path) -> set[str]:

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 
 from approvals.models import RequestStatus, Vote
 from approvals.services import _same_person, decide_refusals, request_decide, reviewer_may_decide
-from tenancy.authentication import ApiKeyPrincipal
+from tenancy.entry.authentication import ApiKeyPrincipal
 from tenancy.services import apikey_create
 from tests.approvals.conftest import console_api
 from tests.approvals.test_decide_refusals import NOT_NAMED, VOTED, pending_rows

@@ -18,7 +18,7 @@ from django.urls import path
 from realtime import consumers
 from realtime.consumers import CLOSE_BAD_REQUEST, CLOSE_UNAUTHORIZED, MAX_SEQ
 from realtime.groups import inbox_group, session_group
-from tenancy.admission import Entry
+from tenancy.entry.admission import Entry
 from tenancy.grants import grant_watch
 from tenancy.models import Role
 from tenancy.services import apikey_create, apikey_revoke, membership_remove
@@ -328,7 +328,7 @@ def test_a_scope_without_headers_opens_with_the_subprotocol_and_refuses_without(
 
 
 def test_every_stream_is_admitted_as_a_websocket(world, monkeypatch):
-    """The admission of a stream names its entry, as every entry's does (tenancy.admission)."""
+    """The admission of a stream names its entry, as every entry's does (tenancy.entry.admission)."""
     entries = []
     real_admit = consumers.admit
 

@@ -15,7 +15,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 from rest_framework.test import APIClient, APIRequestFactory
 
-from tenancy.authentication import CHECKED_KEY_SCOPE, ApiKeyAuthentication, bearer_token
+from tenancy.entry.authentication import CHECKED_KEY_SCOPE, ApiKeyAuthentication, bearer_token
 from tenancy.models import SYSTEM_AGENT, ApiKey, Membership, Role, Tenant
 from tenancy.permissions import (
     HasTenant,

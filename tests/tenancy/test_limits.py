@@ -1,4 +1,4 @@
-"""Rate limits (tenancy.limits): requests per minute and calls in flight, per API key and per tenant."""
+"""Rate limits (tenancy.entry.limits): requests per minute and calls in flight, per API key and per tenant."""
 import logging
 import time
 from types import SimpleNamespace
@@ -10,7 +10,7 @@ from django.core.cache import cache
 
 from audit.models import Event
 from common.errors import RateLimited
-from tenancy import limits
+from tenancy.entry import limits
 from tenancy.services import apikey_create, tenant_limits_set
 from tests.api.test_api_key_path import as_json, call_app
 from tools.calls.submit import call_cancel

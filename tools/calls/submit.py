@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from common.errors import Conflict, ServiceError
-from tenancy.limits import calls_admit
+from tenancy.entry.limits import calls_admit
 from tenancy.models import SYSTEM_AGENT
 from tools.calls.events import call_record, call_transition
 from tools.calls.meta import meta_run

@@ -7,7 +7,7 @@ envelope. Then the agent session the request speaks for is resolved and the SDK'
 answers. Daphne runs no ASGI lifespan, so the manager starts with the first request, once per process,
 in a task that lives as long as the event loop.
 
-Every request is admitted as every entry's are (`tenancy.admission.admit`): its key, the requests-per-minute
+Every request is admitted as every entry's are (`tenancy.entry.admission.admit`): its key, the requests-per-minute
 limits, and the JSON values of the message it posts. A request past a limit is answered 429 with `Retry-After`
 and a JSON-RPC error (RATE_LIMITED) for the message's id; a message with a value no entry takes (a NUL,
 nesting past 64 levels, a lone surrogate, NaN) 400 with JSON-RPC's invalid params (-32602), before the protocol
@@ -28,8 +28,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from common.errors import NotPermitted, RateLimited
 from common.json_values import MAX_JSON_DEPTH
-from tenancy.admission import NO_VALUE, Entry, NotAuthenticated, ValueRefused, admit
-from tenancy.bodies import NOT_AUTHENTICATED, Refusal, header_map
+from tenancy.entry.admission import NO_VALUE, Entry, NotAuthenticated, ValueRefused, admit
+from tenancy.entry.bodies import NOT_AUTHENTICATED, Refusal, header_map
 from tenancy.models import Scope
 from tools.calls.waiting import run_db
 from tools.gateway.protocol import (

@@ -8,7 +8,7 @@ knowledge upload takes many files at once): TOOLKEEPER_MAX_UPLOAD_BYTES. Before 
 - a declared Content-Length over the limit is answered 413.
 
 A body without a declared length (chunked) is answered 413 as soon as it grows past the limit. A path or query
-with a NUL is answered 400 (`tenancy.admission.url_problem`), whatever the method.
+with a NUL is answered 400 (`tenancy.entry.admission.url_problem`), whatever the method.
 
 Daphne receives a whole body before it starts the application, so these checks run where the bytes
 arrive, in daphne's request (`toolkeeper.daphne_request`), and again at the ASGI entry (`BodyGuard`),
@@ -26,8 +26,8 @@ from django.http.cookie import parse_cookie
 
 from common.api import error_body
 from common.middleware import API_PREFIXES
-from tenancy.admission import url_problem
-from tenancy.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
+from tenancy.entry.admission import url_problem
+from tenancy.entry.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
 from tenancy.models import split_key
 
 KEYED_API_PREFIX = "/api/v1/"  # every endpoint under it needs credentials

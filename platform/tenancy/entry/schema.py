@@ -3,7 +3,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
-    target_class = "tenancy.authentication.ApiKeyAuthentication"
+    target_class = "tenancy.entry.authentication.ApiKeyAuthentication"
     name = "apiKey"
 
     def get_security_definition(self, auto_schema):
@@ -11,7 +11,7 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 
 
 class ConsoleSessionScheme(OpenApiAuthenticationExtension):
-    target_class = "tenancy.authentication.ConsoleSessionAuthentication"
+    target_class = "tenancy.entry.authentication.ConsoleSessionAuthentication"
     name = "consoleSession"
 
     def get_security_definition(self, auto_schema):

@@ -1,6 +1,6 @@
 """Rate limits per API key and per tenant: requests per minute and calls in flight.
 
-Requests are counted for every entry by `tenancy.admission.admit` (the REST API, `/mcp/`, WebSocket connects,
+Requests are counted for every entry by `tenancy.entry.admission.admit` (the REST API, `/mcp/`, WebSocket connects,
 the console's changes); calls in flight by the call services. A refusal is `common.errors.RateLimited`:
 429 in the API's error envelope, with `Retry-After` in seconds.
 

@@ -13,7 +13,7 @@ JSON value. `admit` checks, in this order, and raises the first refusal:
    surrogate, no NaN or Infinity, nesting at most 64 levels) (`ValueRefused`, 400).
 
 The URL is checked even before the caller is known, at the HTTP entry every request passes
-(`tenancy.bodies.BodyGuard`, with `url_problem`): a path or query parameter with a NUL reaches no lookup, where
+(`tenancy.entry.bodies.BodyGuard`, with `url_problem`): a path or query parameter with a NUL reaches no lookup, where
 PostgreSQL would refuse the text with an error.
 
 Each entry turns these refusals into its own medium in one place: the API's error envelope
@@ -30,8 +30,8 @@ from rest_framework.throttling import BaseThrottle
 
 from common.errors import NotPermitted, ServiceError
 from common.json_values import json_problem
-from tenancy.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
-from tenancy.limits import requests_admit
+from tenancy.entry.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
+from tenancy.entry.limits import requests_admit
 from tenancy.models import ApiKey, Tenant
 from tenancy.selectors import apikey_from_token
 
