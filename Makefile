@@ -78,7 +78,7 @@ $(MUTATE_STAMP): $(STAMP)
 
 mutate: $(MUTATE_STAMP)
 	$(BIN)/python tests/mutation.py prepare
-	trap : INT; cd var/mutation && TOOLKEEPER_MUTATION_DB=1 $(CURDIR)/$(BIN)/mutmut run $(MUTANTS); \
+	trap : INT; cd var/mutation && $(CURDIR)/$(BIN)/mutmut run $(MUTANTS); \
 		status=$$?; cd $(CURDIR) && $(BIN)/python tests/mutation.py record && exit $$status
 	$(BIN)/python tests/mutation.py report
 
