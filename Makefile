@@ -13,7 +13,7 @@ NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 A11Y_DIR := tests/a11y
 A11Y_STAMP := $(A11Y_DIR)/node_modules/.installed
 
-.PHONY: run test install install-node lint migrate serve worker beat cluster bench mutate clean
+.PHONY: run test install install-node lint migrate serve worker beat cluster bench mutate coverage clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,15 @@ mutate: $(MUTATE_STAMP)
 	trap : INT; cd var/mutation && $(CURDIR)/$(BIN)/mutmut run $(MUTANTS); \
 		status=$$?; cd $(CURDIR) && $(BIN)/python tests/mutation.py record && exit $$status
 	$(BIN)/python tests/mutation.py report
+
+# Which lines of the source the suite runs: a table per module and the total (the suite as `make test`).
+COVER_STAMP := $(VENV)/.installed-coverage
+$(COVER_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e ".[dev,coverage]"
+	touch $(COVER_STAMP)
+
+coverage: $(COVER_STAMP) install-node
+	$(BIN)/python -m pytest -n auto --dist loadgroup --cov --cov-report=term
 
 lint: install
 	$(BIN)/ruff check .

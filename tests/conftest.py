@@ -3,6 +3,7 @@
 `world.a` and `world.b` have the same shape: users of every role, API keys of every scope,
 groups, a bound argument, a session with calls and events, audit events.
 """
+import copy
 from dataclasses import dataclass, field
 
 import pytest
@@ -84,9 +85,59 @@ def build_tenant(slug: str) -> TenantWorld:
     return world
 
 
+class _SharedWorld:
+    """The world, built and committed once per worker process: the tests that use it roll their changes
+    back with their own transaction, and each gets its own copy of the objects. A test that flushes the
+    database (a transactional one) takes it away; the next test that needs it builds it again."""
+
+    def __init__(self, blocker):
+        self.blocker = blocker
+        self.built: World | None = None
+
+    def present(self) -> bool:
+        if self.built is None:
+            return False
+        last = self.built.b.calls[-1]
+        return type(last).objects.for_tenant(last.tenant_id).filter(pk=last.pk).exists()
+
+    def ensure(self) -> None:
+        with self.blocker.unblock():
+            if not self.present():
+                self.built = World(a=build_tenant("acme"), b=build_tenant("globex"))
+
+
+_shared_world: _SharedWorld | None = None
+
+
+@pytest.fixture(scope="session")
+def _world_store(django_db_setup, django_db_blocker) -> _SharedWorld:
+    global _shared_world
+    _shared_world = _SharedWorld(django_db_blocker)
+    _shared_world.ensure()
+    return _shared_world
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # Before any of the test's fixtures, so outside its transaction: a world built inside would be rolled
+    # back with the test.
+    if _shared_world is not None and "world" in item.fixturenames:
+        _shared_world.ensure()
+
+
 @pytest.fixture
-def world(db) -> World:
-    return World(a=build_tenant("acme"), b=build_tenant("globex"))
+def world(_world_store, db) -> World:
+    from django.core.cache import cache
+    from django.core.cache.backends.locmem import LocMemCache
+
+    from tenancy.entry.limits import counter_store
+
+    # Per-process stores keyed by the world's ids would otherwise carry one test's traces into the next
+    # (never a shared Redis: other workers' tests use it).
+    for store in (cache, counter_store()):
+        if isinstance(store, LocMemCache) or isinstance(getattr(store, "_wrapped", None), LocMemCache):
+            store.clear()
+    return copy.deepcopy(_world_store.built)
 
 
 @pytest.fixture
