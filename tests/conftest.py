@@ -127,15 +127,15 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture
 def world(_world_store, db) -> World:
-    from django.core.cache import cache
+    from django.core.cache import caches
     from django.core.cache.backends.locmem import LocMemCache
 
     from tenancy.entry.limits import counter_store
 
     # Per-process stores keyed by the world's ids would otherwise carry one test's traces into the next
     # (never a shared Redis: other workers' tests use it).
-    for store in (cache, counter_store()):
-        if isinstance(store, LocMemCache) or isinstance(getattr(store, "_wrapped", None), LocMemCache):
+    for store in (caches["default"], counter_store()):
+        if isinstance(store, LocMemCache):
             store.clear()
     return copy.deepcopy(_world_store.built)
 
