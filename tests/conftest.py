@@ -190,3 +190,14 @@ def _close_stray_connections(django_db_setup, django_db_blocker):
         except OperationalError:
             pass  # nothing to end
 
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    # A module that shares a server (or other costly fixture) among its tests runs on one worker: split over
+    # two, each would start its own.
+    for item in items:
+        shared = any(fixturedefs[-1].scope in ("module", "package")
+                     for fixturedefs in item._fixtureinfo.name2fixturedefs.values())
+        if shared and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

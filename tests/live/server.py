@@ -5,12 +5,15 @@ Plain Python (no pytest) so that bench/ can start servers the same way the live 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -23,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
 DEFAULT_PG_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+TEMPLATE_DIR = ROOT / "var" / "test-templates"
 
 
 def venv_executable(name: str) -> str:
@@ -127,7 +131,7 @@ class LiveServer:
     def start(self) -> LiveServer:
         self.data_dir = Path(tempfile.mkdtemp(prefix="tk-live-"))
         try:
-            self.manage("migrate", "--noinput")
+            self._migrate()
             for attempt in range(3):
                 self.port = free_port()
                 self.url = f"http://127.0.0.1:{self.port}"
@@ -141,6 +145,33 @@ class LiveServer:
             self.stop()
             raise
         return self
+
+    def _migrate(self) -> None:
+        """An embedded server starts from a copy of a database migrated once per set of migrations: migrating
+        takes seconds and most live tests start a server of their own."""
+        if self.database_url or self.bin_dir is not None or self.extra_pythonpath:
+            self.manage("migrate", "--noinput")
+            return
+        template = self._migrated_template()
+        with sqlite3.connect(template) as source, sqlite3.connect(self.data_dir / "common.sqlite3") as target:
+            source.backup(target)
+
+    def _migrated_template(self) -> Path:
+        digest = hashlib.sha256(self.settings_module.encode())
+        for path in sorted(ROOT.glob("*/migrations/*.py")) + sorted(ROOT.glob("platform/*/migrations/*.py")):
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+        TEMPLATE_DIR.mkdir(parents=True, exist_ok=True)
+        template = TEMPLATE_DIR / f"{digest.hexdigest()[:20]}.sqlite3"
+        with open(TEMPLATE_DIR / "build.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # parallel workers: one builds, the others wait and copy
+            if not template.exists():
+                build_dir = Path(tempfile.mkdtemp(prefix="tk-template-"))
+                try:
+                    replace(self, data_dir=build_dir).manage("migrate", "--noinput")
+                    os.replace(build_dir / "common.sqlite3", template)
+                finally:
+                    shutil.rmtree(build_dir, ignore_errors=True)
+        return template
 
     def join(self) -> LiveServer:
         """Serve a database that another server already migrated and seeded: one more server process of the
