@@ -8,6 +8,7 @@ from django.urls import path
 
 from approvals import views
 from approvals.models import ApprovalRequest, NotificationChannel, PermissionRule, Queue
+from audit.pages import TargetLink, register_target_links
 from tenancy.web import register_url_objects
 from tools.models import ToolCall
 
@@ -19,6 +20,10 @@ register_url_objects({
     "queue_id": (Queue, "queue"),
     "call_id": (ToolCall, "call"),
     "channel_id": (NotificationChannel, "channel"),
+})
+register_target_links({
+    "rule": TargetLink(PermissionRule, "pk", "inbox:rule_edit", "rule_id"),
+    "queue": TargetLink(Queue, "name", "inbox:queue_edit", "queue_id"),
 })
 
 urlpatterns = [

@@ -2,6 +2,7 @@
 what each names is declared here for `tenant_view`."""
 from django.urls import path
 
+from audit.pages import TargetLink, register_target_links
 from knowledge import views
 from knowledge.models import Dataset, Document
 from tenancy.web import register_url_objects
@@ -9,6 +10,7 @@ from tenancy.web import register_url_objects
 app_name = "knowledge"
 
 register_url_objects({"dataset_id": (Dataset, "dataset"), "document_id": (Document, "document")})
+register_target_links({"dataset": TargetLink(Dataset, "name", "knowledge:dataset_detail", "dataset_id")})
 
 urlpatterns = [
     path("", views.dataset_list, name="dataset_list"),

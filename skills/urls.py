@@ -2,6 +2,7 @@
 declared here for `tenant_view`."""
 from django.urls import path
 
+from audit.pages import TargetLink, register_target_links
 from skills import views
 from skills.models import Skill
 from tenancy.web import register_url_objects
@@ -9,6 +10,7 @@ from tenancy.web import register_url_objects
 app_name = "skills"
 
 register_url_objects({"skill_id": (Skill, "skill")})
+register_target_links({"skill": TargetLink(Skill, "pk", "skills:skill_detail", "skill_id")})
 
 urlpatterns = [
     path("", views.skill_list, name="skill_list"),

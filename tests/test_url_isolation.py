@@ -17,9 +17,11 @@ from django.urls.resolvers import RegexPattern, RoutePattern
 from rest_framework.test import APIClient
 
 from audit.models import Event
-from tenancy.models import ApiKey
+from tenancy.models import ApiKey, Invitation, Membership
+from tenancy.people.services import invitation_create
 from tenancy.scoping import TenantOwned
 from tenancy.services import apikey_create
+from tests.console.conftest import page_text
 from tools.calls.submit import calls_submit
 from tools.catalog.services import binding_set, group_create, session_create
 from tools.models import AgentSession, BoundArgument, McpServer, Tool, ToolCall, ToolGroup
@@ -27,7 +29,8 @@ from tools.redaction.rules import redaction_rule_create
 from tools.upstream.client import UpstreamTool
 from tools.upstream.servers import mcp_server_create, mcp_tools_reconcile
 
-SKIPPED_PREFIXES = ("admin/", "api/schema/", "api/docs/", "login/", "logout/")
+# account/: a person's own pages, in no tenant (tests/tenancy/test_people.py)
+SKIPPED_PREFIXES = ("admin/", "api/schema/", "api/docs/", "login/", "logout/", "account/")
 API_PREFIX = "api/"
 CONSOLE_PREFIXES = ("t/",)  # the console, the inbox and other apps' tenant pages
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -192,6 +195,8 @@ def scene(world):
         _mcp_rows(tw, B_MARKER if tw is b else "A-only")
         _http_rows(tw, B_MARKER if tw is b else "A-only")
         redaction_rule_create(tenant=tw.tenant, name=f"{B_MARKER if tw is b else 'A-only'} rule", pattern="walk-\\d+")
+        invitation_create(tenant=tw.tenant, email=f"{'b-only-7f3a91' if tw is b else 'a-only'}@example.com",
+                          role="viewer")
     issued = apikey_create(tenant=a.tenant, name="walker", scopes=["agent", "external", "admin"])
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.key}")
@@ -204,6 +209,8 @@ def scene(world):
     b_strings |= {f"tk_{k.prefix}" for k in ApiKey.objects.for_tenant(b.tenant)}
     b_strings |= {k.prefix for k in ApiKey.objects.for_tenant(b.tenant)}
     b_strings |= {e.hash for e in Event.objects.for_tenant(b.tenant)}
+    b_strings |= {i.email for i in Invitation.objects.for_tenant(b.tenant)}
+    b_strings |= {m.user.username for m in Membership.objects.for_tenant(b.tenant).select_related("user")}
     assert not any(s in (a.tenant.slug, "") for s in b_strings)
 
     def ids(tw):
@@ -272,6 +279,8 @@ PARAM_MODELS = {
     "http_tool_id": "tools.HttpEndpoint",
     "skill_id": "skills.Skill",
     "redaction_rule_id": "tools.RedactionRule",
+    "member_id": "tenancy.Membership",
+    "invitation_id": "tenancy.Invitation",
 }
 
 
@@ -280,7 +289,7 @@ def _first_row(label: str, param: str, route: Route, tenant):
         model = apps.get_model(label)
     except LookupError:
         raise LookupError(f"{route.template}: the isolation test does not know the parameter `{param}`") from None
-    row = model.all_tenants.filter(tenant=tenant).order_by("pk").first()
+    row = model._base_manager.filter(tenant=tenant).order_by("pk").first()  # every tenant's rows
     if row is None:
         raise LookupError(f"{route.template}: tenant {tenant.slug} has no {model.__name__} row for `{param}`; "
                           "add one to the world fixture so the route can be checked")
@@ -309,7 +318,7 @@ B_IDS: dict = {}  # model -> B's ids as strings, filled by the test
 
 
 def _leaks(response, b_strings) -> list[str]:
-    body = response.content.decode("utf-8", "replace")
+    body = page_text(response)
     leaked = sorted(s for s in b_strings if s in body)
     if "html" in response.get("Content-Type", ""):
         for kind, ident in LINK.findall(body):

@@ -4,11 +4,11 @@ from django import forms
 
 from common.json_values import JSONValueField
 from tenancy.editing import text_lines
-from tenancy.models import SYSTEM_AGENT_RESERVED, Scope, Tenant, is_system_agent
-from tenancy.services import LIMIT_FIELDS, LIMIT_MAX
+from tenancy.models import SYSTEM_AGENT_RESERVED, Behavior, Scope, Tenant, is_system_agent
+from tenancy.services import LIMIT_FIELDS, LIMIT_MAX, PARALLEL_MAX
 from tenancy.web import TenantForm
 from tools.catalog.schemas import argument_choices
-from tools.models import CallStatus, Tool, ToolCall
+from tools.models import CallStatus, McpServer, Tool, ToolCall
 
 
 def _tools_of(tenant):
@@ -124,6 +124,47 @@ class LimitsForm(TenantForm):
 
     def initial_for(self, tenant) -> dict:
         return {name: getattr(tenant, name) for name in LIMIT_FIELDS}
+
+
+class GovernanceForm(TenantForm):
+    """How the tenant decides and runs calls; each field says what it does."""
+
+    default_behavior = forms.ChoiceField(
+        label="When no rule matches", choices=[
+            (Behavior.ASK, "Ask a reviewer (the default queue)"), (Behavior.DENY, "Deny the call"),
+            (Behavior.ALLOW, "Run the call")],
+        help_text="Rules are read in this order: deny rules, ask rules, read-only tools (below), allow rules; "
+                  "a call none of them decides gets this.")
+    auto_allow_read_only = forms.BooleanField(
+        required=False, label="Read-only tools run without asking",
+        help_text="A tool that its code or a trusted MCP server marks read-only runs unless a deny or ask rule "
+                  "matches it. Off: read-only tools go on to the allow rules and the default like any other.")
+    max_parallel_calls = forms.IntegerField(
+        min_value=1, max_value=PARALLEL_MAX, label="Calls running at once",
+        help_text=f"At most this many of the tenant's calls run at the same time (1 to {PARALLEL_MAX}); the others "
+                  "wait their turn as queued.")
+
+    def initial_for(self, tenant) -> dict:
+        return {"default_behavior": tenant.default_behavior, "auto_allow_read_only": tenant.auto_allow_read_only,
+                "max_parallel_calls": tenant.max_parallel_calls}
+
+
+class McpTrustForm(TenantForm):
+    """Which of the tenant's MCP servers are trusted."""
+
+    trusted = forms.ModelMultipleChoiceField(
+        queryset=McpServer.objects.none(), required=False, widget=forms.CheckboxSelectMultiple,
+        label="Trusted MCP servers",
+        help_text="A trusted server's annotations become its tools' flags: its read-only tools may run without "
+                  "asking and side by side. An untrusted server's tools are taken as destructive writes, "
+                  "whatever it says of them.")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["trusted"].queryset = McpServer.objects.for_tenant(self.tenant).order_by("name")
+
+    def initial_for(self, tenant) -> dict:
+        return {"trusted": list(McpServer.objects.for_tenant(tenant).filter(trusted=True))}
 
 
 class CallFilterForm(forms.Form):

@@ -1,10 +1,14 @@
 """Console routes. Parameter names are fixed (the cross-tenant URL-conf walk substitutes ids by name):
 `tenant` (slug), `tool_id`, `group_id`, `binding_id`, `key_id`, `session_id`, `call_id`, `server_id`,
-`redaction_rule_id`, `http_tool_id` (an HTTP tool's endpoint); what each names is declared here for `tenant_view`."""
+`redaction_rule_id`, `http_tool_id` (an HTTP tool's endpoint), `member_id` (a membership), `invitation_id`; what
+each names is declared here for `tenant_view`."""
 from django.urls import include, path
 
+from audit import pages as audit_pages
+from audit.pages import TargetLink, register_target_links
 from console import views
-from tenancy.models import ApiKey
+from tenancy.models import ApiKey, Invitation, Membership
+from tenancy.people import pages as people_pages
 from tenancy.web import register_url_objects
 from tools.http_tools import pages as http_tool_pages
 from tools.models import AgentSession, BoundArgument, HttpEndpoint, McpServer, RedactionRule, Tool, ToolCall, ToolGroup
@@ -24,6 +28,20 @@ register_url_objects({
     "server_id": (McpServer, "server"),
     "redaction_rule_id": (RedactionRule, "rule"),
     "http_tool_id": (HttpEndpoint, "endpoint"),
+    "member_id": (Membership, "membership"),
+    "invitation_id": (Invitation, "invitation"),
+})
+
+register_target_links({
+    "tool": TargetLink(Tool, "name", "console:tool_detail", "tool_id"),
+    "group": TargetLink(ToolGroup, "name", "console:group_edit", "group_id"),
+    "apikey": TargetLink(ApiKey, "pk", "console:apikey_list", ""),
+    "session": TargetLink(AgentSession, "pk", "console:session_detail", "session_id"),
+    "call": TargetLink(ToolCall, "pk", "console:call_detail", "call_id"),
+    "mcp_server": TargetLink(McpServer, "name", "console:mcp_server_detail", "server_id"),
+    "redaction_rule": TargetLink(RedactionRule, "name", "console:redaction_rule_edit", "redaction_rule_id"),
+    "invitation": TargetLink(Invitation, "pk", "console:member_list", ""),
+    "user": TargetLink(Membership, "user__username", "console:member_list", ""),
 })
 
 tenant_pages = [
@@ -59,6 +77,15 @@ tenant_pages = [
     path("calls/<str:call_id>/", views.call_detail, name="call_detail"),
     path("calls/<str:call_id>/cancel/", views.call_cancel_page, name="call_cancel"),
     path("settings/", views.tenant_settings, name="tenant_settings"),
+    path("audit/", audit_pages.audit_log, name="audit_log"),
+    path("audit/export.csv", audit_pages.audit_export_csv, name="audit_export_csv"),
+    path("audit/export.jsonl", audit_pages.audit_export_jsonl, name="audit_export_jsonl"),
+    path("members/", people_pages.member_list, name="member_list"),
+    path("members/<int:member_id>/role/", people_pages.member_role, name="member_role"),
+    path("members/<int:member_id>/remove/", people_pages.member_remove, name="member_remove"),
+    path("members/invitations/<int:invitation_id>/", people_pages.invitation_created, name="invitation_created"),
+    path("members/invitations/<int:invitation_id>/revoke/", people_pages.invitation_revoke,
+         name="invitation_revoke"),
     path("tools/<int:tool_id>/result-steps/", redaction_pages.tool_result_steps, name="tool_result_steps"),
     path("redaction-rules/", redaction_pages.redaction_rule_list, name="redaction_rule_list"),
     path("redaction-rules/new/", redaction_pages.redaction_rule_create, name="redaction_rule_create"),
@@ -69,5 +96,6 @@ tenant_pages = [
 
 urlpatterns = [
     path("", views.home, name="home"),
+
     path("t/<slug:tenant>/", include(tenant_pages)),
 ]

@@ -8,6 +8,7 @@ are the generic views of `tenancy.editing`, declared here.
 import uuid
 from datetime import timedelta
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Prefetch
 from django.http import Http404
@@ -22,8 +23,10 @@ from console.forms import (
     ApiKeyForm,
     BindingForm,
     CallFilterForm,
+    GovernanceForm,
     GroupForm,
     LimitsForm,
+    McpTrustForm,
     SurfacePreviewForm,
     ToolStateForm,
 )
@@ -33,10 +36,17 @@ from tenancy.models import ApiKey
 from tenancy.selectors import memberships_of
 from tenancy.web import (
     ADMIN,
-    ISSUED_KEY,
+    INVALID_STATUS,
     MEMBER,
+    OPERATE,
+    SERVICE_REFUSALS,
+    acting_user,
+    add_service_errors,
+    issued_secret_keep,
+    issued_secret_take,
     page_of,
-    shows_issued_key,
+    shows_issued_secret,
+    tenant_redirect,
     tenant_view,
 )
 from tools.calls.submit import call_cancel
@@ -60,6 +70,7 @@ from tools.gateway.pages import AGENT_PLACEHOLDER, mcp_client_setup, mcp_url, se
 from tools.gateway.protocol import AGENT_HEADER, SESSION_HEADER
 from tools.models import AgentSession, BoundArgument, CallStatus, Tool, ToolCall, ToolGroup
 from tools.redaction.pages import ToolResultStepsForm
+from tools.upstream.servers import mcp_servers_trust_set
 
 LIVE_ROWS_MAX = 50  # call rows one live-list fragment request may ask for
 OUTPUT_LINES_MAX = 500  # streamed output lines a call page shows (the newest)
@@ -251,7 +262,7 @@ class ApiKeyCreate(ObjectFormView):
     def save(self, values: dict) -> ApiKey:
         request = self.request
         issued = tenancy_services.apikey_create(tenant=request.tenant, created_by=request.user, **values)
-        request.session[ISSUED_KEY] = {"tenant": request.tenant.pk, "id": issued.api_key.pk, "key": issued.key}
+        issued_secret_keep(request, issued.api_key, issued.key)
         return issued.api_key
 
 
@@ -262,12 +273,9 @@ apikey_create = ApiKeyCreate.as_view(
 
 @never_cache
 @tenant_view(read=ADMIN)
-@shows_issued_key
+@shows_issued_secret
 def apikey_created(request, api_key):
-    issued = request.session.pop(ISSUED_KEY, None)
-    secret = None
-    if issued and issued.get("tenant") == request.tenant.pk and issued.get("id") == api_key.pk:
-        secret = issued["key"]
+    secret = issued_secret_take(request, api_key)
     url = mcp_url(request)
     setup = mcp_client_setup(url=url, api_key=api_key, secret=secret or "")
     return render(request, "console/apikey_created.html", {
@@ -294,17 +302,52 @@ apikey_revoke = ApiKeyRevoke.as_view(
 
 # --- tenant settings ---------------------------------------------------------------------------
 
-class TenantSettings(ObjectFormView):
-    """The tenant itself is what this page edits."""
-
-    def setup(self, request, *args, **objects):
-        super().setup(request, *args, **objects)
-        self.object_argument, self.object = "tenant", request.tenant
+def _trust_set(*, tenant, actor, trusted):
+    mcp_servers_trust_set(tenant=tenant, actor=actor, trusted=trusted)
 
 
-tenant_settings = TenantSettings.as_view(
-    form_class=LimitsForm, service=tenancy_services.tenant_limits_set, template_name="console/tenant_settings.html",
-    success_url="console:tenant_settings", success_message="Limits saved.")
+# The settings page's sections: each a form of its own, saved by its own service, on one page.
+SETTINGS_SECTIONS = {
+    "governance": (GovernanceForm, tenancy_services.tenant_governance_set, "Decisions and parallel calls saved."),
+    "limits": (LimitsForm, tenancy_services.tenant_limits_set, "Limits saved."),
+    "trust": (McpTrustForm, _trust_set, "Trust of MCP servers saved."),
+}
+
+
+def _settings_page(request, section: str = "", bound=None):
+    forms = {name: form_class(tenant=request.tenant, instance=request.tenant)
+             for name, (form_class, _, _) in SETTINGS_SECTIONS.items()}
+    if bound is not None:
+        forms[section] = bound
+    return render(request, "console/tenant_settings.html", {"forms": forms, "has_mcp_servers": bool(
+        forms["trust"].fields["trusted"].queryset.exists())}, status=INVALID_STATUS if bound is not None else 200)
+
+
+def _settings_save(request, section: str):
+    form_class, service, message = SETTINGS_SECTIONS[section]
+    form = form_class(request.POST, tenant=request.tenant, instance=request.tenant)
+    if form.is_valid():
+        try:
+            service(tenant=request.tenant, actor=acting_user(request), **form.service_values())
+        except SERVICE_REFUSALS as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, message)
+            return tenant_redirect(request, "console:tenant_settings")
+    return _settings_page(request, section, form)
+
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def tenant_settings(request):
+    """Every setting of the tenant that operators change, in sections, each form saved on its own (a POST
+    names its section; the fields of the sections differ, so they need no prefixes)."""
+    if request.method == "POST":
+        section = request.POST.get("section", "")
+        if section not in SETTINGS_SECTIONS:
+            messages.error(request, "Nothing was saved: the form did not say which settings it changes.")
+            return tenant_redirect(request, "console:tenant_settings")
+        return _settings_save(request, section)
+    return _settings_page(request)
 
 
 # --- sessions and calls ------------------------------------------------------------------------

@@ -55,10 +55,20 @@ class Role(models.TextChoices):
 REVIEW_ROLES = (Role.ADMIN, Role.OPERATOR, Role.REVIEWER)
 
 
+class MembershipQuerySet(models.QuerySet):
+    def for_tenant(self, tenant):
+        return self.filter(tenant=tenant)
+
+
 class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    # A membership is read across tenants (a person's tenants), so its manager does not fail closed; pages
+    # reach one through `for_tenant` like any tenant-owned row.
+    objects = MembershipQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_tenant")]
@@ -140,3 +150,55 @@ class ApiKey(TenantOwned):
         if self.last_used_at is None or (now - self.last_used_at).total_seconds() > 60:
             ApiKey.all_tenants.filter(pk=self.pk).update(last_used_at=now)
             self.last_used_at = now
+
+
+class Profile(models.Model):
+    """A person's own settings, beside the account (which keeps the email address)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True,
+                                related_name="profile")
+    name = models.CharField(max_length=150, blank=True)
+    time_zone = models.CharField(max_length=64, blank=True)  # an IANA name; empty: the server's (UTC)
+
+    def __str__(self):
+        return self.name or str(self.user)
+
+
+class InvitationState(models.TextChoices):
+    PENDING = "pending"
+    ACCEPTED = "accepted"
+    REVOKED = "revoked"
+    EXPIRED = "expired"
+
+
+class Invitation(TenantOwned):
+    """An invitation to join a tenant with a role, sent to an email address as a one-time link
+    (tenancy.people.invitations); only a hash of the link's secret is kept."""
+
+    email = models.EmailField(max_length=254)
+    role = models.CharField(max_length=10, choices=Role.choices)
+    secret_hash = models.CharField(max_length=64)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.email} ({self.role})"
+
+    @property
+    def state(self) -> str:
+        if self.accepted_at is not None:
+            return InvitationState.ACCEPTED
+        if self.revoked_at is not None:
+            return InvitationState.REVOKED
+        if self.expires_at <= timezone.now():
+            return InvitationState.EXPIRED
+        return InvitationState.PENDING

@@ -10,6 +10,7 @@ from common.errors import ServiceError
 from tenancy.models import (
     SYSTEM_AGENT_RESERVED,
     ApiKey,
+    Behavior,
     Membership,
     Role,
     Scope,
@@ -36,6 +37,18 @@ LIMIT_FIELDS = ("key_requests_per_minute", "tenant_requests_per_minute", "key_ca
 LIMIT_MAX = 10_000_000
 
 
+def _tenant_change(tenant: Tenant, values: dict, *, actor, verb: str) -> Tenant:
+    """Save the checked values that differ, with one audit entry naming them (none when nothing changed)."""
+    changed = {name: value for name, value in values.items() if getattr(tenant, name) != value}
+    if changed:
+        with transaction.atomic():
+            for name, value in changed.items():
+                setattr(tenant, name, value)
+            tenant.save(update_fields=list(changed))
+            audit_record(tenant=tenant, actor=actor, verb=verb, target=f"tenant:{tenant.slug}", data=changed)
+    return tenant
+
+
 def tenant_limits_set(*, tenant: Tenant, actor=None, **limits) -> Tenant:
     """Change the tenant's rate limits (tenancy.entry.limits; 0 is no limit). Only the named limits change."""
     unknown = sorted(set(limits) - set(LIMIT_FIELDS))
@@ -45,28 +58,57 @@ def tenant_limits_set(*, tenant: Tenant, actor=None, **limits) -> Tenant:
               if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= LIMIT_MAX}
     if errors:
         raise ServiceError(errors)
-    changed = {name: value for name, value in limits.items() if getattr(tenant, name) != value}
-    if changed:
-        with transaction.atomic():
-            for name, value in changed.items():
-                setattr(tenant, name, value)
-            tenant.save(update_fields=list(changed))
-            audit_record(tenant=tenant, actor=actor, verb="tenant.limits_set", target=f"tenant:{tenant.slug}",
-                         data=changed)
-    return tenant
+    return _tenant_change(tenant, limits, actor=actor, verb="tenant.limits_set")
 
 
+LAST_ADMIN = "a tenant keeps at least one admin: make another member an admin first"
+
+
+def _refuse_losing_the_last_admin(tenant: Tenant, user) -> None:
+    """Called under a lock of the tenant's admins, so two admins demoting each other cannot both succeed."""
+    admins = list(Membership.objects.for_tenant(tenant).filter(role=Role.ADMIN).select_for_update()
+                  .values_list("user_id", flat=True))
+    if admins == [user.pk]:
+        raise ServiceError([LAST_ADMIN])
+
+
+GOVERNANCE_FIELDS = ("default_behavior", "auto_allow_read_only", "max_parallel_calls")
+PARALLEL_MAX = 1000
+
+
+def tenant_governance_set(*, tenant: Tenant, actor=None, **values) -> Tenant:
+    """Change how the tenant decides and runs calls: the decision when no rule matches, whether read-only
+    tools run without asking, and how many of its calls run at once. Only the named settings change."""
+    errors = {name: ["not a setting"] for name in sorted(set(values) - set(GOVERNANCE_FIELDS))}
+    if "default_behavior" in values and values["default_behavior"] not in Behavior.values:
+        errors["default_behavior"] = [f"one of {', '.join(Behavior.values)}"]
+    if "auto_allow_read_only" in values and not isinstance(values["auto_allow_read_only"], bool):
+        errors["auto_allow_read_only"] = ["true or false"]
+    parallel = values.get("max_parallel_calls", 1)
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= PARALLEL_MAX:
+        errors["max_parallel_calls"] = [f"a whole number from 1 to {PARALLEL_MAX}"]
+    if errors:
+        raise ServiceError(errors)
+    return _tenant_change(tenant, values, actor=actor, verb="tenant.governance_set")
+
+
+@transaction.atomic
 def membership_set(*, tenant: Tenant, user, role: str, actor=None) -> Membership:
     if role not in Role.values:
         raise ServiceError({"role": [f"must be one of {', '.join(Role.values)}"]})
+    if role != Role.ADMIN:
+        _refuse_losing_the_last_admin(tenant, user)
     membership, _ = Membership.objects.update_or_create(user=user, tenant=tenant, defaults={"role": role})
     audit_record(tenant=tenant, actor=actor, verb="membership.set", target=f"user:{user.username}",
                  data={"role": role})
     return membership
 
 
+@transaction.atomic
 def membership_remove(*, tenant: Tenant, user, actor=None) -> bool:
-    """Take a user out of a tenant; their open console streams close within seconds (tenancy.grants)."""
+    """Take a user out of a tenant; their open console streams and waiting requests end within seconds
+    (tenancy.grants)."""
+    _refuse_losing_the_last_admin(tenant, user)
     removed, _ = Membership.objects.filter(user=user, tenant=tenant).delete()
     if removed:
         audit_record(tenant=tenant, actor=actor, verb="membership.removed", target=f"user:{user.username}")

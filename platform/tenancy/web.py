@@ -33,7 +33,8 @@ INVALID_STATUS = 400
 # The refusals of a service that a form shows as its own errors. A page that answers a refusal otherwise (a
 # 403 for `NotPermitted`, a 409 for `Conflict`) catches that subclass first.
 SERVICE_REFUSALS = (ServiceError,)
-ISSUED_KEY = "console.issued_key"  # session entry holding a new API key until the one page that shows it
+# The session entry holding a new secret (an API key, an invitation's link) until the one page that shows it.
+SHOWN_ONCE = "console.shown_once"
 
 # URL parameter name → (tenant-owned model, the view's keyword argument), declared by each app's URL conf.
 URL_OBJECTS: dict[str, tuple[type, str]] = {}
@@ -58,10 +59,23 @@ def allowed(membership, level: str) -> bool:
     raise ValueError(f"unknown access level {level!r}")
 
 
-def shows_issued_key(view):
-    """Mark the one view that may read a new API key from the session (every other page drops it)."""
-    view.shows_issued_key = True
+def shows_issued_secret(view):
+    """Mark a view that may read a new secret from the session (every other page drops it)."""
+    view.shows_issued_secret = True
     return view
+
+
+def issued_secret_keep(request, obj, secret: str) -> None:
+    """Hold a secret just made for `obj` for the next page, which shows it once (`issued_secret_take`)."""
+    request.session[SHOWN_ONCE] = {"model": obj._meta.label, "tenant": request.tenant.pk, "id": obj.pk,
+                                      "secret": secret}
+
+
+def issued_secret_take(request, obj) -> str | None:
+    """The secret held for `obj`, once: None when it was shown already, or is another object's."""
+    issued = request.session.pop(SHOWN_ONCE, None) or {}
+    mine = (issued.get("model"), issued.get("tenant"), issued.get("id")) == (obj._meta.label, request.tenant.pk, obj.pk)
+    return issued.get("secret") if mine else None
 
 
 def tenant_view(*, methods=("GET",), read=MEMBER, write=OPERATE):
@@ -88,8 +102,8 @@ def tenant_view(*, methods=("GET",), read=MEMBER, write=OPERATE):
             if not allowed(request.membership, read if request.method in READ_METHODS else write):
                 raise PermissionDenied("Your role in this tenant cannot do this.")
             background = request.headers.get("X-Toolkeeper-Live") == "1"  # the live client's own fetches
-            if ISSUED_KEY in request.session and not background and not getattr(view, "shows_issued_key", False):
-                del request.session[ISSUED_KEY]  # not followed to its page: the secret is gone for good
+            if SHOWN_ONCE in request.session and not background and not getattr(view, "shows_issued_secret", False):
+                del request.session[SHOWN_ONCE]  # not followed to its page: the secret is gone for good
             return view(request, **objects)
 
         return login_required(wrapper)

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from audit.api.views import AuditVerifyView, AuditViewSet
 from tenancy.api.urls import urlpatterns as tenancy_api
+from tenancy.people import pages as people_pages
 
 api_v1 = [
     path("", include("tools.api.urls")),
@@ -26,6 +27,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # a person's own pages, outside any tenant
+    path("account/profile/", people_pages.profile, name="profile"),
+    path("account/invitations/<str:token>/", people_pages.invitation_accept, name="invitation_accept"),
     path("t/<slug:tenant>/", include("approvals.urls")),
     path("t/<slug:tenant>/knowledge/", include("knowledge.urls")),
     path("t/<slug:tenant>/skills/", include("skills.urls")),

@@ -29,6 +29,16 @@ def http_tool_of(tenant_world):
     return endpoint
 
 
+def invitation_of(tenant_world):
+    """An open invitation of the tenant for page tests."""
+    from tenancy.models import Invitation
+    from tenancy.people.services import invitation_create
+
+    invitation = Invitation.objects.for_tenant(tenant_world.tenant).filter(email="pages@example.com").first()
+    return invitation or invitation_create(tenant=tenant_world.tenant, email="pages@example.com",
+                                           role="viewer").invitation
+
+
 def object_ids(tenant_world) -> dict:
     """One id per console URL parameter, from a tenant of the test world."""
     return {
@@ -41,6 +51,8 @@ def object_ids(tenant_world) -> dict:
         "server_id": mcp_server_of(tenant_world).pk,
         "http_tool_id": http_tool_of(tenant_world).pk,
         "redaction_rule_id": redaction_rule_of(tenant_world).pk,
+        "member_id": tenant_world.tenant.memberships.get(user=tenant_world.users["reviewer"]).pk,
+        "invitation_id": invitation_of(tenant_world).pk,
     }
 
 
@@ -61,6 +73,11 @@ def console_routes() -> list[tuple[str, list[str]]]:
             walk(entry.url_patterns, [])
     assert routes, "no console routes found"
     return routes
+
+
+def page_text(response) -> str:
+    """A page's text, streamed or not (the audit exports stream)."""
+    return b"".join(response).decode("utf-8", "replace")
 
 
 def console_url(name: str, params: list[str], tenant_world, ids=None) -> str:

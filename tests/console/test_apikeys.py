@@ -89,8 +89,8 @@ def test_revoke_locks_the_key_out_of_the_api(world):
 def test_a_secret_not_picked_up_at_once_is_dropped(world):
     client = world.a.console("admin")
     created_url = create_key(client)["Location"]
-    assert "console.issued_key" in client.session  # only between the redirect and its page
+    assert "console.shown_once" in client.session  # only between the redirect and its page
     client.get("/t/acme/keys/")  # the admin went elsewhere instead of following the redirect
-    assert "console.issued_key" not in client.session
+    assert "console.shown_once" not in client.session
     page = client.get(created_url).content.decode()
     assert not KEY_RE.search(page) and "cannot be shown again" in page

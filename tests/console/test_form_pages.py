@@ -1,7 +1,7 @@
 """The console's create, edit and delete pages, declared (tests/view_cases.py): who may use them, what they
 refuse (400, nothing saved), what they save (audited, then a redirect), and that tenant B stays out of reach."""
 from tenancy.models import ApiKey, Tenant
-from tenancy.services import LIMIT_FIELDS, apikey_create
+from tenancy.services import GOVERNANCE_FIELDS, LIMIT_FIELDS, apikey_create
 from tests.view_cases import CreateCases, DeleteCases, EditCases, RefusingDeleteCases, SwitchCases
 from tools.catalog.services import binding_set, group_create
 from tools.models import BoundArgument, Tool, ToolGroup
@@ -169,8 +169,34 @@ class TestTenantSettings(EditCases):
         return list(Tenant.objects.filter(pk=tw.tenant.pk).values(*LIMIT_FIELDS))
 
     def valid(self, world):
-        return {name: str(value) for name, value in LIMITS.items()}, LIMITS
+        return {"section": "limits", **{name: str(value) for name, value in LIMITS.items()}}, LIMITS
 
     def invalid(self, world):
-        return [({**LIMITS, "key_calls_in_flight": "-3"}, "greater than or equal to 0"),
-                ({**LIMITS, "tenant_calls_in_flight": "many"}, "Enter a whole number")]
+        return [({"section": "limits", **LIMITS, "key_calls_in_flight": "-3"}, "greater than or equal to 0"),
+                ({"section": "limits", **LIMITS, "tenant_calls_in_flight": "many"}, "Enter a whole number")]
+
+
+class TestTenantGovernance(EditCases):
+    """The settings page's decisions section: what happens to a call no rule decides, read-only tools, and
+    how many calls run at once."""
+
+    url_name = "console:tenant_settings"
+    model = Tenant
+    audit_verb = "tenant.governance_set"
+    success_url = "console:tenant_settings"
+
+    def object_of(self, tw):
+        return tw.tenant
+
+    def rows(self, tw):
+        return list(Tenant.objects.filter(pk=tw.tenant.pk).values(*GOVERNANCE_FIELDS))
+
+    def valid(self, world):
+        return ({"section": "governance", "default_behavior": "deny", "max_parallel_calls": "3"},
+                {"default_behavior": "deny", "auto_allow_read_only": False, "max_parallel_calls": 3})
+
+    def invalid(self, world):
+        valid = {"section": "governance", "default_behavior": "deny", "max_parallel_calls": "3"}
+        return [({**valid, "max_parallel_calls": "0"}, "greater than or equal to 1"),
+                ({**valid, "max_parallel_calls": "1001"}, "less than or equal to 1000"),
+                ({**valid, "default_behavior": "maybe"}, "Select a valid choice")]

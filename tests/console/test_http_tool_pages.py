@@ -5,7 +5,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from tests.console.conftest import console_routes, console_url
+from tests.console.conftest import console_routes, console_url, page_text
 from tests.view_cases import CreateCases, DeleteCases, EditCases
 from tools.http_tools.services import http_tool_create
 from tools.models import HttpEndpoint, Tool
@@ -114,7 +114,7 @@ def test_secrets_are_set_removed_and_never_shown(world):
         if set(params) <= {"tenant", "tool_id", "http_tool_id"}:  # the tool's pages and the tenant's lists
             url = console_url(name, params, a, ids={"tool_id": tool.pk, "http_tool_id": endpoint.pk})
             if (response := client.get(url)).status_code == 200:
-                pages[url] = response.content.decode()
+                pages[url] = page_text(response)
     detail = pages[reverse("console:tool_detail", kwargs={"tenant": a.tenant.slug, "tool_id": tool.pk})]
     assert "data-http-endpoint" in detail and '<span class="tag">token</span>' in detail
     assert "Bearer {secret:token}" in detail  # the header's template, not its value

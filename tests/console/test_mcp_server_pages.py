@@ -7,7 +7,7 @@ from django.test import override_settings
 from django.urls import reverse
 
 from audit.models import Event
-from tests.console.conftest import console_routes, console_url
+from tests.console.conftest import console_routes, console_url, page_text
 from tests.view_cases import ActionCases, CreateCases, DeleteCases, EditCases
 from tools.catalog.services import binding_set, tool_update
 from tools.models import McpServer, Tool, ToolGroup
@@ -148,7 +148,7 @@ def _every_page(client, tw) -> dict[str, str]:
         url = console_url(name, params, tw)
         response = client.get(url)
         if response.status_code == 200:
-            pages[url] = response.content.decode()
+            pages[url] = page_text(response)
     return pages
 
 

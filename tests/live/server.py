@@ -98,6 +98,8 @@ class LiveServer:
             "TOOLKEEPER_EXECUTOR": "local",
             "LOG_LEVEL": "WARNING",
         })
+        if self.url:
+            env["TOOLKEEPER_PUBLIC_URL"] = self.url  # the links it makes (notifications, invitations) lead back to it
         env.update(self.extra_env)
         return env
 

@@ -283,8 +283,8 @@ def test_calls_admit_asks_for_the_counts_only_when_a_limit_applies_to_new_calls(
 
 # --- who sets the limits -------------------------------------------------------------------------
 
-LIMITS_FORM = {"key_requests_per_minute": "2", "tenant_requests_per_minute": "100", "key_calls_in_flight": "5",
-               "tenant_calls_in_flight": "50"}
+LIMITS_FORM = {"section": "limits", "key_requests_per_minute": "2", "tenant_requests_per_minute": "100",
+               "key_calls_in_flight": "5", "tenant_calls_in_flight": "50"}
 
 
 @pytest.mark.parametrize("role", ["admin", "operator"])

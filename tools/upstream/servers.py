@@ -515,6 +515,15 @@ def mcp_server_update(*, server: McpServer, actor=None, **changes) -> McpServer:
     return server
 
 
+def mcp_servers_trust_set(*, tenant, trusted, actor=None) -> list[McpServer]:
+    """Trust exactly the `trusted` servers of the tenant (the settings page's list); the servers whose trust
+    changed, each updated and audited as one edit would be."""
+    wanted = {server.pk for server in trusted}
+    changed = [server for server in McpServer.objects.for_tenant(tenant).order_by("name")
+               if server.trusted != (server.pk in wanted)]
+    return [mcp_server_update(server=server, actor=actor, trusted=server.pk in wanted) for server in changed]
+
+
 def _differs(server: McpServer, name: str, value) -> bool:
     try:
         return value != getattr(server, name)

@@ -1,6 +1,8 @@
 import json
 
 from django import template
+from django.utils import timezone
+from django.utils.html import format_html
 
 from common.json_values import input_changes
 
@@ -22,3 +24,15 @@ def compact_json(value) -> str:
 def input_diff(after, before) -> list[tuple[str, str, str]]:
     """A reviewer's input (`after`) against the model's (`before`), argument by argument."""
     return input_changes(before, after)
+
+
+@register.filter
+def instant(value) -> str:
+    """The one way an instant is shown: the minute, in the viewer's time zone and named with it; the exact
+    instant, with its offset, on hover and for machines."""
+    if not value:
+        return ""
+    local = timezone.localtime(value)
+    return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(),
+                       local.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + local.strftime(" %Z (UTC%z)"),
+                       local.strftime("%Y-%m-%d %H:%M %Z"))

@@ -17,6 +17,9 @@ from tools.catalog.services import binding_set, catalog_sync, group_create, grou
 from tools.models import Tool, ToolGroup
 
 DEMO_TENANT = "demo"
+# The demo's people: an admin, and reviewers enough for a queue with four-eyes and a quorum of 2 (three
+# members who review, since the session's own user may be one of them).
+DEMO_ACCOUNTS = {"operator": Role.ADMIN, "reviewer": Role.REVIEWER, "reviewer2": Role.REVIEWER}
 
 
 class Command(BaseCommand):
@@ -40,7 +43,7 @@ class Command(BaseCommand):
         out("Toolkeeper is starting (embedded mode).")
         out(f"  console:  {url}/t/{DEMO_TENANT}/")
         out(f"  API docs: {url}/api/docs/")
-        for role in ("operator", "reviewer"):
+        for role in DEMO_ACCOUNTS:
             if role in credentials:
                 out(f"  {role} login: {credentials[role]['username']} / {credentials[role]['password']}")
         if "api_key" in credentials:
@@ -54,16 +57,16 @@ def seed_demo() -> dict:
     users = get_user_model().objects
     credentials = {}
     accounts = {}
-    for role in ("operator", "reviewer"):
+    for name in DEMO_ACCOUNTS:
         password = secrets.token_urlsafe(9)
-        user = users.filter(username=role).first() or users.create_user(username=role)
+        user = users.filter(username=name).first() or users.create_user(username=name)
         user.set_password(password)
         user.save()
-        accounts[role] = user
-        credentials[role] = {"username": role, "password": password}
+        accounts[name] = user
+        credentials[name] = {"username": name, "password": password}
     tenant = tenant_create(slug=DEMO_TENANT, name="Demo", admin=None, default_behavior="allow")
-    membership_set(tenant=tenant, user=accounts["operator"], role=Role.ADMIN)
-    membership_set(tenant=tenant, user=accounts["reviewer"], role=Role.REVIEWER)
+    for name, role in DEMO_ACCOUNTS.items():
+        membership_set(tenant=tenant, user=accounts[name], role=role)
     groups = {g.name: g for g in ToolGroup.objects.for_tenant(tenant)}
     notes = {
         "math": ("Exact arithmetic.", "Use calculate for any arithmetic; never compute in your head."),
