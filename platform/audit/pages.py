@@ -9,7 +9,6 @@ import csv
 import io
 import json
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta
 from urllib.parse import urlencode
 
 from asgiref.sync import sync_to_async
@@ -24,7 +23,7 @@ from django.views.decorators.cache import never_cache
 
 from audit.models import Event
 from audit.selectors import audit_check, audit_check_recent
-from tenancy.web import OPERATE, page_of, tenant_redirect, tenant_view
+from tenancy.web import OPERATE, ListFilterForm, page_of, tenant_redirect, tenant_view
 
 EXPORT_CHUNK = 2000  # entries read at a time while an export streams
 EXPORT_FIELDS = ("id", "at", "actor", "verb", "target", "data", "hash", "strand")
@@ -49,46 +48,32 @@ def register_target_links(links: dict[str, TargetLink]) -> None:
             raise ImproperlyConfigured(f"audit target {kind!r} already links to {known.url_name}")
 
 
-class AuditFilterForm(forms.Form):
+class AuditFilterForm(ListFilterForm):
     actor = forms.CharField(required=False, max_length=150, widget=forms.TextInput(attrs={"type": "search"}),
                             help_text="A user name or an API key's name (apikey:…); part of it is enough.")
     action = forms.CharField(required=False, max_length=64, widget=forms.TextInput(attrs={"type": "search"}),
                              help_text="An action, or the start of one: membership. finds every membership change.")
     target = forms.CharField(required=False, max_length=200, widget=forms.TextInput(attrs={"type": "search"}),
                              help_text="What it changed, or the start of it: tool:12, or tool: for every tool.")
-    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
-    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}),
-                            help_text="Both days included, in your time zone.")
     entry = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+    field_order = ["actor", "action", "target", "since", "until", "entry"]
+    date_field = "at"
 
-    def clean(self):
-        cleaned = super().clean()
-        if cleaned.get("since") and cleaned.get("until") and cleaned["since"] > cleaned["until"]:
-            self.add_error("until", "the last day comes after the first")
-        return cleaned
-
-
-def _day_start(day) -> datetime:
-    return timezone.make_aware(datetime.combine(day, time.min))  # in the zone the page is shown in
+    def narrow(self, queryset, values: dict):
+        if values.get("entry"):
+            queryset = queryset.filter(pk=values["entry"])
+        if values.get("actor"):
+            queryset = queryset.filter(actor_label__icontains=values["actor"])
+        if values.get("action"):
+            queryset = queryset.filter(verb__startswith=values["action"])
+        if values.get("target"):
+            queryset = queryset.filter(target__startswith=values["target"])
+        return queryset
 
 
 def filtered_events(tenant, form: AuditFilterForm):
-    """The tenant's entries that a valid filter form asks for, newest first."""
-    events = Event.objects.for_tenant(tenant).order_by("-id")
-    values = form.cleaned_data if form.is_valid() else {}
-    if values.get("entry"):
-        events = events.filter(pk=values["entry"])
-    if values.get("actor"):
-        events = events.filter(actor_label__icontains=values["actor"])
-    if values.get("action"):
-        events = events.filter(verb__startswith=values["action"])
-    if values.get("target"):
-        events = events.filter(target__startswith=values["target"])
-    if values.get("since"):
-        events = events.filter(at__gte=_day_start(values["since"]))
-    if values.get("until"):
-        events = events.filter(at__lt=_day_start(values["until"] + timedelta(days=1)))
-    return events
+    """The tenant's entries that the filter form asks for, newest first."""
+    return form.filtered(Event.objects.for_tenant(tenant).order_by("-id"))
 
 
 def target_links(tenant, events) -> dict[str, str]:
@@ -137,7 +122,7 @@ def audit_log(request):
     form = AuditFilterForm(request.GET or None)
     page = page_of(request, filtered_events(request.tenant, form))
     check, checked_at = audit_check_recent(tenant=request.tenant)
-    filters = {name: value for name, value in request.GET.items() if name != "page" and value}
+    filters = form.filters()
     links = target_links(request.tenant, page.object_list)
     return render(request, "console/audit_log.html", {
         "form": form, "page": page, "rows": [(event, links.get(event.target)) for event in page.object_list],

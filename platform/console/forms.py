@@ -1,14 +1,16 @@
 """Forms of the console's own pages. Querysets are always the tenant's (`for_tenant`): a choice from another
 tenant is invalid. Page forms are `TenantForm`s, built by the generic views of `tenancy.editing`."""
 from django import forms
+from django.db.models import Q
 
 from common.json_values import JSONValueField
+from console.search import SEARCH_MAX, uuid_or_none
 from tenancy.editing import text_lines
 from tenancy.models import SYSTEM_AGENT_RESERVED, Behavior, Scope, Tenant, is_system_agent
 from tenancy.services import LIMIT_FIELDS, LIMIT_MAX, PARALLEL_MAX
-from tenancy.web import TenantForm
+from tenancy.web import ListFilterForm, TenantForm
 from tools.catalog.schemas import argument_choices
-from tools.models import CallStatus, McpServer, Tool, ToolCall
+from tools.models import CallStatus, McpServer, Tool
 
 
 def _tools_of(tenant):
@@ -167,15 +169,59 @@ class McpTrustForm(TenantForm):
         return {"trusted": list(McpServer.objects.for_tenant(tenant).filter(trusted=True))}
 
 
-class CallFilterForm(forms.Form):
-    # The filter bar shows no labels: each select is named for screen readers.
-    status = forms.ChoiceField(required=False, choices=[("", "any status"), *CallStatus.choices],
-                               widget=forms.Select(attrs={"aria-label": "Status"}))
-    tool = forms.ChoiceField(required=False, choices=[("", "any tool")],
-                             widget=forms.Select(attrs={"aria-label": "Tool"}))
+def _search(label: str, help_text: str = "", **attrs) -> forms.CharField:
+    return forms.CharField(required=False, max_length=200, label=label, help_text=help_text,
+                           widget=forms.TextInput(attrs={"type": "search", **attrs}))
 
-    def __init__(self, *args, tenant, **kwargs):
-        super().__init__(*args, **kwargs)
-        names = (ToolCall.objects.for_tenant(tenant).order_by("tool_name")
-                 .values_list("tool_name", flat=True).distinct())
-        self.fields["tool"].choices = [("", "any tool"), *((name, name) for name in names)]
+
+class CallFilterForm(ListFilterForm):
+    id = _search("Call id", "The call's id, or the id the app gave it.", spellcheck="false")
+    tool = _search("Tool", "Part of the name.", list="tool-names", spellcheck="false")
+    agent = _search("Agent", "Part of the name.")
+    user = _search("User", "Part of the name.")
+    session = forms.UUIDField(required=False, label="Session", widget=forms.TextInput(
+        attrs={"type": "search", "spellcheck": "false"}))
+    status = forms.ChoiceField(required=False, choices=[("", "any status"), *CallStatus.choices])
+    decision = forms.ChoiceField(required=False, choices=[("", "any decision"), *Behavior.choices],
+                                 help_text="What the rules decided: ask is a call a reviewer was asked about.")
+    field_order = ["id", "tool", "agent", "user", "session", "status", "decision", "since", "until"]
+
+    def narrow(self, queryset, values: dict):
+        if values["id"]:
+            ids = Q(call_id=values["id"])
+            if (pk := uuid_or_none(values["id"])) is not None:
+                ids |= Q(pk=pk)
+            queryset = queryset.filter(ids)
+        if values["tool"]:
+            queryset = queryset.filter(tool_name__icontains=values["tool"])
+        if values["agent"]:
+            queryset = queryset.filter(session__agent__icontains=values["agent"])
+        if values["user"]:
+            queryset = queryset.filter(session__user__icontains=values["user"])
+        if values["session"]:
+            queryset = queryset.filter(session_id=values["session"])
+        if values["status"]:
+            queryset = queryset.filter(status=values["status"])
+        if values["decision"]:
+            queryset = queryset.filter(decision__behavior=values["decision"])
+        return queryset
+
+
+class SessionFilterForm(ListFilterForm):
+    agent = _search("Agent", "Part of the name.")
+    user = _search("User", "Part of the name.")
+    field_order = ["agent", "user", "since", "until"]
+
+    def narrow(self, queryset, values: dict):
+        if values["agent"]:
+            queryset = queryset.filter(agent__icontains=values["agent"])
+        if values["user"]:
+            queryset = queryset.filter(user__icontains=values["user"])
+        return queryset
+
+
+
+class FindForm(forms.Form):
+    q = forms.CharField(max_length=SEARCH_MAX, label="Find", widget=forms.TextInput(attrs={"type": "search"}),
+                        help_text="A call's id (or the one its app gave), a session's id, a request's number, "
+                                  "a tool's name or part of it, an agent's or a user's name.")

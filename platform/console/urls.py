@@ -71,6 +71,7 @@ tenant_pages = [
     path("keys/new/", views.apikey_create, name="apikey_create"),
     path("keys/<int:key_id>/created/", views.apikey_created, name="apikey_created"),
     path("keys/<int:key_id>/revoke/", views.apikey_revoke, name="apikey_revoke"),
+    path("search/", views.search, name="search"),
     path("sessions/", views.session_list, name="session_list"),
     path("sessions/<str:session_id>/", views.session_detail, name="session_detail"),
     path("calls/", views.call_list, name="call_list"),

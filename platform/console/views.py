@@ -23,13 +23,16 @@ from console.forms import (
     ApiKeyForm,
     BindingForm,
     CallFilterForm,
+    FindForm,
     GovernanceForm,
     GroupForm,
     LimitsForm,
     McpTrustForm,
+    SessionFilterForm,
     SurfacePreviewForm,
     ToolStateForm,
 )
+from console.search import SEARCH_MAX, find
 from tenancy import services as tenancy_services
 from tenancy.editing import ObjectDeleteView, ObjectFormView
 from tenancy.models import ApiKey
@@ -354,8 +357,11 @@ def tenant_settings(request):
 
 @tenant_view()
 def session_list(request):
+    form = SessionFilterForm(request.GET or None)
     sessions = AgentSession.objects.for_tenant(request.tenant).select_related("api_key").defer(*SESSION_PAYLOADS)
-    return render(request, "console/session_list.html", {"page": page_of(request, sessions)})
+    return render(request, "console/session_list.html", {
+        "form": form, "page": page_of(request, form.filtered(sessions)), "filters": form.filters(),
+    }, status=200 if form.is_valid() or not form.is_bound else 400)
 
 
 @tenant_view()
@@ -372,24 +378,29 @@ def session_detail(request, session):
 
 @tenant_view()
 def call_list(request):
-    calls = call_rows(ToolCall.objects.for_tenant(request.tenant)).order_by("-created_at", "-pk")
-    form = CallFilterForm(request.GET or None, tenant=request.tenant)
-    filters = {}
-    if form.is_bound and form.is_valid():
-        if form.cleaned_data["status"]:
-            calls = calls.filter(status=form.cleaned_data["status"])
-            filters["status"] = form.cleaned_data["status"]
-        if form.cleaned_data["tool"]:
-            calls = calls.filter(tool_name=form.cleaned_data["tool"])
-            filters["tool"] = form.cleaned_data["tool"]
+    form = CallFilterForm(request.GET or None)
+    calls = form.filtered(call_rows(ToolCall.objects.for_tenant(request.tenant)).order_by("-created_at", "-pk"))
     if request.GET.get("fragment") == "rows":
         return render(request, "console/_call_rows.html", {
             "calls": calls.filter(pk__in=_named_calls(request)),
             "hide_session": request.GET.get("hide_session") == "1",
         })
     return render(request, "console/call_list.html", {
-        "form": form, "page": page_of(request, calls), "filters": filters,
-    })
+        "form": form, "page": page_of(request, calls), "filters": form.filters(),
+        "tool_names": Tool.objects.for_tenant(request.tenant).order_by("name").values_list("name", flat=True),
+    }, status=200 if form.is_valid() or not form.is_bound else 400)
+
+
+@tenant_view()
+def search(request):
+    """The header's search box: straight to what the text names when it names one thing, else the list."""
+    form = FindForm(request.GET or None)
+    found = find(request.tenant, form.cleaned_data["q"]) if form.is_valid() else []
+    if len(found) == 1 and found[0].kind != "sessions":
+        return redirect(found[0].url)
+    return render(request, "console/search.html", {
+        "form": form, "found": found, "current_search": request.GET.get("q", "")[:SEARCH_MAX],
+    }, status=200 if form.is_valid() or not form.is_bound else 400)
 
 
 def _named_calls(request) -> list[str]:

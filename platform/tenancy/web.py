@@ -9,7 +9,10 @@
 - `add_service_errors` / `service_messages`: a service's refusal (`common.errors.ServiceError`) shown on a
   form, or as plain messages: the console's one mapping of those errors.
 - `TenantForm`: the base of the forms of tenant pages (the generic views in `tenancy.editing` build them).
+- `ListFilterForm`: the base of a list's filters, with a range of days read in the viewer's time zone.
+- `duration_text`: the one way a duration is written (instants: the console's `instant` filter).
 """
+from datetime import datetime, time, timedelta
 from functools import wraps
 
 from django import forms
@@ -18,6 +21,7 @@ from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpResponseNotAllowed
 from django.shortcuts import redirect, render
+from django.utils import timezone
 
 from common.errors import RateLimited, ServiceError
 from tenancy.entry.admission import Entry, admit
@@ -168,3 +172,65 @@ class TenantForm(forms.Form):
 
     def service_values(self) -> dict:
         return dict(self.cleaned_data)
+
+
+def _day_start(day) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min))  # in the zone the page is shown in
+
+
+class ListFilterForm(forms.Form):
+    """A list's filters, read from the query string: the first and last day shown (both included, in the
+    viewer's time zone), then each subclass's fields. An invalid filter lists nothing rather than everything."""
+
+    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}),
+                            help_text="Both days included, in your time zone.")
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("since") and cleaned.get("until") and cleaned["since"] > cleaned["until"]:
+            self.add_error("until", "the last day comes after the first")
+        return cleaned
+
+    date_field = "created_at"  # what the range of days is about
+
+    def filtered(self, queryset):
+        """The rows the filters ask for: all of them with no filter, none with an invalid one."""
+        if not self.is_bound:
+            return queryset
+        if not self.is_valid():
+            return queryset.none()
+        values = self.cleaned_data
+        if values.get("since"):
+            queryset = queryset.filter(**{f"{self.date_field}__gte": _day_start(values["since"])})
+        if values.get("until"):
+            queryset = queryset.filter(**{f"{self.date_field}__lt": _day_start(values["until"] + timedelta(days=1))})
+        return self.narrow(queryset, values)
+
+    def narrow(self, queryset, values: dict):
+        """The subclass's own filters (`values` are valid)."""
+        return queryset
+
+    def filters(self) -> dict[str, str]:
+        """The filters given, as the query string had them: kept by the pager, the exports and live rows."""
+        return {name: value for name, value in self.data.items() if name in self.fields and value}
+
+
+DURATION_UNITS = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+
+
+def duration_text(value) -> str:
+    """A duration (a timedelta or seconds) in its two largest units: "0.35 s", "45 s", "1 min 5 s", "2 h",
+    "3 d 4 h". Below 10 s with its hundredths, since a call's steps take fractions of a second."""
+    seconds = abs(value.total_seconds() if isinstance(value, timedelta) else float(value))
+    if seconds < 10:
+        return f"{seconds:.2f}".rstrip("0").rstrip(".") + " s"
+    left = int(seconds) if seconds >= 60 else round(seconds)
+    parts = []
+    for unit, size in DURATION_UNITS:
+        if left >= size or parts:
+            count, left = divmod(left, size)
+            parts.append((count, unit))
+        if len(parts) == 2:
+            break
+    return " ".join(f"{count} {unit}" for count, unit in parts if count or (count, unit) == parts[0])

@@ -450,6 +450,8 @@ def test_an_external_task_can_fail_and_viewers_cannot_answer(world, inbox_extern
 # --- queries -----------------------------------------------------------------------------------
 
 def _inbox_queries(client, tenant, name="inbox") -> int:
+    """The queries of a page viewed again: what a first view keeps in the cache (the viewer's zone) is kept."""
+    client.get(url(name, tenant))
     with CaptureQueriesContext(connection) as captured:
         response = client.get(url(name, tenant))
     assert response.status_code == 200

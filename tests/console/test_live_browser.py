@@ -152,6 +152,10 @@ def _watch_a_long_call(server, app, session_id) -> None:
         shown = [int(seq) for seq in page.locator("[data-live-timeline] tr").evaluate_all(
             "rows => rows.map(row => row.dataset.seq)")]
         assert shown == [event["seq"] for event in stored]
+        # Each event's time, added live or not, is how long after the call was made, in the one duration format.
+        after = page.locator("[data-live-timeline] tr td:nth-child(2)").all_inner_texts()
+        assert len(after) == len(stored), after
+        assert all(re.fullmatch(r"\+(\d+(\.\d+)? s|\d+ min( \d+ s)?)", text) for text in after), after
         texts = [e["data"]["text"] for e in stored if e["kind"] in ("progress", "output") and e["data"]["text"]]
         assert page.locator("[data-live-output] .line").all_inner_texts() == texts
         assert texts[-1] == "done" and f"{SECONDS} s left" in texts

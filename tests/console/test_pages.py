@@ -9,7 +9,7 @@ pytestmark = pytest.mark.django_db
 # Pages a member of each role may open with GET (the rest are POST-only or need a higher role).
 READ_PAGES = ["dashboard", "tool_list", "tool_detail", "tool_plugins", "group_list", "binding_list", "apikey_list",
               "session_list", "session_detail", "call_list", "call_detail", "mcp_server_list", "mcp_server_detail",
-              "redaction_rule_list"]
+              "redaction_rule_list", "search"]
 OPERATOR_PAGES = ["group_create", "group_edit", "group_delete", "binding_create", "tenant_settings",
                   "mcp_server_create", "mcp_server_edit", "mcp_server_delete", "http_tool_create",
                   "http_tool_edit", "http_tool_delete", "tool_result_steps", "call_cancel", "tool_disable",
@@ -131,8 +131,9 @@ def test_call_list_filters_and_detail_shows_timeline_and_audit(world):
     assert "call_missing" in failed and "call_time" not in failed
     by_tool = client.get("/t/acme/calls/?tool=reset_tools").content.decode()
     assert "call_time" in by_tool and "call_missing" not in by_tool
-    bad = client.get("/t/acme/calls/?status=nonsense")
-    assert bad.status_code == 200 and "Select a valid choice" in bad.content.decode()
+    bad = client.get("/t/acme/calls/?status=nonsense")  # said, and nothing listed rather than everything
+    assert bad.status_code == 400 and "Select a valid choice" in bad.content.decode()
+    assert "call_time" not in bad.content.decode() and "call_missing" not in bad.content.decode()
 
     call = world.a.calls[1]
     page = client.get(f"/t/acme/calls/{call.pk}/").content.decode()

@@ -219,7 +219,7 @@ def test_a_profile_keeps_name_email_and_time_zone_and_pages_use_the_zone(world):
     assert user.email == "ada@acme.example"
     assert Profile.objects.get(user=user).time_zone == "Asia/Tokyo"
     members = client.get("/t/acme/members/").content.decode()
-    assert "Ada Admin" in members and " JST</td>" in members
+    assert "Ada Admin" in members and " JST</time>" in members
 
 
 def test_services_refuse_an_unknown_time_zone_and_a_long_name(world):

@@ -14,6 +14,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from tenancy.models import KEY_PREFIX, ApiKey, Scope
+from tenancy.web import duration_text
 from tools.catalog.selectors import MCP_PRESENCE_S, mcp_presence
 from tools.gateway.protocol import AGENT_HEADER, CONNECTION_SESSION, KEY_SESSION
 
@@ -39,22 +40,13 @@ class McpPresence:
     connected: bool
     unknown: bool = False  # the shared cache could not be read
     last_at: datetime | None = None
-    ago: str = ""  # "12 s", "1 min 5 s"
     how: str = ""  # PRESENCE_KINDS
     opened_by: str = ""  # set when an MCP client opened the session (not the REST API)
 
     @property
     def window(self) -> str:
         """How recent a request must be for the session to count as connected."""
-        return _ago(MCP_PRESENCE_S)
-
-
-def _ago(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+        return duration_text(MCP_PRESENCE_S)
 
 
 def _opened_by(session) -> str:
@@ -81,7 +73,7 @@ def session_mcp_presence(session, *, now: datetime | None = None) -> McpPresence
     at = seen["at"]
     age = ((now or timezone.now()) - at).total_seconds()
     return McpPresence(
-        connected=age <= MCP_PRESENCE_S, last_at=at, ago=_ago(age),
+        connected=age <= MCP_PRESENCE_S, last_at=at,
         how=PRESENCE_KINDS.get(seen.get("how"), PRESENCE_KINDS["attached"]), opened_by=opened_by,
     )
 

@@ -26,6 +26,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from common.errors import ServiceError
 from tenancy.models import Invitation, InvitationState, Membership, Profile, Role, Tenant, hash_secret
+from tenancy.people.zones import zone_forget
 from tenancy.services import membership_set
 
 INVITATION_DAYS = 7
@@ -211,4 +212,7 @@ def profile_update(*, user, name: str, email: str, time_zone: str) -> Profile:
         if user.email != email:
             user.email = email
             user.save(update_fields=["email"])
+        # Forgotten now and again once saved: a page read meanwhile may have kept the zone before.
+        zone_forget(user.pk)
+        transaction.on_commit(lambda: zone_forget(user.pk))
     return profile
