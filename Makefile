@@ -89,7 +89,7 @@ $(COVER_STAMP): $(STAMP)
 	touch $(COVER_STAMP)
 
 coverage: $(COVER_STAMP) install-node
-	$(BIN)/python -m pytest -n auto --dist loadgroup --cov --cov-report=term
+	$(BIN)/python -m pytest -n auto --dist loadgroup --cov --cov-report=term -m "not stops_threads"
 
 lint: install
 	$(BIN)/ruff check .

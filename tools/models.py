@@ -54,6 +54,8 @@ class McpServer(TenantOwned):
     include = models.JSONField(default=list, blank=True, help_text="upstream tool names to take; empty: all")
     exclude = models.JSONField(default=list, blank=True, help_text="upstream tool names to leave out")
     trusted = models.BooleanField(default=False, help_text="its tools' annotations become their flags")
+    join_group = models.ForeignKey("ToolGroup", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                   help_text="the group each tool a sync adds joins")
     status = models.CharField(max_length=8, choices=McpStatus.choices, default=McpStatus.NEW)
     last_error = models.TextField(blank=True, default="")
     last_synced_at = models.DateTimeField(null=True, blank=True)

@@ -2,6 +2,8 @@
 tenant is invalid. Page forms are `TenantForm`s, built by the generic views of `tenancy.editing`."""
 from django import forms
 from django.db.models import Q
+from django.utils.html import format_html, format_html_join
+from django.utils.text import Truncator
 
 from common.json_values import JSONValueField
 from console.search import SEARCH_MAX, uuid_or_none
@@ -24,6 +26,50 @@ class ToolStateForm(TenantForm):
         return {"enabled": tool.enabled}
 
 
+SOURCE_LABELS = {"python": "Python plugin", "http": "HTTP tool", "external": "the app's (external)",
+                 "builtin": "built-in"}
+
+
+def _source_of(tool) -> tuple[str, str]:
+    """(filter value, words) of where a tool comes from: its MCP server by name, else its kind of source."""
+    if tool.mcp_server_id:
+        return f"mcp:{tool.mcp_server.name}", f"MCP server {tool.mcp_server.name}"
+    return tool.source, SOURCE_LABELS.get(tool.source, tool.source)
+
+
+class ToolPicker(forms.CheckboxSelectMultiple):
+    """The group editor's tools: a row per tool with where it comes from, which the page filters by source and
+    by name and selects by what is shown (templates/console/group_form.html). Without scripts: the whole list."""
+
+    def render(self, name, value, attrs=None, renderer=None):
+        chosen = {str(item) for item in (value or [])}
+        rows, sources = [], {}
+        for index, (option, _label) in enumerate(self.choices):
+            tool = option.instance
+            source, words = _source_of(tool)
+            sources[source] = words
+            rows.append((tool.name.lower(), source, name, tool.pk, f"id_{name}_{index}",
+                         format_html(" checked") if str(tool.pk) in chosen else "", f"id_{name}_{index}", tool.name,
+                         "" if tool.enabled else format_html(' <span class="tag">disabled</span>'), words,
+                         Truncator(tool.description).chars(90)))
+        rows_html = format_html_join(
+            "", '<tr data-tool-row data-name="{}" data-source="{}"><td><input type="checkbox" name="{}" value="{}" '
+                'id="{}"{}></td><td><label for="{}"><code>{}</code></label>{}</td><td class="small">{}</td>'
+                '<td class="small muted">{}</td></tr>', rows)
+        options = format_html_join("", '<option value="{}">{}</option>', sorted(sources.items(), key=lambda s: s[1]))
+        return format_html(
+            '<div class="tool-picker" data-tool-picker><div class="picker-controls" data-picker-controls hidden>'
+            '<input type="search" data-picker-name aria-label="Filter the tools by name" placeholder="Filter by name">'
+            '<select data-picker-source aria-label="Filter the tools by source"><option value="">every source'
+            '</option>{}</select><label class="plain"><input type="checkbox" data-picker-selected> only the selected'
+            '</label><button type="button" class="secondary" data-picker-all>Select the shown</button>'
+            '<button type="button" class="secondary" data-picker-none>Clear the shown</button>'
+            '<output data-picker-count aria-live="polite"></output></div>'
+            '<div class="picker-rows"><table><thead><tr><th><span class="visually-hidden">In the group</span></th>'
+            '<th>Tool</th><th>Source</th><th>Description</th></tr></thead><tbody>{}</tbody></table></div></div>',
+            options, rows_html)
+
+
 class GroupForm(TenantForm):
     name = forms.SlugField(max_length=64, help_text="Letters, digits, - and _. The model sees this name.")
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
@@ -33,14 +79,14 @@ class GroupForm(TenantForm):
     default_active = forms.BooleanField(required=False, help_text="Active in new sessions.")
     switchable = forms.BooleanField(required=False, initial=True,
                                     help_text="The model may switch it with reset_tools. Off: operators decide.")
-    tools = forms.ModelMultipleChoiceField(queryset=Tool.objects.none(), required=False,
-                                           widget=forms.CheckboxSelectMultiple)
+    tools = forms.ModelMultipleChoiceField(queryset=Tool.objects.none(), required=False, widget=ToolPicker)
     agents = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}), label="Limited to agents",
                              help_text="Agent names, one a line: only their sessions see it. Empty: every agent.")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["tools"].queryset = _tools_of(self.tenant)
+        self.fields["tools"].queryset = _tools_of(self.tenant).select_related("mcp_server").defer(
+            "input_schema", "output_schema")
         if self.instance is not None and self.instance.is_reserved:
             del self.fields["agents"]  # basic is open to every agent
 
@@ -65,6 +111,33 @@ class SurfacePreviewForm(forms.Form):
         if is_system_agent(agent):
             raise forms.ValidationError(SYSTEM_AGENT_RESERVED)
         return agent
+
+
+class ToolTryForm(forms.Form):
+    """An operator's test of a tool: the arguments, and whose session it runs in."""
+    agent = forms.CharField(max_length=100,
+                            widget=forms.TextInput(attrs={"list": "agent-names", "spellcheck": "false"}),
+                            help_text="The call runs in a new session of this agent: it must see the tool (through a "
+                                      "group), the rules decide and the agent's bound arguments apply.")
+    user = forms.CharField(max_length=200, required=False,
+                           help_text="The end user the session is for, as the rules see it. Empty: none.")
+    input = JSONValueField(required=False, widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
+                           help_text="The arguments as the model would send them: a JSON object. The server sets "
+                                     "the bound ones.")
+
+    def clean_agent(self):
+        agent = self.cleaned_data["agent"].strip()
+        if is_system_agent(agent):
+            raise forms.ValidationError(SYSTEM_AGENT_RESERVED)
+        return agent
+
+    def clean_input(self):
+        value = self.cleaned_data["input"]
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError("a JSON object, such as {\"city\": \"Oslo\"}")
+        return value
 
 
 class BindingForm(TenantForm):

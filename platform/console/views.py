@@ -31,11 +31,12 @@ from console.forms import (
     SessionFilterForm,
     SurfacePreviewForm,
     ToolStateForm,
+    ToolTryForm,
 )
 from console.search import SEARCH_MAX, find
 from tenancy import services as tenancy_services
 from tenancy.editing import ObjectDeleteView, ObjectFormView
-from tenancy.models import ApiKey
+from tenancy.models import ApiKey, is_system_agent
 from tenancy.selectors import memberships_of
 from tenancy.web import (
     ADMIN,
@@ -52,8 +53,9 @@ from tenancy.web import (
     tenant_redirect,
     tenant_view,
 )
-from tools.calls.submit import call_cancel
+from tools.calls.submit import OPERATOR_TEST, call_cancel, operator_test_call
 from tools.catalog import services as tool_services
+from tools.catalog.pages import GroupAddForm, tools_to_group
 from tools.catalog.selectors import (
     SESSION_PAYLOADS,
     TOOL_PAYLOADS,
@@ -154,6 +156,7 @@ class ToolDetail(ObjectFormView):
             "groups": ToolGroup.objects.for_tenant(self.request.tenant).filter(tools=tool).order_by("name"),
             "recent_calls": call_rows(ToolCall.objects.for_tenant(self.request.tenant).filter(tool=tool))[:10],
             "result_steps_form": ToolResultStepsForm(tenant=self.request.tenant, instance=tool),
+            "group_add_form": GroupAddForm(tenant=self.request.tenant),
         }
 
     def message(self, tool) -> str:
@@ -179,6 +182,38 @@ tool_disable = ToolDisable.as_view(
 tool_detail = ToolDetail.as_view(
     form_class=ToolStateForm, service=tool_services.tool_update, template_name="console/tool_detail.html",
     success_url="console:tool_detail", success_params=(("tool_id", "pk"),), read=MEMBER)
+
+
+@tenant_view(methods=("POST",))
+def tool_group_add(request, tool):
+    tools_to_group(request, [tool])
+    return tenant_redirect(request, "console:tool_detail", tool_id=tool.pk)
+
+
+AGENT_SUGGESTIONS = 50
+
+
+@tenant_view(methods=("GET", "POST"), read=OPERATE)
+def tool_try(request, tool):
+    """Try a tool with an input, as an agent's session would call it; the call's page then follows it live."""
+    form = ToolTryForm(request.POST or None, initial={"input": {}})
+    if form.is_bound and form.is_valid():
+        values = form.cleaned_data
+        try:
+            call = operator_test_call(tenant=request.tenant, tool=tool, arguments=values["input"],
+                                      agent=values["agent"], user=values["user"], actor=acting_user(request))
+        except SERVICE_REFUSALS as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Your test call of {tool.name} as {values['agent']}: it is marked as yours.")
+            return tenant_redirect(request, "console:call_detail", call_id=call.pk)
+    agents = (AgentSession.objects.for_tenant(request.tenant).exclude(context__has_key=OPERATOR_TEST)
+              .order_by("agent").values_list("agent", flat=True).distinct()[:AGENT_SUGGESTIONS])
+    schema, _variants, _bindings = _schema_views(tool)
+    return render(request, "console/tool_try.html", {
+        "tool": tool, "form": form, "agents": [agent for agent in agents if not is_system_agent(agent)],
+        "schema": schema,
+    }, status=INVALID_STATUS if form.is_bound else 200)
 
 
 # --- groups ------------------------------------------------------------------------------------

@@ -13,10 +13,11 @@ READ_PAGES = ["dashboard", "tool_list", "tool_detail", "tool_plugins", "group_li
 OPERATOR_PAGES = ["group_create", "group_edit", "group_delete", "binding_create", "tenant_settings",
                   "mcp_server_create", "mcp_server_edit", "mcp_server_delete", "http_tool_create",
                   "http_tool_edit", "http_tool_delete", "tool_result_steps", "call_cancel", "tool_disable",
-                  "binding_delete", "audit_log", "audit_export_csv", "audit_export_jsonl"]
+                  "binding_delete", "audit_log", "audit_export_csv", "audit_export_jsonl", "tool_try"]
 ADMIN_PAGES = ["apikey_create", "apikey_created", "apikey_revoke", "redaction_rule_create", "redaction_rule_edit",
                "redaction_rule_delete", "member_list", "member_remove", "invitation_created"]
-POST_ONLY = ["mcp_server_sync", "mcp_server_test", "member_role", "invitation_revoke"]
+POST_ONLY = ["mcp_server_sync", "mcp_server_test", "member_role", "invitation_revoke", "tool_group_add",
+             "mcp_server_group_add"]
 
 
 def test_the_page_lists_cover_every_console_route(routes):

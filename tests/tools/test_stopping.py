@@ -45,6 +45,7 @@ def isolated(make_tool):
     return lambda fn, **options: make_tool(fn, isolation="process", **options)
 
 
+@pytest.mark.stops_threads
 class TestThreads:
     def test_a_spinning_tool_is_stopped_at_its_timeout_and_its_thread_serves_the_next_call(
             self, world, make_tool, session, one_worker):

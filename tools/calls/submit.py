@@ -20,6 +20,7 @@ from tools.calls.meta import meta_run
 from tools.calls.pipeline import CallContext, Step, pipeline_run
 from tools.calls.runtime import runtime
 from tools.calls.statements import calls_in_flight, session_call_count_add
+from tools.catalog.services import session_create
 from tools.models import AgentSession, CallStatus, Tool, ToolCall
 from tools.python.results import interrupted_result
 from tools.signals import call_cancelled
@@ -208,6 +209,24 @@ def work_start(*, tenant, tool_name: str, arguments: dict, actor) -> ToolCall:
                      data={"tool": tool.name})
         if call_transition(call=call, from_statuses=[CallStatus.RECEIVED], to_status=CallStatus.QUEUED):
             transaction.on_commit(lambda: runtime().executor.submit(call))
+    return call
+
+
+OPERATOR_TEST = "operator_test"  # the key of a session's context that names the operator who tried a tool
+
+
+def operator_test_call(*, tenant, tool: Tool, arguments, agent: str, user: str = "", actor=None) -> ToolCall:
+    """An operator tries a tool from its page: a call in a new session of `agent` (and `user`) that takes the
+    whole path an app's call takes (what the agent's sessions see, the rules, bound arguments, limits, a
+    reviewer when a rule asks), marked as the operator's test in its session and the audit log."""
+    if not isinstance(arguments, dict):
+        raise ServiceError({"input": ["a JSON object of the tool's arguments"]})
+    label = str(getattr(actor, "username", actor or "an operator"))
+    with transaction.atomic():
+        session = session_create(tenant=tenant, agent=agent, user=user, context={OPERATOR_TEST: label})
+        call = calls_submit(session=session, calls=[{"name": tool.name, "input": arguments}])[0]
+        audit_record(tenant=tenant, actor=actor, verb="tool.tried", target=f"call:{call.pk}",
+                     data={"tool": tool.name, "agent": agent, "user": user})
     return call
 
 

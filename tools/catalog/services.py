@@ -238,6 +238,24 @@ def group_update(*, group: ToolGroup, actor=None, tools=None, **changes) -> Tool
     return group
 
 
+GROUP_ADD_AUDITED = 50  # tool names an audit entry lists; the count is always there
+
+
+def group_tools_add(*, group: ToolGroup, tools, actor=None) -> list[Tool]:
+    """Add tools to a group (from a tool's or an MCP server's page, or as a server's tools join); those in it
+    already stay as they are. The tools added, in one audit entry."""
+    tools = list(tools)
+    if any(tool.tenant_id != group.tenant_id for tool in tools):
+        raise ServiceError({"tools": ["a tool of another tenant"]})
+    present = set(group.tools.values_list("pk", flat=True))
+    added = sorted({tool.pk: tool for tool in tools if tool.pk not in present}.values(), key=lambda tool: tool.name)
+    if added:
+        group.tools.add(*added)
+        audit_record(tenant=group.tenant, actor=actor, verb="group.tools_added", target=f"group:{group.name}",
+                     data={"count": len(added), "tools": [tool.name for tool in added[:GROUP_ADD_AUDITED]]})
+    return added
+
+
 def group_delete(*, group: ToolGroup, actor=None) -> None:
     if group.is_reserved:
         raise ServiceError({"name": [f"the {RESERVED_GROUP} group cannot be deleted"]})

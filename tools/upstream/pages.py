@@ -4,6 +4,7 @@ from django import forms
 from django.contrib import messages
 from django.http import HttpResponseRedirect
 from django.shortcuts import render
+from django.urls import reverse
 
 from common.secrets import secret_names
 from tenancy.editing import (
@@ -16,8 +17,9 @@ from tenancy.editing import (
     text_lines,
 )
 from tenancy.web import SERVICE_REFUSALS, TenantForm, acting_user, tenant_view
+from tools.catalog.pages import GroupAddForm, tools_to_group
 from tools.catalog.selectors import exposed_schema
-from tools.models import BoundArgument, McpServer, McpTransport
+from tools.models import BoundArgument, McpServer, McpTransport, Tool, ToolGroup
 from tools.upstream import servers as mcp_servers
 from tools.upstream.servers import SERVER_NAME_RULE, TIMEOUT_RANGE, stdio_servers
 
@@ -45,6 +47,10 @@ class McpServerForm(TenantForm):
                               help_text="Upstream tool names to take, one per line; empty: every tool.")
     exclude = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                               help_text="Upstream tool names to leave out, one per line.")
+    join_group = forms.ModelChoiceField(
+        queryset=ToolGroup.objects.none(), required=False, label="Group its tools join",
+        help_text="Each tool a sync adds joins this group, so the sessions that see the group see it. Empty: new "
+                  "tools join no group until you add them (from this server's page or the group's).")
     trusted = forms.BooleanField(required=False, help_text="Its tools' annotations (read-only, destructive, "
                                  "idempotent) become their flags. Otherwise they are treated as destructive.")
     enabled = forms.BooleanField(required=False, initial=True, help_text="Off: its tools are disabled.")
@@ -52,6 +58,7 @@ class McpServerForm(TenantForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["command"].choices = [("", "—"), *((name, name) for name in sorted(stdio_servers()))]
+        self.fields["join_group"].queryset = ToolGroup.objects.for_tenant(self.tenant).order_by("name")
         if self.instance is not None:
             self.fields["name"].disabled = True
             self.fields["name"].help_text = "Part of its tools' names: it cannot change."
@@ -67,7 +74,8 @@ class McpServerForm(TenantForm):
     def initial_for(self, server) -> dict:
         return {"name": server.name, "transport": server.transport, "url": server.url, "command": server.command,
                 "timeout_s": server.timeout_s, "include": "\n".join(server.include),
-                "exclude": "\n".join(server.exclude), "trusted": server.trusted, "enabled": server.enabled}
+                "exclude": "\n".join(server.exclude), "trusted": server.trusted, "enabled": server.enabled,
+                "join_group": server.join_group_id}
 
     def clean_headers(self):
         text = self.cleaned_data["headers"]
@@ -79,7 +87,8 @@ class McpServerForm(TenantForm):
 
     def service_values(self) -> dict:
         data = dict(self.cleaned_data)
-        values = {name: data[name] for name in ("transport", "url", "command", "timeout_s", "trusted", "enabled")}
+        values = {name: data[name] for name in ("transport", "url", "command", "timeout_s", "trusted", "enabled",
+                                                "join_group")}
         values["include"], values["exclude"] = text_lines(data["include"]), text_lines(data["exclude"])
         if self.instance is None:
             values["name"] = data["name"]
@@ -116,7 +125,7 @@ def mcp_server_detail(request, server):
     rows = [(tool, exposed_schema(tool.input_schema, bound.get(tool.pk, [])), sorted(agents.get(tool.pk, ())))
             for tool in tools]
     return render(request, "console/mcp_server_detail.html", {
-        "server": server, "rows": rows,
+        "server": server, "rows": rows, "group_add_form": GroupAddForm(tenant=request.tenant),
         "header_names": secret_names(server, "headers"), "env_names": secret_names(server, "env"),
     })
 
@@ -133,6 +142,14 @@ mcp_server_delete = ObjectDeleteView.as_view(
     service=mcp_servers.mcp_server_delete, template_name="console/mcp_server_delete.html",
     success_url="console:mcp_server_list",
     success_message="MCP server {object.name} deleted. Its tools stay in the catalog, disabled.")
+
+
+@tenant_view(methods=("POST",))
+def mcp_server_group_add(request, server):
+    """Every tool the server offers now joins the group chosen (those a sync adds later: `join_group`)."""
+    tools_to_group(request, list(Tool.objects.for_tenant(request.tenant).filter(mcp_server=server)))
+    return HttpResponseRedirect(reverse("console:mcp_server_detail",
+                                        kwargs={"tenant": request.tenant.slug, "server_id": server.pk}))
 
 
 class McpServerSync(ObjectActionView):

@@ -37,6 +37,7 @@ from common.json_values import flags_check, json_problem, seconds_check
 from common.outbound import OutboundRefused, check_url
 from common.secrets import SecretUnreadable, secret_readable
 from tools.catalog.schemas import SchemaProblem, schema_check, tool_name_reserved
+from tools.catalog.services import group_tools_add
 from tools.models import McpServer, McpStatus, McpTransport, Tool, ToolSource
 from tools.upstream import client as mcp_client
 from tools.upstream.client import UpstreamTool, UpstreamUnavailable
@@ -163,6 +164,7 @@ def mcp_tools_reconcile(*, server: McpServer, listed: list[UpstreamTool]) -> dic
     skipped: list[tuple[str, str]] = []
     seen: set[str] = set()
     kept: set[int] = set()
+    joining: list[Tool] = []  # the tools added, for the group the server names
     for upstream in listed:
         upstream_name = upstream.name if isinstance(upstream.name, str) else ""
         if not upstream_name or len(upstream_name) > UPSTREAM_NAME_MAX or json_problem(upstream_name):
@@ -195,6 +197,7 @@ def mcp_tools_reconcile(*, server: McpServer, listed: list[UpstreamTool]) -> dic
             tool = Tool.objects.create(tenant_id=server.tenant_id, name=name, mcp_server=server, enabled=True,
                                        **values)
             added += 1
+            joining.append(tool)
         else:
             changes = {key: value for key, value in values.items() if getattr(tool, key) != value}
             if tool.name != name:
@@ -211,6 +214,8 @@ def mcp_tools_reconcile(*, server: McpServer, listed: list[UpstreamTool]) -> dic
         if tool.pk not in kept and tool.enabled:
             _detach(tool)
             disabled += 1
+    if joining and server.join_group_id:
+        group_tools_add(group=server.join_group, tools=joining)
     return {"added": added, "updated": updated, "disabled": disabled, "skipped": skipped}
 
 
@@ -487,31 +492,47 @@ def _described(values: dict) -> dict:
             "trusted": values["trusted"]}
 
 
+def _join_group_checked(tenant, group):
+    if group is not None and group.tenant_id != tenant.pk:
+        raise ServiceError({"join_group": ["a group of another tenant"]})
+    return group
+
+
 @transaction.atomic
-def mcp_server_create(*, tenant, actor=None, **fields) -> McpServer:
+def mcp_server_create(*, tenant, actor=None, join_group=None, **fields) -> McpServer:
+    """`join_group`: the group each tool a sync adds joins (none: the tools join no group)."""
     values = mcp_server_check(tenant, fields)
-    server = McpServer.objects.create(tenant=tenant, **values)
+    server = McpServer.objects.create(tenant=tenant, join_group=_join_group_checked(tenant, join_group), **values)
     audit_record(tenant=tenant, actor=actor, verb="mcp_server.created", target=_target(server),
-                 data=_described(values))
+                 data={**_described(values), "join_group": join_group.name if join_group else None})
     return server
 
 
+_UNSET = object()
+
+
 @transaction.atomic
-def mcp_server_update(*, server: McpServer, actor=None, **changes) -> McpServer:
+def mcp_server_update(*, server: McpServer, actor=None, join_group=_UNSET, **changes) -> McpServer:
     values = mcp_server_check(server.tenant, changes, instance=server)
     changed = sorted(name for name in FIELDS if _differs(server, name, values[name]))
+    if join_group is not _UNSET and _join_group_checked(server.tenant, join_group) != server.join_group:
+        server.join_group = join_group
+        changed.append("join_group")
     if not changed:
         return server
     for name in changed:
-        setattr(server, name, values[name])
+        if name != "join_group":
+            setattr(server, name, values[name])
     if {"url", "headers", "command", "env", "transport"} & set(changed):
         server.status, server.last_error = McpStatus.NEW, ""  # what was learnt of the old connection is moot
     server.save()
     disabled = _detach_all(server) if "enabled" in changed and not server.enabled else 0
     if {"timeout_s", "trusted"} & set(changed):
         _restamp_tools(server)
+    joins = {"join_group": server.join_group.name if server.join_group else None} if "join_group" in changed else {}
     audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.updated", target=_target(server),
-                 data={"fields": changed, **_described(values), **({"tools_disabled": disabled} if disabled else {})})
+                 data={"fields": changed, **_described(values), **joins,
+                       **({"tools_disabled": disabled} if disabled else {})})
     return server
 
 
