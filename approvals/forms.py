@@ -12,8 +12,10 @@ from django.contrib.auth import get_user_model
 
 from approvals.channel_kinds import channel_kind_choices
 from approvals.models import NotifyEvent, Queue, VoteDecision
-from approvals.notifications import CHANNEL_EVENTS
+from approvals.notifications import CHANNEL_EVENTS, MIN_SECRET_CHARS
 from common.json_values import json_parse
+from common.outbound import OutboundRefused, check_url
+from tenancy.editing import SecretInput
 from tenancy.models import Behavior, Membership
 from tenancy.web import TenantForm
 
@@ -260,16 +262,37 @@ class ChannelForm(forms.Form):
 
     name = forms.SlugField(max_length=64)
     kind = forms.ChoiceField(choices=channel_kind_choices)
-    url = forms.CharField(required=False, max_length=2000, label="URL",
-                          help_text="webhooks only; never shown again (a Slack URL holds its token)")
-    signing_secret = forms.CharField(required=False, max_length=200, widget=forms.PasswordInput,
-                                     help_text="webhooks sign each body with it (HMAC-SHA256); never shown again")
+    url = forms.CharField(required=False, max_length=2000, label="URL", widget=SecretInput(attrs={"type": "url"}),
+                          help_text="Webhooks only: a public https address. Never shown again (a Slack URL holds "
+                                    "its token).")
+    signing_secret = forms.CharField(required=False, min_length=MIN_SECRET_CHARS, max_length=200,
+                                     widget=forms.PasswordInput,
+                                     help_text=f"Webhooks sign each body with it (HMAC-SHA256): at least "
+                                               f"{MIN_SECRET_CHARS} characters. Never shown again.")
     events = forms.MultipleChoiceField(choices=[(e, NotifyEvent(e).label) for e in CHANNEL_EVENTS],
                                        widget=forms.CheckboxSelectMultiple)
-    quiet_from = forms.TimeField(required=False, help_text="quiet hours (server time): messages wait until they end")
-    quiet_until = forms.TimeField(required=False)
+    quiet_from = forms.TimeField(required=False, widget=forms.TimeInput(attrs={"type": "time"}, format="%H:%M"),
+                                 help_text="Quiet hours, in UTC: messages wait until they end.")
+    quiet_until = forms.TimeField(required=False, widget=forms.TimeInput(attrs={"type": "time"}, format="%H:%M"),
+                                  help_text="Both or neither.")
     action_links = forms.BooleanField(required=False, label="one-time approve and reject links in messages")
     enabled = forms.BooleanField(required=False, initial=True)
+
+    def clean_url(self):
+        url = self.cleaned_data["url"].strip()
+        if url:
+            try:
+                check_url(url)  # said with the other fields' errors, not after them (the service checks again)
+            except OutboundRefused as exc:
+                raise forms.ValidationError(str(exc)) from exc
+        return url
+
+    def clean(self):
+        cleaned = super().clean()
+        if (cleaned.get("quiet_from") is None) != (cleaned.get("quiet_until") is None) and \
+                "quiet_from" not in self.errors and "quiet_until" not in self.errors:
+            self.add_error("quiet_until", "quiet hours need both a start and an end")
+        return cleaned
 
 
 class ReviewerNotifyForm(forms.Form):

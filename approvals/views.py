@@ -42,7 +42,7 @@ from approvals.models import (
     VoteDecision,
 )
 from common.errors import Conflict, NotPermitted
-from tenancy.editing import ObjectDeleteView, ObjectFormView
+from tenancy.editing import ObjectDeleteView, ObjectFormView, secrets_not_kept
 from tenancy.web import (
     INVALID_STATUS,
     MEMBER,
@@ -382,10 +382,7 @@ def _save_channel(request, queue, channel=None):
         else:
             messages.success(request, f"Channel {saved.name} saved.")
             return tenant_redirect(request, "inbox:queue_notifications", queue_id=queue.pk)
-    form.errors  # noqa: B018  (checked before the credentials leave the form's data)
-    form.data = form.data.copy()
-    for name in ("url", "signing_secret"):  # never shown back: a Slack URL holds its token
-        form.data.pop(name, None)
+    secrets_not_kept(form)  # the URL and the secret are never rendered back: a Slack URL holds its token
     return _channel_page(request, queue, form, channel=channel, status=INVALID_STATUS)
 
 

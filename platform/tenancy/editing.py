@@ -99,6 +99,9 @@ class ObjectFormView(TenantPage):
                 if message:
                     messages.success(request, message)
                 return HttpResponseRedirect(self.success(saved))
+        else:
+            form.add_service_problems(*form.fields)
+        secrets_not_kept(form)
         return self.render({"form": form}, status=INVALID_STATUS)
 
     def form(self, data=None):
@@ -155,6 +158,26 @@ class SecretTextarea(forms.Textarea):
 
     def format_value(self, value):
         return None
+
+
+class SecretInput(forms.TextInput):
+    """One line that is never rendered back, such as a webhook URL that holds its token."""
+
+    def format_value(self, value):
+        return None
+
+
+RETYPE_HINT = "Type it again: what you typed here is never sent back to the browser."
+
+
+def secrets_not_kept(form) -> None:
+    """On a refused form, each secret field that held a value says it must be typed again (every other value
+    is kept as typed)."""
+    for name, field in form.fields.items():
+        if isinstance(field.widget, SecretTextarea | SecretInput | forms.PasswordInput) and \
+                form.data.get(form.add_prefix(name)):
+            field.help_text = f"{RETYPE_HINT} {field.help_text}".strip()
+            form[name].help_text = field.help_text  # a bound field keeps the text it was made with
 
 
 def text_lines(text: str) -> list[str]:

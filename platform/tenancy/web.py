@@ -173,6 +173,21 @@ class TenantForm(forms.Form):
     def service_values(self) -> dict:
         return dict(self.cleaned_data)
 
+    def service_check(self, values: dict) -> None:
+        """The service's own check of the values the form took (raises its ServiceError); none by default."""
+
+    def add_service_problems(self, *names: str) -> None:
+        """On a form refused for some fields, what the service would also refuse of the others, so every error
+        comes in one answer (the service is not reached until the form is valid). `names`: the fields checked."""
+        values = {name: self.cleaned_data[name] for name in names
+                  if name in self.cleaned_data and name not in self.errors and not self.fields[name].disabled}
+        try:
+            self.service_check(values)
+        except SERVICE_REFUSALS as exc:
+            for field, message in service_errors(exc):
+                if field in values:
+                    self.add_error(field, message)
+
 
 def _day_start(day) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min))  # in the zone the page is shown in

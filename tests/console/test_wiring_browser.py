@@ -94,3 +94,34 @@ def test_a_group_is_wired_from_500_tools_and_an_http_tool_is_tried(wired_server,
         expect(page.locator("main")).to_contain_text("/echo/toolkeeper/issues")
         csp.assert_clean()
     assert [(sent.method, sent.path) for sent in endpoint.received] == [("GET", "/echo/toolkeeper/issues")]
+
+
+PHONE_PAGES = ["/t/demo/", "/t/demo/inbox/", "/t/demo/inbox/history/", "/t/demo/inbox/notifications/",
+               "/t/demo/calls/", "/t/demo/sessions/", "/t/demo/tools/", "/t/demo/groups/new/", "/t/demo/audit/",
+               "/t/demo/settings/", "/t/demo/members/", "/t/demo/queues/", "/t/demo/search/?q=crm_1"]
+WIDER_THAN_THE_SCREEN = """() => [document.documentElement.scrollWidth, window.innerWidth,
+    Array.from(document.querySelectorAll("main *")).filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+      .slice(0, 3).map(e => e.tagName + (e.id ? "#" + e.id : "") + "." + e.className)]"""
+
+
+def test_on_a_phone_no_page_scrolls_sideways_and_cards_name_their_cells(wired_server):
+    chromium_or_skip()
+    from playwright.sync_api import expect
+
+    server = wired_server
+    with chromium_context(server.url, step_ms=STEP_MS, width=390, height=844) as (context, csp):
+        page = context.new_page()
+        log_in(page, server, "/t/demo/")
+        for path in PHONE_PAGES:
+            page.goto(server.url + path)
+            expect(page.locator("main")).to_be_visible()
+            scroll_width, screen, wide = page.evaluate(WIDER_THAN_THE_SCREEN)
+            assert scroll_width <= screen, (path, scroll_width, wide)
+        page.goto(server.url + "/t/demo/calls/")
+        cell = page.locator("table.calls tbody tr td").first
+        expect(cell).to_have_attribute("data-label", "Created")
+        assert page.evaluate("getComputedStyle(document.querySelector('table.calls tbody td'), '::before').content") \
+            == '"Created"'
+        # Links in code keep their underscores clear of the underline.
+        assert page.evaluate("getComputedStyle(document.querySelector('main a')).textUnderlineOffset") != "auto"
+        csp.assert_clean()

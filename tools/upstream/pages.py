@@ -85,6 +85,16 @@ class McpServerForm(TenantForm):
         text = self.cleaned_data["env"]
         return credentials_from_text(text, "variables") if text.strip() else None
 
+    def service_check(self, values: dict) -> None:
+        checked = {name: value for name, value in values.items() if name in mcp_servers.FIELDS}
+        for name in ("include", "exclude"):
+            if name in checked:
+                checked[name] = text_lines(checked[name])
+        for name in ("headers", "env"):
+            if checked.get(name) is None:
+                checked.pop(name, None)
+        mcp_servers.mcp_server_check(self.tenant, checked, instance=self.instance)
+
     def service_values(self) -> dict:
         data = dict(self.cleaned_data)
         values = {name: data[name] for name in ("transport", "url", "command", "timeout_s", "trusted", "enabled",
