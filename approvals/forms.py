@@ -147,7 +147,7 @@ class RuleForm(TenantForm):
     queue = forms.ModelChoiceField(queryset=Queue.objects.none(), required=False, empty_label="the default queue",
                                    help_text="Where an ask rule's requests go.")
     priority = forms.IntegerField(initial=0, min_value=-1000000, max_value=1000000,
-                                  help_text="Higher wins among rules of the same behaviour.")
+                                  help_text="Higher wins among rules of the same behavior.")
     enabled = forms.BooleanField(required=False, initial=True)
     note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                            help_text="Shown in the explanation of every decision this rule makes.")

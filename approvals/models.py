@@ -17,7 +17,7 @@ class PermissionRule(TenantOwned):
     users = models.JSONField(default=list, blank=True, help_text="session users; empty means every user")
     queue = models.ForeignKey("approvals.Queue", null=True, blank=True, on_delete=models.SET_NULL,
                               related_name="rules")
-    priority = models.IntegerField(default=0, help_text="higher wins among rules of the same behaviour")
+    priority = models.IntegerField(default=0, help_text="higher wins among rules of the same behavior")
     enabled = models.BooleanField(default=True)
     note = models.TextField(blank=True, default="")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -94,7 +94,7 @@ class ApprovalRequest(TenantOwned):
     escalated_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     expiry_noticed_at = models.DateTimeField(null=True, blank=True, help_text="listed in an expiry digest")
-    # Denormalised from the call so the inbox filters and sorts without joins.
+    # Denormalized from the call so the inbox filters and sorts without joins.
     agent = models.CharField(max_length=100, blank=True, default="")
     tool_name = models.CharField(max_length=128, blank=True, default="")
 

@@ -76,7 +76,7 @@ def rules_considered(*, tenant: Tenant, tool_name: str, tool_input: dict | None 
             misses.append(f"the agent is not {' or '.join(sorted(rule.agents))}")
         if rule.users and user not in rule.users:
             misses.append(f"the user is not {' or '.join(sorted(rule.users))}")
-        misses += [f"not so: {spec.describe()}" for spec in rule.arg_match
+        misses += [f"the call fails the condition “{spec.describe()}”" for spec in rule.arg_match
                    if not spec.matches(arguments, oversized=rule.behavior != "allow")]
         considered.append(RuleConsidered(rule=rule, misses=misses, decides=rule.id == decision.rule))
     return considered

@@ -245,7 +245,7 @@ def main() -> int:
         mix = " ".join(f"{k}:{v}" for k, v in sorted(behaviors.items()))
         print(f"{size:>8} {row['build_ms']:>9} {row['mean_candidates']:>10} {row['p50_us']:>8} {row['p99_us']:>8} "
               f"{row['mean_us']:>8}  {mix}")
-    print("(behaviour* = decided without a rule: the tenant default or read-only auto-allow)")
+    print("(behavior* = decided without a rule: the tenant default or read-only auto-allow)")
 
     # the baseline an index avoids: every rule looked at, at 1k rules
     baseline_rules = [compile_rule(r) for r in make_rules(1_000, rng)]

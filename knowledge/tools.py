@@ -49,7 +49,7 @@ def knowledge_search(
     filter: dict[str, FilterValue | list[FilterValue]] | None = None,  # noqa: A002 (the argument's public name)
     ctx: ToolContext = None,
 ) -> dict:
-    """Search the organisation's knowledge bases (handbooks, policies, runbooks, how-tos) and return the best-matching passages, best first, with the title and id of the document each comes from.
+    """Search the organization's knowledge bases (handbooks, policies, runbooks, how-tos) and return the best-matching passages, best first, with the title and id of the document each comes from.
 
     Args:
         query: What to look for, in plain words, e.g. "set up the VPN on a laptop". At most 500 characters.

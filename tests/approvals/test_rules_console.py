@@ -128,12 +128,12 @@ def test_the_simulator_lists_each_rule_it_considered_and_why_it_did_or_did_not_m
         "tool": "shell", "input": json.dumps({"command": "git push"}), "agent": "ops-bot"}))
     rows = considered_rows(body)
     assert list(rows)[:2] == [deny_rm.pk, other_tool.pk]  # deny rules are tried first
-    assert "no: not so: " in rows[deny_rm.pk] and "rm *" in rows[deny_rm.pk]
-    assert "no: the tool is not &#x27;calculate&#x27;" in rows[other_tool.pk]
-    assert "no: the agent is not deploy-bot" in rows[for_another_agent.pk]
-    assert "<strong>yes: it decides</strong>" in rows[ask_git.pk]
-    assert "yes, but a rule tried before it decides" in rows[also_matching.pk]
-    assert sum("yes: it decides" in row for row in rows.values()) == 1
+    assert "No, because the call fails the condition “" in rows[deny_rm.pk] and "rm *" in rows[deny_rm.pk]
+    assert "No, because the tool is not &#x27;calculate&#x27;." in rows[other_tool.pk]
+    assert "No, because the agent is not deploy-bot." in rows[for_another_agent.pk]
+    assert "<strong>Yes, and it decides.</strong>" in rows[ask_git.pk]
+    assert "Yes, but a rule tried before it decides." in rows[also_matching.pk]
+    assert sum("Yes, and it decides." in row for row in rows.values()) == 1
 
 
 def test_a_pattern_that_matches_no_tool_is_saved_with_a_warning_and_a_suggestion(world):
