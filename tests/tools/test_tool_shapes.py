@@ -178,6 +178,7 @@ class TestCoroutines:
         poll(cancelled.is_set, message="the coroutine to be cancelled")
         assert wait_terminal(call["id"], tenant=world.a.tenant).status == CallStatus.INTERRUPTED
 
+    @pytest.mark.stops_threads
     def test_a_coroutine_that_never_awaits_is_stopped(self, world, make_tool, session):
         left = threading.Event()
 
