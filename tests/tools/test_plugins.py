@@ -12,7 +12,9 @@ import pytest
 from tools.catalog.services import catalog_sync_all
 from tools.models import Tool, ToolGroup
 from tools.python import decorators, plugins
+from tools.python.decorators import ToolError
 from tools.python.plugins import PluginTarget, plugin_load, plugin_of_tool, plugins_load
+from tools.python.source import PythonSource
 
 
 @pytest.fixture
@@ -225,3 +227,13 @@ def test_the_plugins_page_lists_plugins_tools_and_problems(plugin_home, world):
     assert "<dt>Plugin</dt>" in detail and "tools/plugins/" in detail
     listing = world.a.console("viewer").get(f"/t/{world.a.tenant.slug}/tools/").content.decode()
     assert f'href="/t/{world.a.tenant.slug}/tools/plugins/"' in listing
+
+
+def test_a_python_tool_whose_code_is_gone_is_unavailable_not_an_error_of_the_server(world):
+    """A catalog row outlives its plugin (uninstalled since the last sync): calling it says so to the model."""
+    orphan = Tool.objects.create(tenant=world.a.tenant, name=f"gone_{uuid.uuid4().hex[:8]}", source="python",
+                                 input_schema={"type": "object"})
+    with pytest.raises(ToolError) as refused:
+        PythonSource().invoke(orphan, {}, None)
+    assert refused.value.error_type == "ToolUnavailable"
+    assert str(refused.value) == f"the code of {orphan.name} is not installed on this server"
