@@ -3,17 +3,20 @@ works once and is kept only as a hash; roles change and members leave from the c
 keeps an admin; each person's time zone shows on their pages."""
 import re
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core import mail, signing
+from django.core.cache import cache
 from django.test import Client, override_settings
 from django.utils import timezone
 
 from audit.models import Event
+from tenancy.entry import limits
 from tenancy.models import Invitation, Membership, Profile, Role, hash_secret
 from tenancy.people import services
-from tenancy.services import membership_remove, membership_set
+from tenancy.services import membership_remove, membership_set, tenant_limits_set
 
 pytestmark = pytest.mark.django_db
 
@@ -234,3 +237,16 @@ def test_pending_invitations_are_capped(world):
                    expires_at=timezone.now() + timedelta(days=1)) for i in range(services.PENDING_INVITATIONS_MAX)])
     with pytest.raises(services.ServiceError, match="invitations are open already"):
         services.invitation_create(tenant=world.a.tenant, email="one.more@example.com", role="viewer")
+
+
+def test_accepting_counts_against_the_tenants_rate_limit(world, monkeypatch):
+    """An invitation's page changes the tenant: its limits count it as they count every console change."""
+    monkeypatch.setattr(limits, "time", SimpleNamespace(time=lambda: 1_800_000_000 - 1_800_000_000 % 60 + 15))
+    first, _ = invite(world.a.console("admin"), email="one@initech.example", role="viewer")
+    second, _ = invite(world.a.console("admin"), email="two@initech.example", role="viewer")
+    tenant_limits_set(tenant=world.a.tenant, key_requests_per_minute=0, tenant_requests_per_minute=1)
+    cache.clear()  # the inviting pages counted too: the minute starts afresh
+    assert world.b.console("viewer").post(path_of(first)).status_code == 302
+    refused = world.b.console("admin").post(path_of(second))
+    assert refused.status_code == 429 and refused["Retry-After"] == "45"
+    assert not Membership.objects.for_tenant(world.a.tenant).filter(user=world.b.users["admin"]).exists()

@@ -9,8 +9,9 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from common.errors import ServiceError
+from common.errors import RateLimited, ServiceError
 from tenancy.editing import ObjectActionView, ObjectDeleteView
+from tenancy.entry.limits import requests_admit
 from tenancy.models import Invitation, Membership
 from tenancy.people import services
 from tenancy.people.forms import AccountForm, InviteForm, ProfileForm, RoleForm
@@ -22,6 +23,7 @@ from tenancy.web import (
     add_service_errors,
     issued_secret_keep,
     issued_secret_take,
+    rate_limited_page,
     service_messages,
     shows_issued_secret,
     tenant_redirect,
@@ -136,6 +138,10 @@ def invitation_accept(request, token):
                "account_form": account_form, "errors": []}
     if request.method == "POST":
         signed_in = request.user.is_authenticated
+        try:  # a change to the tenant: its rate limits count it, as every console change's
+            requests_admit(tenant=invitation.tenant, user=request.user)
+        except RateLimited as exc:
+            return rate_limited_page(request, exc)
         if signed_in or account_form.is_valid():
             try:
                 with transaction.atomic():  # no account is left behind by an invitation that was refused
