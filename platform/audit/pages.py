@@ -23,7 +23,7 @@ from django.views.decorators.cache import never_cache
 
 from audit.models import Event
 from audit.selectors import audit_check, audit_check_recent
-from tenancy.web import OPERATE, ListFilterForm, page_of, tenant_redirect, tenant_view
+from tenancy.web import OPERATE, ListFilterForm, page_of, search_field, tenant_redirect, tenant_view
 
 EXPORT_CHUNK = 2000  # entries read at a time while an export streams
 EXPORT_FIELDS = ("id", "at", "actor", "verb", "target", "data", "hash", "strand")
@@ -49,12 +49,11 @@ def register_target_links(links: dict[str, TargetLink]) -> None:
 
 
 class AuditFilterForm(ListFilterForm):
-    actor = forms.CharField(required=False, max_length=150, widget=forms.TextInput(attrs={"type": "search"}),
-                            help_text="A user name or an API key's name (apikey:…); part of it is enough.")
-    action = forms.CharField(required=False, max_length=64, widget=forms.TextInput(attrs={"type": "search"}),
-                             help_text="An action, or the start of one: membership. finds every membership change.")
-    target = forms.CharField(required=False, max_length=200, widget=forms.TextInput(attrs={"type": "search"}),
-                             help_text="What it changed, or the start of it: tool:12, or tool: for every tool.")
+    actor = search_field("Actor", "A user name or an API key's name (apikey:…); part of it is enough.",
+                         max_length=150)
+    action = search_field("Action", "An action, or the start of one: membership. finds every membership change.",
+                          max_length=64)
+    target = search_field("Target", "What it changed, or the start of it: tool:12, or tool: for every tool.")
     entry = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
     field_order = ["actor", "action", "target", "since", "until", "entry"]
     date_field = "at"

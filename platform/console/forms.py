@@ -10,7 +10,7 @@ from console.search import SEARCH_MAX, uuid_or_none
 from tenancy.editing import text_lines
 from tenancy.models import SYSTEM_AGENT_RESERVED, Behavior, Scope, Tenant, is_system_agent
 from tenancy.services import LIMIT_FIELDS, LIMIT_MAX, PARALLEL_MAX
-from tenancy.web import ListFilterForm, TenantForm
+from tenancy.web import ListFilterForm, TenantForm, search_field
 from tools.catalog.schemas import argument_choices
 from tools.models import CallStatus, McpServer, Tool
 
@@ -242,16 +242,11 @@ class McpTrustForm(TenantForm):
         return {"trusted": list(McpServer.objects.for_tenant(tenant).filter(trusted=True))}
 
 
-def _search(label: str, help_text: str = "", **attrs) -> forms.CharField:
-    return forms.CharField(required=False, max_length=200, label=label, help_text=help_text,
-                           widget=forms.TextInput(attrs={"type": "search", **attrs}))
-
-
 class CallFilterForm(ListFilterForm):
-    id = _search("Call id", "The call's id, or the id the app gave it.", spellcheck="false")
-    tool = _search("Tool", "Part of the name.", list="tool-names", spellcheck="false")
-    agent = _search("Agent", "Part of the name.")
-    user = _search("User", "Part of the name.")
+    id = search_field("Call id", "The call's id, or the id the app gave it.", spellcheck="false")
+    tool = search_field("Tool", "Part of the name.", list="tool-names", spellcheck="false")
+    agent = search_field("Agent", "Part of the name.")
+    user = search_field("User", "Part of the name.")
     session = forms.UUIDField(required=False, label="Session", widget=forms.TextInput(
         attrs={"type": "search", "spellcheck": "false"}))
     status = forms.ChoiceField(required=False, choices=[("", "any status"), *CallStatus.choices])
@@ -281,8 +276,8 @@ class CallFilterForm(ListFilterForm):
 
 
 class SessionFilterForm(ListFilterForm):
-    agent = _search("Agent", "Part of the name.")
-    user = _search("User", "Part of the name.")
+    agent = search_field("Agent", "Part of the name.")
+    user = search_field("User", "Part of the name.")
     field_order = ["agent", "user", "since", "until"]
 
     def narrow(self, queryset, values: dict):

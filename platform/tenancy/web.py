@@ -193,6 +193,12 @@ def _day_start(day) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min))  # in the zone the page is shown in
 
 
+def search_field(label: str, help_text: str = "", *, max_length: int = 200, **attrs) -> forms.CharField:
+    """A list filter's text: optional, typed as a search."""
+    return forms.CharField(required=False, max_length=max_length, label=label, help_text=help_text,
+                           widget=forms.TextInput(attrs={"type": "search", **attrs}))
+
+
 class ListFilterForm(forms.Form):
     """A list's filters, read from the query string: the first and last day shown (both included, in the
     viewer's time zone), then each subclass's fields. An invalid filter lists nothing rather than everything."""
