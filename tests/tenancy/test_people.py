@@ -2,6 +2,7 @@
 works once and is kept only as a hash; roles change and members leave from the console, audited; a tenant
 keeps an admin; each person's time zone shows on their pages."""
 import re
+import socket
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -250,3 +251,17 @@ def test_accepting_counts_against_the_tenants_rate_limit(world, monkeypatch):
     refused = world.b.console("admin").post(path_of(second))
     assert refused.status_code == 429 and refused["Retry-After"] == "45"
     assert not Membership.objects.for_tenant(world.a.tenant).filter(user=world.b.users["admin"]).exists()
+
+
+def test_a_mail_server_that_refuses_leaves_the_invitation_and_its_link_to_pass_on(world, caplog):
+    """A real SMTP backend aimed at a port where nothing listens: the invitation is made, the page says it was
+    not mailed and shows the link, and the log names no link."""
+    with socket.socket() as probe:  # a port that was free a moment ago: connecting to it is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with override_settings(EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend", EMAIL_HOST="127.0.0.1",
+                           EMAIL_PORT=port, EMAIL_TIMEOUT=5):
+        link, page = invite(world.a.console("admin"), email="late@example.com")
+    assert 'id="not-mailed"' in page.content.decode()
+    assert Invitation.objects.for_tenant(world.a.tenant).get(email="late@example.com").state == "pending"
+    assert "could not be mailed" in caplog.text and path_of(link) not in caplog.text

@@ -72,7 +72,7 @@ def member_list(request):
 def invitation_created(request, invitation):
     return render(request, "console/invitation_created.html", {
         "invitation": invitation, "link": issued_secret_take(request, invitation),
-        "mailed": request.session.pop("console.invitation_mailed", False),
+        "mailed": request.session.pop("console.invitation_mailed", False), "mail_is_sent": services.mail_is_sent(),
     })
 
 

@@ -6,7 +6,9 @@ before the database is read. Only a hash of the secret is stored; the link is sh
 made it and mailed to the address. Accepting it is one conditional update, so a link works once, even when
 two people follow it at the same moment.
 """
+import logging
 import secrets
+import smtplib
 import zoneinfo
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,6 +30,8 @@ from common.errors import ServiceError
 from tenancy.models import Invitation, InvitationState, Membership, Profile, Role, Tenant, hash_secret
 from tenancy.people.zones import zone_forget
 from tenancy.services import membership_set
+
+logger = logging.getLogger("toolkeeper.people")
 
 INVITATION_DAYS = 7
 INVITATION_SALT = "tenancy.invitation"
@@ -73,9 +77,13 @@ def _mail(invitation: Invitation, link: str) -> bool:
     context = {"invitation": invitation, "link": link, "tenant": invitation.tenant,
                "inviter": invitation.created_by, "days": INVITATION_DAYS}
     tenant_name = " ".join(invitation.tenant.name.split())  # a header holds one line
-    send_mail(f"You are invited to {tenant_name} on Toolkeeper",
-              render_to_string("console/invitation_email.txt", context), settings.DEFAULT_FROM_EMAIL,
-              [invitation.email], html_message=render_to_string("console/invitation_email.html", context))
+    try:
+        send_mail(f"You are invited to {tenant_name} on Toolkeeper",
+                  render_to_string("console/invitation_email.txt", context), settings.DEFAULT_FROM_EMAIL,
+                  [invitation.email], html_message=render_to_string("console/invitation_email.html", context))
+    except (smtplib.SMTPException, OSError) as exc:  # the invitation stands: its link is shown to pass on
+        logger.warning("invitation %s could not be mailed: %s", invitation.pk, type(exc).__name__)
+        return False
     return True
 
 
