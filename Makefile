@@ -12,6 +12,9 @@ NODE_STAMP := $(NODE_DIR)/node_modules/.installed
 # The accessibility checker of the browser tests (axe-core).
 A11Y_DIR := tests/a11y
 A11Y_STAMP := $(A11Y_DIR)/node_modules/.installed
+# The OpenID provider of the single sign-on tests (oidc-provider).
+IDENTITY_DIR := tests/identity
+IDENTITY_STAMP := $(IDENTITY_DIR)/node_modules/.installed
 
 .PHONY: run test install install-node lint migrate serve worker beat cluster bench mutate coverage clean
 
@@ -38,7 +41,14 @@ $(A11Y_STAMP): $(A11Y_DIR)/package.json $(A11Y_DIR)/package-lock.json
 		echo "npm is not installed: the accessibility checks of the browser tests will not run"; \
 	fi
 
-install-node: $(NODE_STAMP) $(A11Y_STAMP)
+$(IDENTITY_STAMP): $(IDENTITY_DIR)/package.json $(IDENTITY_DIR)/package-lock.json
+	@if command -v npm >/dev/null; then \
+		cd $(IDENTITY_DIR) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else \
+		echo "npm is not installed: the single sign-on tests will not run"; \
+	fi
+
+install-node: $(NODE_STAMP) $(A11Y_STAMP) $(IDENTITY_STAMP)
 
 migrate: install
 	$(BIN)/python manage.py migrate --noinput

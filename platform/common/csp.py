@@ -5,14 +5,17 @@ server: files under /static/ and the inline blocks of our templates, which carry
 (`<script nonce="{{ request.csp_nonce }}">`). No template uses inline event handlers or `style`
 attributes; the live client fetches pages and swaps parts of them in, so a `style` attribute would be
 refused there too. Sockets go to the same host (`ws:`/`wss:`). Nothing may frame the pages, load
-plugins or change the base URL.
+plugins or change the base URL. Forms post to this server only, and to the single sign-on provider's origin when
+one is set: signing out ends the provider's session too, by a redirect from the sign-out form.
 
 Swagger UI (/api/docs/) is drf-spectacular's template, whose own inline `<style>` and the styles
 Swagger UI sets at run time need inline styles; its scripts still come from this server only. The
 Django admin keeps its own pages: framing, plugins and the base URL are restricted there.
 """
 import secrets
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.utils.deprecation import MiddlewareMixin
 
@@ -26,7 +29,14 @@ def console_policy(nonce: str, host: str | None) -> str:
     # CSP 3 lets 'self' cover the same host's sockets; older browsers need them named.
     sockets = f" ws://{host} wss://{host}" if host else ""
     return (f"default-src 'self'; script-src 'self' 'nonce-{nonce}'; style-src 'self' 'nonce-{nonce}'; "
-            f"img-src 'self' data:; connect-src 'self'{sockets}; form-action 'self'; {COMMON}")
+            f"img-src 'self' data:; connect-src 'self'{sockets}; form-action 'self'{_provider_origin()}; {COMMON}")
+
+
+def _provider_origin() -> str:
+    """The single sign-on provider's origin, which the sign-out form's redirect goes on to (Chromium holds a
+    form's redirects to `form-action`), with a leading space; empty without a provider."""
+    issuer = urlsplit(getattr(settings, "TOOLKEEPER_OIDC_ISSUER", ""))
+    return f" {issuer.scheme}://{issuer.netloc}" if issuer.scheme in ("http", "https") and issuer.netloc else ""
 
 
 DOCS_POLICY = (f"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.db import models
 
 from common.json_values import JSONValueField
-from tenancy.models import ApiKey, Membership, Tenant
+from tenancy.models import ApiKey, Identity, Membership, Tenant
 
 
 class MembershipInline(admin.TabularInline):
@@ -28,3 +28,15 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # keys are issued from the console or `createapikey`, which show the secret once
+
+
+@admin.register(Identity)
+class IdentityAdmin(admin.ModelAdmin):
+    """People's accounts at the OpenID provider: made and kept by their sign-ins (tenancy.signin)."""
+
+    list_display = ("email", "user", "issuer", "subject", "last_sign_in_at")
+    search_fields = ("email", "subject", "user__username")
+    readonly_fields = ("user", "issuer", "subject", "email", "created_at", "last_sign_in_at")
+
+    def has_add_permission(self, request):
+        return False

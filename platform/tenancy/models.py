@@ -65,6 +65,9 @@ class Membership(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.VIEWER)
     created_at = models.DateTimeField(default=timezone.now)
+    # Granted by the identity provider's role claim at a sign-in (tenancy.signin): the next sign-in whose claim no
+    # longer names the tenant takes it away again. Invited and hand-made memberships are left to the admins.
+    from_claim = models.BooleanField(default=False)
 
     # A membership is read across tenants (a person's tenants), so its manager does not fail closed; pages
     # reach one through `for_tenant` like any tenant-owned row.
@@ -162,6 +165,25 @@ class Profile(models.Model):
 
     def __str__(self):
         return self.name or str(self.user)
+
+
+class Identity(models.Model):
+    """A person's account at an OpenID provider (tenancy.signin), by the provider's issuer and its subject: the
+    stable name the provider gives them, which a change of email address leaves as it is."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="identities")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    email = models.EmailField(max_length=254, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="one_account_per_identity")]
+        verbose_name_plural = "identities"
+
+    def __str__(self):
+        return f"{self.subject} at {self.issuer}"
 
 
 class InvitationState(models.TextChoices):

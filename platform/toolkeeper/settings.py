@@ -252,9 +252,34 @@ else:
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+AUTHENTICATION_BACKENDS = ["tenancy.signin.backends.AccountBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "console:home"
 LOGOUT_REDIRECT_URL = "login"
+
+# Single sign-on (tenancy.signin, docs/identity.md): OpenID Connect's authorization code flow with PKCE, on when an
+# issuer is set. The provider's URLs are the platform admin's configuration, like the database's.
+TOOLKEEPER_OIDC_ISSUER = os.environ.get("TOOLKEEPER_OIDC_ISSUER", "").strip().rstrip("/")
+TOOLKEEPER_OIDC_CLIENT_ID = os.environ.get("TOOLKEEPER_OIDC_CLIENT_ID", "").strip()
+TOOLKEEPER_OIDC_CLIENT_SECRET = os.environ.get("TOOLKEEPER_OIDC_CLIENT_SECRET", "")
+TOOLKEEPER_OIDC_NAME = os.environ.get("TOOLKEEPER_OIDC_NAME", "").strip() or "your identity provider"
+TOOLKEEPER_OIDC_SCOPES = os.environ.get("TOOLKEEPER_OIDC_SCOPES", "").strip() or "openid email profile"
+# Only people whose verified email address is at one of these domains may sign in; empty: any domain.
+TOOLKEEPER_OIDC_ALLOWED_DOMAINS = [
+    d.strip().lower().lstrip("@") for d in os.environ.get("TOOLKEEPER_OIDC_ALLOWED_DOMAINS", "").split(",") if d.strip()
+]
+# A claim whose values grant memberships: "<prefix><tenant>:<role>", for example "toolkeeper:acme:reviewer".
+TOOLKEEPER_OIDC_ROLES_CLAIM = os.environ.get("TOOLKEEPER_OIDC_ROLES_CLAIM", "").strip()
+TOOLKEEPER_OIDC_ROLE_PREFIX = os.environ.get("TOOLKEEPER_OIDC_ROLE_PREFIX", "toolkeeper:")
+# Some providers (Entra ID among them) send no `email_verified`: trust their addresses only when told to.
+TOOLKEEPER_OIDC_TRUST_UNVERIFIED_EMAIL = env_bool("TOOLKEEPER_OIDC_TRUST_UNVERIFIED_EMAIL", False)
+TOOLKEEPER_OIDC_TIMEOUT_S = float(os.environ.get("TOOLKEEPER_OIDC_TIMEOUT_S", 10))
+# Local passwords: off leaves single sign-on as the only way in (the console's and the admin site's).
+TOOLKEEPER_PASSWORD_LOGIN = env_bool("TOOLKEEPER_PASSWORD_LOGIN", True)
+if TOOLKEEPER_OIDC_ISSUER and not TOOLKEEPER_OIDC_CLIENT_ID:
+    raise ImproperlyConfigured("TOOLKEEPER_OIDC_CLIENT_ID must be set with TOOLKEEPER_OIDC_ISSUER.")
+if not TOOLKEEPER_PASSWORD_LOGIN and not TOOLKEEPER_OIDC_ISSUER:
+    raise ImproperlyConfigured("TOOLKEEPER_PASSWORD_LOGIN=0 needs single sign-on: set TOOLKEEPER_OIDC_ISSUER.")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

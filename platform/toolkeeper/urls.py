@@ -1,11 +1,12 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from audit.api.views import AuditVerifyView, AuditViewSet
 from tenancy.api.urls import urlpatterns as tenancy_api
 from tenancy.people import pages as people_pages
+from tenancy.signin import pages as signin_pages
 
 api_v1 = [
     path("", include("tools.api.urls")),
@@ -24,9 +25,13 @@ urlpatterns = [
     # The split view serves Swagger UI's start-up script as a file: no inline script (common.csp).
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema", authentication_classes=[],
                                                           permission_classes=[]), name="swagger-ui"),
+    # one sign-in page for the console and the admin site: the deployment's ways in are all there
+    path("admin/login/", RedirectView.as_view(pattern_name="login", query_string=True)),
     path("admin/", admin.site.urls),
-    path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", signin_pages.SignInView.as_view(), name="login"),
+    path("login/sso/", signin_pages.signin_start, name="signin_start"),
+    path("login/sso/callback/", signin_pages.signin_callback, name="signin_callback"),
+    path("logout/", signin_pages.SignOutView.as_view(), name="logout"),
     # a person's own pages, outside any tenant
     path("account/profile/", people_pages.profile, name="profile"),
     path("account/invitations/<str:token>/", people_pages.invitation_accept, name="invitation_accept"),

@@ -1,4 +1,5 @@
 """The people pages: a tenant's members and invitations (admins), accepting an invitation, one's profile."""
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
@@ -17,6 +18,7 @@ from tenancy.people import services
 from tenancy.people.forms import AccountForm, InviteForm, ProfileForm, RoleForm
 from tenancy.selectors import memberships_of
 from tenancy.services import membership_remove, membership_set
+from tenancy.signin.provider import sso_enabled, sso_name
 from tenancy.web import (
     ADMIN,
     INVALID_STATUS,
@@ -136,8 +138,13 @@ def invitation_accept(request, token):
                                else None)
     context = {"invitation": invitation, "tenant": None, "invited_tenant": invitation.tenant,
                "account_form": account_form, "errors": []}
+    context.update(passwords=settings.TOOLKEEPER_PASSWORD_LOGIN, sso=sso_enabled(), sso_name=sso_name())
     if request.method == "POST":
         signed_in = request.user.is_authenticated
+        if not signed_in and not settings.TOOLKEEPER_PASSWORD_LOGIN:
+            context["errors"] = ["Accounts with a password are turned off here: sign in with single sign-on, "
+                                 "then accept the invitation."]
+            return render(request, "console/invitation_accept.html", context, status=403)
         try:  # a change to the tenant: its rate limits count it, as every console change's
             requests_admit(tenant=invitation.tenant, user=request.user)
         except RateLimited as exc:
@@ -155,7 +162,7 @@ def invitation_accept(request, token):
                     add_service_errors(account_form, exc)
             else:
                 if not signed_in:
-                    login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+                    login(request, user)
                 messages.success(request, f"Welcome to {invitation.tenant.name}: you joined as {invitation.role}.")
                 return redirect("console:dashboard", tenant=invitation.tenant.slug)
         return render(request, "console/invitation_accept.html", context, status=INVALID_STATUS)

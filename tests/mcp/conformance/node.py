@@ -20,8 +20,8 @@ PACKAGES = ("@modelcontextprotocol/conformance", "@modelcontextprotocol/sdk")
 MIN_NODE_MAJOR = 20  # the conformance CLI 0.1.12 (undici 7) needs it
 
 
-def node_problem() -> str | None:
-    """What is missing to run the node side of these tests, or None."""
+def node_problem(folder: Path = HERE, packages: tuple[str, ...] = PACKAGES) -> str | None:
+    """What is missing to run the node side of these tests (the `packages` installed in `folder`), or None."""
     node, npx = shutil.which("node"), shutil.which("npx")
     if node is None or npx is None:
         return "Node.js and npm (node, npx) are not installed"
@@ -33,16 +33,16 @@ def node_problem() -> str | None:
     found = re.match(r"v(\d+)\.", version)
     if found is None or int(found.group(1)) < MIN_NODE_MAJOR:
         return f"Node.js {MIN_NODE_MAJOR} or later is needed, {node} is {version or 'of an unknown version'}"
-    missing = [name for name in PACKAGES if not (HERE / "node_modules" / name / "package.json").is_file()]
+    missing = [name for name in packages if not (folder / "node_modules" / name / "package.json").is_file()]
     if missing:
-        return (f"the node packages of tests/mcp/conformance are not installed ({', '.join(missing)}): "
+        return (f"the node packages of {folder.name} are not installed ({', '.join(missing)}): "
                 "`make test` installs them, or `npm ci` in that folder")
     return None
 
 
-def require_node() -> str:
+def require_node(folder: Path = HERE, packages: tuple[str, ...] = PACKAGES) -> str:
     """The node executable; or skip the test (fail it with TOOLKEEPER_REQUIRE_SERVICES=1) saying what is missing."""
-    problem = node_problem()
+    problem = node_problem(folder, packages)
     if problem is not None:
         if os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1":
             pytest.fail(f"{problem}; it is required (TOOLKEEPER_REQUIRE_SERVICES=1)")

@@ -1,0 +1,65 @@
+// The OpenID provider of the single sign-on tests: the npm package `oidc-provider`, configured from a JSON
+// file named on the command line, on a port of 127.0.0.1.
+//
+// The file holds {"port", "clients": [...], "accounts": {"<login>": {"email", "email_verified", "name",
+// "groups", "disabled"}}}. Accounts are read from the file at every look-up, so a test disables a person by
+// rewriting it: the provider then issues nothing for them (a login that names no account, or a disabled one,
+// returns to its login form, and a code issued before is refused at the token endpoint). The provider's own
+// login form (its development interactions) takes any password.
+import { readFileSync } from 'node:fs';
+import Provider from 'oidc-provider';
+
+const configPath = process.argv[2];
+const read = () => JSON.parse(readFileSync(configPath, 'utf8'));
+const config = read();
+const issuer = `http://127.0.0.1:${config.port}`;
+
+function account(login) {
+  const person = read().accounts[login];
+  if (!person || person.disabled) return undefined;
+  return {
+    accountId: login,
+    async claims() {
+      return {
+        sub: login,
+        email: person.email,
+        email_verified: person.email_verified ?? true,
+        name: person.name ?? login,
+        groups: person.groups ?? [],
+      };
+    },
+  };
+}
+
+const provider = new Provider(issuer, {
+  clients: config.clients,
+  async findAccount(ctx, login) {
+    return account(login);
+  },
+  claims: {
+    openid: ['sub'],
+    email: ['email', 'email_verified'],
+    profile: ['name'],
+    groups: ['groups'],
+  },
+  scopes: ['openid', 'email', 'profile', 'groups', 'offline_access'],
+  pkce: { required: () => true },
+  features: {
+    devInteractions: { enabled: true },
+    rpInitiatedLogout: { enabled: true },
+  },
+  // First-party clients: the person is not asked to consent to the scopes they were configured with.
+  async loadExistingGrant(ctx) {
+    const grant = new ctx.oidc.provider.Grant({ clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId });
+    grant.addOIDCScope('openid email profile groups');
+    grant.addOIDCClaims(['email', 'email_verified', 'name', 'groups']);
+    await grant.save();
+    return grant;
+  },
+  cookies: { keys: ['identity-tests-only'] },
+  ttl: { Session: 3600, Interaction: 600, Grant: 3600, IdToken: 300, AccessToken: 300, AuthorizationCode: 60 },
+});
+
+provider.listen(config.port, '127.0.0.1', () => {
+  console.log(`ready ${issuer}`);
+});

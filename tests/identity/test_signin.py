@@ -1,0 +1,224 @@
+"""Single sign-on, the person's side (docs/identity.md, "Single sign-on"): what the provider's verified claims
+make of an account here, which memberships its role claim grants and takes away, and the sign-in pages when
+passwords are off or the provider cannot be reached. The whole flow against a real provider, in a browser:
+test_sso_browser.py."""
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client, override_settings
+
+from audit.models import Event
+from tenancy.models import Identity, Membership, Role
+from tenancy.people import services as people
+from tenancy.services import membership_set, tenant_create
+from tenancy.signin.services import SignInRefused, claimed_roles, person_sign_in
+from tests.live.server import free_port
+
+pytestmark = pytest.mark.django_db
+
+ISSUER = "https://id.example.com"
+SSO = {"TOOLKEEPER_OIDC_ROLES_CLAIM": "groups", "TOOLKEEPER_OIDC_ROLE_PREFIX": "toolkeeper:",
+       "TOOLKEEPER_OIDC_ALLOWED_DOMAINS": ["example.com"], "TOOLKEEPER_OIDC_TRUST_UNVERIFIED_EMAIL": False}
+User = get_user_model()
+
+
+def claims(sub="u-1", email="carol@example.com", verified=True, **more):
+    return {"sub": sub, "email": email, "email_verified": verified, "name": "Carol Example", **more}
+
+
+@pytest.fixture
+def acme():
+    founder = User.objects.create_user(username="founder", password="x" * 12)
+    return tenant_create(slug="acme", name="Acme", admin=founder)
+
+
+@pytest.fixture(autouse=True)
+def sso_settings():
+    with override_settings(**SSO):
+        yield
+
+
+def test_a_first_sign_in_makes_an_account_without_a_password_and_later_ones_find_it(acme):
+    signed = person_sign_in(issuer=ISSUER, claims=claims())
+    user = signed.user
+    assert signed.created and user.username == "carol@example.com" and user.email == "carol@example.com"
+    assert user.first_name == "Carol Example"
+    assert not user.has_usable_password()  # nobody can sign in as them with a password
+    assert Identity.objects.get(issuer=ISSUER, subject="u-1").user == user
+
+    # the address changed at the provider: the same subject is the same person
+    again = person_sign_in(issuer=ISSUER, claims=claims(email="carol.new@example.com"))
+    assert not again.created and again.user.pk == user.pk
+    user.refresh_from_db()
+    assert user.email == "carol.new@example.com"
+    # the same subject at another provider is someone else
+    other = person_sign_in(issuer="https://other.example.com", claims=claims(email="c2@example.com"))
+    assert other.created and other.user.pk != user.pk
+
+
+def test_a_person_who_joined_with_a_password_keeps_their_account(acme):
+    carol = User.objects.create_user(username="carol", password="x" * 12, email="Carol@Example.com")
+    membership_set(tenant=acme, user=carol, role=Role.OPERATOR)
+    signed = person_sign_in(issuer=ISSUER, claims=claims())
+    assert signed.user.pk == carol.pk and not signed.created
+    assert [m.role for m in signed.memberships] == [Role.OPERATOR]
+
+
+def test_a_name_taken_by_another_account_gets_a_number(acme):
+    User.objects.create_user(username="carol@example.com", password="x" * 12, email="")
+    signed = person_sign_in(issuer=ISSUER, claims=claims())
+    assert signed.user.username == "carol@example.com-2"
+
+
+@pytest.mark.parametrize("bad, said", [
+    (claims(email="dave@elsewhere.org"), "Accounts at elsewhere.org may not sign in"),
+    (claims(verified=False), "has not verified carol@example.com"),
+    (claims(email=""), "sent no email address"),
+    (claims(email=["carol@example.com"]), "sent no email address"),
+    (claims(sub=""), "sent no usable subject"),
+    (claims(sub="x" * 300), "sent no usable subject"),
+])
+def test_people_the_deployment_does_not_let_in_are_refused_and_get_no_account(acme, bad, said):
+    with pytest.raises(SignInRefused) as refused:
+        person_sign_in(issuer=ISSUER, claims=bad)
+    assert said in refused.value.message
+    assert not Identity.objects.exists()
+    assert not User.objects.exclude(username="founder").exists()
+
+
+def test_an_unverified_address_is_taken_only_when_the_deployment_says_so(acme):
+    unverified = claims()
+    del unverified["email_verified"]
+    with pytest.raises(SignInRefused):
+        person_sign_in(issuer=ISSUER, claims=unverified)
+    with override_settings(TOOLKEEPER_OIDC_TRUST_UNVERIFIED_EMAIL=True, TOOLKEEPER_OIDC_ALLOWED_DOMAINS=[]):
+        assert person_sign_in(issuer=ISSUER, claims=unverified).created
+
+
+def test_an_account_disabled_here_is_refused(acme):
+    user = person_sign_in(issuer=ISSUER, claims=claims()).user
+    user.is_active = False
+    user.save()
+    with pytest.raises(SignInRefused, match="disabled here"):
+        person_sign_in(issuer=ISSUER, claims=claims())
+
+
+def test_the_role_claim_grants_changes_and_takes_away_memberships(acme):
+    beta = tenant_create(slug="beta", name="Beta", admin=User.objects.get(username="founder"))
+    groups = ["toolkeeper:acme:reviewer", "toolkeeper:beta:viewer", "staff", "toolkeeper:nowhere:admin"]
+    user = person_sign_in(issuer=ISSUER, claims=claims(groups=groups)).user
+    held = {m.tenant.slug: (m.role, m.from_claim) for m in Membership.objects.filter(user=user)}
+    assert held == {"acme": (Role.REVIEWER, True), "beta": (Role.VIEWER, True)}
+
+    person_sign_in(issuer=ISSUER, claims=claims(groups=["toolkeeper:acme:operator"]))
+    held = {m.tenant.slug: m.role for m in Membership.objects.filter(user=user)}
+    assert held == {"acme": Role.OPERATOR}, "the claim no longer names beta: that membership ended"
+    verbs = list(Event.objects.filter(tenant=beta).values_list("verb", flat=True))
+    assert "membership.removed" in verbs
+
+    person_sign_in(issuer=ISSUER, claims=claims(groups=[]))
+    assert not Membership.objects.filter(user=user).exists()
+
+
+def test_memberships_from_invitations_are_left_to_the_admins(acme):
+    beta = tenant_create(slug="beta", name="Beta", admin=User.objects.get(username="founder"))
+    link = people.invitation_create(tenant=beta, email="carol@example.com", role=Role.REVIEWER).link
+    user = person_sign_in(issuer=ISSUER, claims=claims(groups=["toolkeeper:acme:viewer"])).user
+    people.invitation_accept(token=link.rstrip("/").rsplit("/", 1)[1], user=user)
+
+    person_sign_in(issuer=ISSUER, claims=claims(groups=[]))
+    held = {m.tenant.slug: (m.role, m.from_claim) for m in Membership.objects.filter(user=user)}
+    assert held == {"beta": (Role.REVIEWER, False)}
+
+
+def test_a_claim_cannot_take_a_tenants_last_admin_away(acme):
+    founder = User.objects.get(username="founder")
+    solo = tenant_create(slug="solo", name="Solo", admin=founder)
+    Membership.objects.filter(tenant=solo).delete()
+    user = person_sign_in(issuer=ISSUER, claims=claims(groups=["toolkeeper:solo:admin"])).user
+    person_sign_in(issuer=ISSUER, claims=claims(groups=["toolkeeper:solo:viewer"]))
+    assert Membership.objects.get(user=user, tenant=solo).role == Role.ADMIN
+    person_sign_in(issuer=ISSUER, claims=claims(groups=[]))
+    assert Membership.objects.filter(user=user, tenant=solo).exists()
+
+
+def test_claimed_roles_read_only_the_prefixed_values():
+    assert claimed_roles({"groups": "toolkeeper:acme:admin"}) == {"acme": "admin"}
+    assert claimed_roles({"groups": ["toolkeeper:acme:viewer", "toolkeeper:acme:operator",
+                                     "toolkeeper:acme:reviewer"]}) == {"acme": "operator"}
+    assert claimed_roles({"groups": ["toolkeeper:acme:owner", "toolkeeper:acme", "acme:admin", 7]}) == {}
+    assert claimed_roles({"groups": {"toolkeeper:acme:admin": True}}) == {}
+    assert claimed_roles({"roles": ["toolkeeper:acme:admin"]}) == {}
+
+
+def test_each_sign_in_is_in_the_audit_trail_of_the_persons_tenants(acme):
+    person_sign_in(issuer=ISSUER, claims=claims(groups=["toolkeeper:acme:viewer"]))
+    event = Event.objects.filter(tenant=acme, verb="person.signed_in").get()
+    assert event.target == "user:carol@example.com"
+    assert event.data == {"method": "oidc", "issuer": ISSUER, "account_created": True}
+
+
+# -- the pages ----------------------------------------------------------------------------------------------
+
+def test_the_login_page_offers_what_the_deployment_allows():
+    response = Client().get("/login/?next=/t/acme/")
+    page = response.content.decode()
+    assert 'id="id_password"' in page and 'id="sso"' not in page
+    assert "form-action 'self';" in response["Content-Security-Policy"]
+    with override_settings(TOOLKEEPER_OIDC_ISSUER=ISSUER + "/realms/acme", TOOLKEEPER_OIDC_CLIENT_ID="tk",
+                           TOOLKEEPER_OIDC_NAME="Example <SSO>"):
+        response = Client().get("/login/?next=/t/acme/")
+        # signing out continues to the provider's end-session page: forms may go to its origin, no further
+        assert f"form-action 'self' {ISSUER};" in response["Content-Security-Policy"]
+        page = response.content.decode()
+        assert 'href="/login/sso/?next=/t/acme/"' in page and "Sign in with Example &lt;SSO&gt;" in page
+        assert 'id="id_password"' in page
+        with override_settings(TOOLKEEPER_PASSWORD_LOGIN=False):
+            page = Client().get("/login/").content.decode()
+            assert 'id="sso"' in page and 'id="id_password"' not in page
+
+
+def test_passwords_off_refuse_every_password_way_in(acme):
+    User.objects.create_user(username="pat", password="a long enough passphrase 42")
+    with override_settings(TOOLKEEPER_OIDC_ISSUER=ISSUER, TOOLKEEPER_OIDC_CLIENT_ID="tk",
+                           TOOLKEEPER_PASSWORD_LOGIN=False):
+        client = Client()
+        refused = client.post("/login/", {"username": "pat", "password": "a long enough passphrase 42"})
+        assert refused.status_code == 403 and "turned off" in refused.content.decode()
+        assert "_auth_user_id" not in client.session
+        # the admin site signs in on the same page
+        assert client.get("/admin/login/?next=/admin/")["Location"] == "/login/?next=/admin/"
+        # …and an invitation cannot make an account with a password
+        link = people.invitation_create(tenant=acme, email="new@example.com", role=Role.VIEWER).link
+        path = "/" + link.split("/", 3)[3]
+        page = client.get(path).content.decode()
+        assert 'id="create-account"' not in page and 'id="sso"' in page
+        made = client.post(path, {"username": "newbie", "password": "a long enough passphrase 42"})
+        assert made.status_code == 403
+        assert not User.objects.filter(username="newbie").exists()
+    # with passwords on, the same password works
+    assert Client().post("/login/", {"username": "pat", "password": "a long enough passphrase 42"}).status_code == 302
+
+
+def test_a_provider_that_cannot_be_reached_is_a_page_not_an_error():
+    closed = f"http://127.0.0.1:{free_port()}"
+    with override_settings(TOOLKEEPER_OIDC_ISSUER=closed, TOOLKEEPER_OIDC_CLIENT_ID="tk",
+                           TOOLKEEPER_OIDC_TIMEOUT_S=2):
+        response = Client().get("/login/sso/?next=/t/acme/")
+        assert response.status_code == 503
+        assert "could not be reached just now" in response.content.decode()
+
+
+def test_single_sign_on_pages_without_a_provider_are_not_found():
+    for path in ("/login/sso/", "/login/sso/callback/?code=x&state=y"):
+        response = Client().get(path)
+        assert response.status_code == 404 and "not set up" in response.content.decode()
+
+
+def test_only_a_place_on_this_site_is_kept_to_return_to():
+    from django.test import RequestFactory
+
+    from tenancy.signin.pages import _safe_next
+    request = RequestFactory().get("/login/sso/")
+    for hostile in ("https://evil.example/", "//evil.example/x", "/\\evil.example", "javascript:alert(1)"):
+        assert _safe_next(request, hostile) == ""
+    assert _safe_next(request, "/t/acme/calls/?status=failed") == "/t/acme/calls/?status=failed"
