@@ -18,8 +18,10 @@ from rest_framework.test import APIClient
 
 from audit.models import Event
 from tenancy.models import ApiKey, Invitation, Membership
+from tenancy.oauth import services as oauth
 from tenancy.people.services import invitation_create
 from tenancy.scoping import TenantOwned
+from tenancy.selectors import mcp_resource
 from tenancy.services import apikey_create
 from tests.console.conftest import page_text
 from tools.calls.submit import calls_submit
@@ -29,8 +31,9 @@ from tools.redaction.rules import redaction_rule_create
 from tools.upstream.client import UpstreamTool
 from tools.upstream.servers import mcp_server_create, mcp_tools_reconcile
 
-# account/: a person's own pages, in no tenant (tests/tenancy/test_people.py)
-SKIPPED_PREFIXES = ("admin/", "api/schema/", "api/docs/", "login/", "logout/", "account/")
+# account/: a person's own pages, in no tenant (tests/tenancy/test_people.py, tests/identity/test_oauth_pages.py);
+# oauth/: the consent page, which offers only the person's own tenants (tests/identity/test_oauth_pages.py)
+SKIPPED_PREFIXES = ("admin/", "api/schema/", "api/docs/", "login/", "logout/", "account/", "oauth/")
 API_PREFIX = "api/"
 CONSOLE_PREFIXES = ("t/",)  # the console, the inbox and other apps' tenant pages
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -197,6 +200,7 @@ def scene(world):
         redaction_rule_create(tenant=tw.tenant, name=f"{B_MARKER if tw is b else 'A-only'} rule", pattern="walk-\\d+")
         invitation_create(tenant=tw.tenant, email=f"{'b-only-7f3a91' if tw is b else 'a-only'}@example.com",
                           role="viewer")
+        _oauth_grant(tw, B_MARKER if tw is b else "A-only")
     issued = apikey_create(tenant=a.tenant, name="walker", scopes=["agent", "external", "admin"])
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.key}")
@@ -281,7 +285,20 @@ PARAM_MODELS = {
     "redaction_rule_id": "tools.RedactionRule",
     "member_id": "tenancy.Membership",
     "invitation_id": "tenancy.Invitation",
+    "grant_id": "tenancy.OAuthGrant",
 }
+
+
+def _oauth_grant(tw, marker: str) -> None:
+    """An MCP client a member connected with OAuth (tenancy.oauth)."""
+    client = oauth.client_register(metadata={"client_id": f"walker-{tw.tenant.slug}", "client_name": f"{marker} IDE",
+                                             "redirect_uris": ["http://127.0.0.1:9/cb"]}, client_secret=None)
+    consent = oauth.Consent(client_id=client.client_id, redirect_uri="http://127.0.0.1:9/cb",
+                            redirect_uri_provided_explicitly=True, code_challenge="c" * 43, scopes=("agent",),
+                            state=None, resource=mcp_resource())
+    code = oauth.code_issue(consent=consent, user=tw.users["admin"], tenant=tw.tenant, agent=f"{marker}-ide",
+                            scopes=["agent"])
+    oauth.code_exchange(code=oauth.code_load(client_id=client.client_id, code=code))
 
 
 def _first_row(label: str, param: str, route: Route, tenant):

@@ -202,6 +202,8 @@ class AgentSession(TenantOwned):
     api_key = models.ForeignKey("tenancy.ApiKey", null=True, blank=True, on_delete=models.SET_NULL)
     agent = models.CharField(max_length=100)
     user = models.CharField(max_length=200, blank=True, default="")
+    # The user is a person Toolkeeper verified (an OAuth grant's, docs/identity.md), not a name the app asserts.
+    user_verified = models.BooleanField(default=False)
     context = models.JSONField(default=dict, blank=True)
     active_groups = models.JSONField(default=list, blank=True)
     loaded_skills = models.JSONField(default=list, blank=True)

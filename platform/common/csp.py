@@ -25,11 +25,22 @@ ADMIN_PREFIX = "/admin/"
 COMMON = "object-src 'none'; base-uri 'self'; frame-ancestors 'none'"
 
 
-def console_policy(nonce: str, host: str | None) -> str:
+def console_policy(nonce: str, host: str | None, *, form_targets: tuple[str, ...] = ()) -> str:
+    """`form_targets`: origins a form of this page may end up at by a redirect (an OAuth client's, from the
+    consent page)."""
     # CSP 3 lets 'self' cover the same host's sockets; older browsers need them named.
     sockets = f" ws://{host} wss://{host}" if host else ""
+    targets = "".join(f" {origin}" for origin in form_targets if _is_origin(origin))
     return (f"default-src 'self'; script-src 'self' 'nonce-{nonce}'; style-src 'self' 'nonce-{nonce}'; "
-            f"img-src 'self' data:; connect-src 'self'{sockets}; form-action 'self'{_provider_origin()}; {COMMON}")
+            f"img-src 'self' data:; connect-src 'self'{sockets}; form-action 'self'{_provider_origin()}{targets}; "
+            f"{COMMON}")
+
+
+def _is_origin(value: str) -> bool:
+    """An http(s) origin and nothing else: no path, no quote, no space or separator that would end the source."""
+    parts = urlsplit(value)
+    return (parts.scheme in ("http", "https") and bool(parts.netloc) and not parts.path and not parts.query
+            and not any(ch in value for ch in " ;,'\"\n\r"))
 
 
 def _provider_origin() -> str:

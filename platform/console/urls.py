@@ -7,7 +7,7 @@ from django.urls import include, path
 from audit import pages as audit_pages
 from audit.pages import TargetLink, register_target_links
 from console import views
-from tenancy.models import ApiKey, Invitation, Membership
+from tenancy.models import ApiKey, Invitation, Membership, OAuthGrant
 from tenancy.people import pages as people_pages
 from tenancy.web import register_url_objects
 from tools.http_tools import pages as http_tool_pages
@@ -30,6 +30,7 @@ register_url_objects({
     "http_tool_id": (HttpEndpoint, "endpoint"),
     "member_id": (Membership, "membership"),
     "invitation_id": (Invitation, "invitation"),
+    "grant_id": (OAuthGrant, "grant"),
 })
 
 register_target_links({
@@ -91,6 +92,7 @@ tenant_pages = [
     path("members/invitations/<int:invitation_id>/", people_pages.invitation_created, name="invitation_created"),
     path("members/invitations/<int:invitation_id>/revoke/", people_pages.invitation_revoke,
          name="invitation_revoke"),
+    path("members/clients/<int:grant_id>/disconnect/", people_pages.client_disconnect, name="client_disconnect"),
     path("tools/<int:tool_id>/result-steps/", redaction_pages.tool_result_steps, name="tool_result_steps"),
     path("redaction-rules/", redaction_pages.redaction_rule_list, name="redaction_rule_list"),
     path("redaction-rules/new/", redaction_pages.redaction_rule_create, name="redaction_rule_create"),

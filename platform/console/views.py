@@ -276,7 +276,8 @@ binding_delete = ObjectDeleteView.as_view(
 
 @tenant_view()
 def apikey_list(request):
-    keys = ApiKey.objects.for_tenant(request.tenant).select_related("created_by")
+    # a connected MCP client's key is its grant's: the members page lists those (tenancy.oauth)
+    keys = ApiKey.objects.for_tenant(request.tenant).filter(oauth_grant__isnull=True).select_related("created_by")
     url = mcp_url(request)
     setups = [mcp_client_setup(url=url, api_key=key) for key in keys]
     usable = [setup.key for setup in setups if setup.config]

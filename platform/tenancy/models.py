@@ -5,6 +5,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from common.secrets import EncryptedJSONField
 from tenancy.scoping import TenantOwned
 
 
@@ -224,3 +225,83 @@ class Invitation(TenantOwned):
         if self.expires_at <= timezone.now():
             return InvitationState.EXPIRED
         return InvitationState.PENDING
+
+
+class OAuthClient(models.Model):
+    """An MCP client known to Toolkeeper's authorization server (tenancy.oauth): registered by itself (dynamic
+    client registration), or named by the URL of its metadata document. Not a tenant's: a client is registered
+    before anyone has chosen a tenant for it."""
+
+    REGISTERED, DOCUMENT = "registered", "document"
+
+    client_id = models.CharField(max_length=255, unique=True)
+    kind = models.CharField(max_length=10, default=REGISTERED)
+    # the RFC 7591 metadata as registered (client_secret taken out: it is kept encrypted below)
+    metadata = models.JSONField(default=dict)
+    secret = EncryptedJSONField(null=True, blank=True)  # {"client_secret": …} of a confidential client; None: public
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return self.metadata.get("client_name") or self.client_id
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("client_name") or "an unnamed client")
+
+
+class OAuthGrant(TenantOwned):
+    """A person's consent that an MCP client acts for them as an agent of a tenant. The client's calls run under
+    the grant's own API key (locked to the agent, never shown), so every limit and check of a key applies, and
+    revoking the grant revokes the key: its open streams and waits end within seconds (tenancy.grants)."""
+
+    client = models.ForeignKey(OAuthClient, on_delete=models.CASCADE, related_name="grants")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oauth_grants")
+    api_key = models.OneToOneField(ApiKey, on_delete=models.CASCADE, related_name="oauth_grant")
+    resource = models.CharField(max_length=500)  # the audience of its tokens: the MCP endpoint's URL
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.client} for {self.user} as {self.api_key.agent}"
+
+
+class OAuthCode(TenantOwned):
+    """An authorization code, between the person's consent and the client's token request: single use, a few
+    minutes long, stored as a hash."""
+
+    code_hash = models.CharField(max_length=64, unique=True)
+    client = models.ForeignKey(OAuthClient, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    agent = models.CharField(max_length=100)
+    scopes = models.JSONField(default=list)
+    code_challenge = models.CharField(max_length=128)
+    redirect_uri = models.TextField()
+    redirect_uri_provided_explicitly = models.BooleanField(default=True)
+    resource = models.CharField(max_length=500)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    grant = models.ForeignKey(OAuthGrant, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    def __str__(self):
+        return f"code for {self.client} as {self.agent}"
+
+
+class OAuthToken(models.Model):
+    """An access or refresh token of a grant, stored as a hash. A refresh token is used once: the next one
+    replaces it, and presenting a used one again revokes the grant (someone else has a copy)."""
+
+    ACCESS, REFRESH = "access", "refresh"
+
+    grant = models.ForeignKey(OAuthGrant, on_delete=models.CASCADE, related_name="tokens")
+    kind = models.CharField(max_length=8)
+    token_hash = models.CharField(max_length=64, unique=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)  # a refresh token that was exchanged
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return f"{self.kind} token of grant {self.grant_id}"

@@ -1,12 +1,15 @@
 """Reads for tenancy, and the access helpers: the object or 404, whether missing or foreign."""
 import hmac
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Q
 from django.http import Http404
+from django.utils import timezone
 
 from tenancy.fastread import fetch_one
-from tenancy.models import SYSTEM_AGENT, ApiKey, Membership, Scope, Tenant, hash_secret, split_key
+from tenancy.models import SYSTEM_AGENT, ApiKey, Membership, OAuthToken, Scope, Tenant, hash_secret, split_key
 from tenancy.versions import versioned_models
 
 
@@ -24,6 +27,61 @@ def apikey_from_token(token: str) -> ApiKey | None:
         return None
     if not hmac.compare_digest(api_key.secret_hash, hash_secret(secret)):
         return None
+    return api_key
+
+
+ACCESS_TOKEN_PREFIX = "tko_"  # noqa: S105 (what the tokens begin with, not one)
+
+
+def issuer() -> str:
+    """Toolkeeper's own authorization server: its public URL (tenancy.oauth)."""
+    return settings.TOOLKEEPER_PUBLIC_URL.rstrip("/")
+
+
+def mcp_resource() -> str:
+    """The MCP endpoint's URL: the audience of every token Toolkeeper issues."""
+    return f"{issuer()}/mcp/"
+
+
+def _canonical(url: str) -> str:
+    parts = urlsplit(url)
+    path = parts.path if parts.path.endswith("/") else parts.path + "/"
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}{path}"
+
+
+def is_mcp_resource(value: str | None) -> bool:
+    """A resource indicator (RFC 8707) or audience that names the MCP endpoint, with or without its trailing
+    slash."""
+    if not value or not isinstance(value, str):
+        return False
+    parts = urlsplit(value)
+    return not parts.query and not parts.fragment and _canonical(value) == _canonical(mcp_resource())
+
+
+def person_name(user) -> str:
+    """How a session names the person it acts for: their email address, else their user name."""
+    return user.email or user.get_username()
+
+
+def is_access_token(token: str) -> bool:
+    return token.startswith(ACCESS_TOKEN_PREFIX)
+
+
+def apikey_from_access_token(token: str) -> ApiKey | None:
+    """The key an OAuth access token of Toolkeeper's stands for, or None: unknown, expired, its grant revoked,
+    or issued for another audience than the MCP endpoint. The key carries the person (`acting_for`)."""
+    row = (OAuthToken.objects.select_related("grant__user").filter(token_hash=hash_secret(token),
+                                                                   kind=OAuthToken.ACCESS).first())
+    if row is None or row.expires_at <= timezone.now():
+        return None
+    grant = row.grant
+    if grant.revoked_at is not None or not grant.user.is_active or not is_mcp_resource(grant.resource):
+        return None
+    api_key = fetch_one(ApiKey, join="tenant", pk=grant.api_key_id,
+                        tenant_values=tuple((model, "version") for model in versioned_models()))
+    if api_key is None or api_key.revoked_at is not None:
+        return None
+    api_key.acting_for = grant.user
     return api_key
 
 

@@ -12,6 +12,8 @@ from tenancy.models import (
     ApiKey,
     Behavior,
     Membership,
+    OAuthGrant,
+    OAuthToken,
     Role,
     Scope,
     Tenant,
@@ -107,11 +109,12 @@ def membership_set(*, tenant: Tenant, user, role: str, actor=None) -> Membership
 @transaction.atomic
 def membership_remove(*, tenant: Tenant, user, actor=None) -> bool:
     """Take a user out of a tenant; their open console streams and waiting requests end within seconds
-    (tenancy.grants)."""
+    (tenancy.grants), and so do the MCP clients they connected there (their OAuth grants end)."""
     _refuse_losing_the_last_admin(tenant, user)
     removed, _ = Membership.objects.filter(user=user, tenant=tenant).delete()
     if removed:
         audit_record(tenant=tenant, actor=actor, verb="membership.removed", target=f"user:{user.username}")
+        grants_revoke_for(user=user, tenant=tenant, actor=actor, reason="membership_removed")
     return bool(removed)
 
 
@@ -148,3 +151,30 @@ def apikey_revoke(*, api_key: ApiKey, actor=None) -> ApiKey:
         api_key.save(update_fields=["revoked_at"])
         audit_record(tenant=api_key.tenant, actor=actor, verb="apikey.revoked", target=f"apikey:{api_key.pk}")
     return api_key
+
+
+def grant_revoke(*, grant: OAuthGrant, actor=None, reason: str = "revoked") -> OAuthGrant:
+    """End an MCP client's OAuth grant (tenancy.oauth): its tokens stop working at once, and its key's open streams
+    and waits within seconds."""
+    with transaction.atomic():
+        ended = OAuthGrant.all_tenants.filter(pk=grant.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        OAuthToken.objects.filter(grant=grant).delete()
+        if ended:
+            apikey_revoke(api_key=ApiKey.all_tenants.get(pk=grant.api_key_id), actor=actor)
+            audit_record(tenant=grant.tenant, actor=actor, verb="oauth.revoked", target=f"oauth_grant:{grant.pk}",
+                         data={"client": grant.client.name, "user": grant.user.username, "reason": reason})
+    grant.refresh_from_db()
+    return grant
+
+
+def grants_revoke_for(*, user, tenant: Tenant | None = None, actor=None, reason: str) -> int:
+    """End every standing grant of `user` (in `tenant`, or everywhere): a member removed, a person gone."""
+    grants = OAuthGrant.all_tenants.select_related("client", "user", "tenant").filter(user=user,
+                                                                                    revoked_at__isnull=True)
+    if tenant is not None:
+        grants = grants.filter(tenant=tenant)
+    ended = 0
+    for grant in grants:
+        grant_revoke(grant=grant, actor=actor, reason=reason)
+        ended += 1
+    return ended

@@ -24,6 +24,7 @@ from tenancy.entry.authentication import CHECKED_KEY_SCOPE, bearer_token
 from tenancy.entry.bodies import INVALID_API_KEY, BodyGuard, declared_length, header_map
 from tenancy.selectors import apikey_from_token
 from tools.gateway.entry import McpEndpoint, is_mcp
+from tools.gateway.oauth import OAuthEndpoints, is_oauth
 
 # Over this size, a body is read only after its API key is found valid; a smaller body costs less to
 # read than the extra trip to the lane that an early lookup takes.
@@ -120,20 +121,25 @@ def carries_api_key(scope) -> bool:
 
 
 class HttpRouter:
-    """`/mcp/` to the MCP endpoint, API-key requests to the lean handler, the rest to Django's full stack."""
+    """`/mcp/` to the MCP endpoint, its authorization server's endpoints to theirs, API-key requests to the lean
+    handler, the rest to Django's full stack."""
 
-    def __init__(self, full, api_key, mcp):
+    def __init__(self, full, api_key, mcp, oauth):
         self.full = full
         self.api_key = api_key
         self.mcp = mcp
+        self.oauth = oauth
 
     async def __call__(self, scope, receive, send):
         if is_mcp(scope):
             return await self.mcp(scope, receive, send)
+        if is_oauth(scope):
+            return await self.oauth(scope, receive, send)
         handler = self.api_key if carries_api_key(scope) else self.full
         return await handler(scope, receive, send)
 
 
 def http_application(full):
     """The HTTP side of the ASGI application: `full` is Django's handler (maybe wrapped)."""
-    return BodyGuard(HttpRouter(full, ApiKeyHandler(Lanes(settings.TOOLKEEPER_API_THREADS)), McpEndpoint()))
+    return BodyGuard(HttpRouter(full, ApiKeyHandler(Lanes(settings.TOOLKEEPER_API_THREADS)), McpEndpoint(),
+                                OAuthEndpoints()))

@@ -281,6 +281,16 @@ if TOOLKEEPER_OIDC_ISSUER and not TOOLKEEPER_OIDC_CLIENT_ID:
 if not TOOLKEEPER_PASSWORD_LOGIN and not TOOLKEEPER_OIDC_ISSUER:
     raise ImproperlyConfigured("TOOLKEEPER_PASSWORD_LOGIN=0 needs single sign-on: set TOOLKEEPER_OIDC_ISSUER.")
 
+# OAuth for MCP clients (tenancy.oauth, docs/identity.md): "builtin" makes Toolkeeper the authorization server of
+# /mcp/ (over HTTPS, or HTTP on a loopback address), "external" trusts another one's tokens, "off" takes API keys only.
+TOOLKEEPER_MCP_OAUTH = os.environ.get("TOOLKEEPER_MCP_OAUTH", "").strip().lower() or "builtin"
+if TOOLKEEPER_MCP_OAUTH not in {"builtin", "external", "off"}:
+    raise ImproperlyConfigured("TOOLKEEPER_MCP_OAUTH must be builtin, external or off.")
+# Requests a minute from one network address to the OAuth endpoints, which anyone may reach (0: no limit).
+TOOLKEEPER_ADDRESS_REQUESTS_PER_MINUTE = int(os.environ.get("TOOLKEEPER_ADDRESS_REQUESTS_PER_MINUTE", 120))
+TOOLKEEPER_OAUTH_ACCESS_TOKEN_S = int(os.environ.get("TOOLKEEPER_OAUTH_ACCESS_TOKEN_S", 900))
+TOOLKEEPER_OAUTH_REFRESH_TOKEN_S = int(os.environ.get("TOOLKEEPER_OAUTH_REFRESH_TOKEN_S", 30 * 24 * 3600))
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

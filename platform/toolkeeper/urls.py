@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from audit.api.views import AuditVerifyView, AuditViewSet
 from tenancy.api.urls import urlpatterns as tenancy_api
+from tenancy.oauth import pages as oauth_pages
 from tenancy.people import pages as people_pages
 from tenancy.signin import pages as signin_pages
 
@@ -35,6 +36,11 @@ urlpatterns = [
     # a person's own pages, outside any tenant
     path("account/profile/", people_pages.profile, name="profile"),
     path("account/invitations/<str:token>/", people_pages.invitation_accept, name="invitation_accept"),
+    path("account/connections/", oauth_pages.connections, name="oauth_connections"),
+    path("account/connections/<int:grant_id>/disconnect/", oauth_pages.connection_revoke,
+         name="oauth_connection_revoke"),
+    # the consent page of Toolkeeper's authorization server (its endpoints: tools.gateway.oauth)
+    path("oauth/consent/", oauth_pages.consent, name="oauth_consent"),
     path("t/<slug:tenant>/", include("approvals.urls")),
     path("t/<slug:tenant>/knowledge/", include("knowledge.urls")),
     path("t/<slug:tenant>/skills/", include("skills.urls")),

@@ -93,7 +93,9 @@ INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "par
 def test_without_a_valid_agent_key_the_protocol_never_starts(server):
     status, headers, body = raw_post(server, INITIALIZE, {"X-Toolkeeper-Agent": "a"})
     assert status == 401 and json.loads(body)["error"]["code"] == "not_authenticated"
-    assert headers.get("www-authenticate") == "Bearer"
+    # the way to a token without a pasted key (docs/identity.md): the resource's metadata
+    assert headers.get("www-authenticate") == (
+        f'Bearer resource_metadata="{server.url}/.well-known/oauth-protected-resource/mcp", scope="agent"')
     wrong = {"Authorization": "Bearer tk_nope_nothing", "X-Toolkeeper-Agent": "a"}
     status, _, body = raw_post(server, INITIALIZE, wrong)
     assert status == 401 and json.loads(body)["error"]["code"] == "authentication_failed"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
@@ -32,6 +32,7 @@ from tenancy.entry.admission import NO_VALUE, Entry, NotAuthenticated, ValueRefu
 from tenancy.entry.bodies import NOT_AUTHENTICATED, Refusal, header_map
 from tenancy.models import Scope
 from tools.calls.waiting import run_db
+from tools.gateway.oauth import challenge
 from tools.gateway.protocol import (
     AGENT_HEADER,
     CALLER_SCOPE,
@@ -197,7 +198,7 @@ def _caller_of(authorization: str, *, named: str, agent: str, opening: bool, mes
     try:
         api_key = admit(entry=Entry.MCP, authorization=authorization, scope=Scope.AGENT, value=value).api_key
     except NotAuthenticated as exc:
-        return Refusal(401, "Unauthorized", "authentication_failed", exc.message)
+        return Refusal(401, "Unauthorized", "authentication_failed", exc.message, challenge(token_refused=True))
     except NotPermitted:
         return NOT_AN_AGENT_KEY
     except RateLimited as exc:
@@ -266,7 +267,8 @@ class McpEndpoint:
         refusal = host_refusal(headers)
         authorization = headers.get(b"authorization")
         if refusal is None and authorization is None:
-            refusal = NOT_AUTHENTICATED
+            # the way to a token without a pasted key: the resource's metadata names the authorization server
+            refusal = replace(NOT_AUTHENTICATED, challenge=challenge(token_refused=False))
         if refusal is not None:
             await refusal.send(send, path)
             return

@@ -41,7 +41,7 @@ from realtime.groups import session_group
 from tenancy.fastread import fetch_one
 from tenancy.grants import grant_of_key
 from tenancy.models import ApiKey
-from tenancy.selectors import access_row, key_sees_agent
+from tenancy.selectors import access_row, key_sees_agent, person_name
 from tools.calls.runtime import runtime
 from tools.calls.statements import session_calls_awaiting_approval
 from tools.calls.submit import call_cancel, calls_submit
@@ -130,15 +130,20 @@ def mcp_session(*, api_key: ApiKey, named: str = "", agent: str = "", opening: b
     if not agent:
         raise McpAccessError(400, f"name the agent: the {AGENT_HEADER} header or ?agent= in the URL")
     tenant = api_key.tenant
+    # A client with an OAuth grant acts for the person who consented: they are its sessions' verified user.
+    person = getattr(api_key, "acting_for", None)
+    user = {"user": person_name(person), "user_verified": True} if person is not None else {}
     try:
         if opening:
-            session = session_create(tenant=tenant, agent=agent, api_key=api_key, context={"mcp": CONNECTION_SESSION})
+            session = session_create(tenant=tenant, agent=agent, api_key=api_key, context={"mcp": CONNECTION_SESSION},
+                                     **user)
             return McpCaller(api_key, session, opened=True)
         # Two first requests at once may both open one; the oldest is the one every later request finds.
         session = AgentSession.objects.for_tenant(tenant).filter(
             api_key=api_key, agent=agent, context__mcp=KEY_SESSION).order_by("created_at", "id").first()
         if session is None:
-            session = session_create(tenant=tenant, agent=agent, api_key=api_key, context={"mcp": KEY_SESSION})
+            session = session_create(tenant=tenant, agent=agent, api_key=api_key, context={"mcp": KEY_SESSION},
+                                     **user)
     except ServiceError as exc:
         raise McpAccessError(exc.status, exc.message) from None
     session.tenant = tenant

@@ -5,7 +5,8 @@ Every entry that takes requests from outside — the REST API, `/mcp/`, the WebS
 pages that change something — calls `admit` with what it knows of the caller and, where it was sent one, the
 JSON value. `admit` checks, in this order, and raises the first refusal:
 
-1. who is calling: an API key's bearer token (looked up here), a key the entry already looked up with
+1. who is calling: an API key's bearer token (or, on `/mcp/` only, an OAuth access token: its grant's key) looked
+   up here, a key the entry already looked up with
    `api_key_for_token`, or a logged-in console member of the tenant; and the scope the entry needs
    (`NotAuthenticated`, 401; `NotPermitted`, 403);
 2. the requests-per-minute limits of the key (or the console login) and of the tenant (`RateLimited`, 429);
@@ -33,7 +34,7 @@ from common.json_values import json_problem
 from tenancy.entry.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
 from tenancy.entry.limits import requests_admit
 from tenancy.models import ApiKey, Tenant
-from tenancy.selectors import apikey_from_token
+from tenancy.selectors import apikey_from_access_token, apikey_from_token, is_access_token
 
 
 class Entry(StrEnum):
@@ -68,6 +69,8 @@ class ValueRefused(ServiceError):
 
 
 NO_VALUE = object()
+INVALID_TOKEN = "Invalid, expired or revoked access token."  # noqa: S105 (a message)
+TOKEN_FOR_MCP = "An OAuth access token is for the MCP endpoint (/mcp/) only; use an API key here."  # noqa: S105
 
 
 @dataclass(frozen=True)
@@ -89,12 +92,22 @@ def url_problem(path: str, query_string: bytes) -> str | None:
     return None
 
 
-def api_key_for_token(authorization: str) -> ApiKey:
+def api_key_for_token(authorization: str, *, entry: Entry | None = None) -> ApiKey:
     """The active API key an `Authorization: Bearer <key>` header value names; NotAuthenticated otherwise.
+    On `/mcp/`, an OAuth access token of Toolkeeper's stands for its grant's key, which then names the person
+    it acts for (`acting_for`); the tokens' audience is that endpoint alone, so every other entry refuses them.
     The key is marked as used (at most once a minute)."""
     token = bearer_token(authorization)
     if token is None:
         raise NotAuthenticated(MALFORMED_AUTHORIZATION)
+    if is_access_token(token):
+        if entry != Entry.MCP:
+            raise NotAuthenticated(TOKEN_FOR_MCP)
+        api_key = apikey_from_access_token(token)
+        if api_key is None:
+            raise NotAuthenticated(INVALID_TOKEN)
+        api_key.touch()
+        return api_key
     api_key = apikey_from_token(token)
     if api_key is None:
         raise NotAuthenticated(INVALID_KEY)
@@ -110,7 +123,7 @@ def admit(*, entry: Entry, authorization: str | None = None, api_key: ApiKey | N
     console `user` whose membership of `tenant` the entry has checked. `scope`: what a key must have.
     """
     if authorization is not None:
-        api_key = api_key_for_token(authorization)
+        api_key = api_key_for_token(authorization, entry=entry)
     if api_key is not None:
         if scope is not None and not api_key.has_scope(scope):
             raise NotPermitted(f"This API key lacks the {scope} scope.")

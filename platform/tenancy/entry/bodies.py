@@ -44,6 +44,7 @@ class Refusal:
     reason: str
     code: str
     message: str
+    challenge: bytes = b"Bearer"  # the `WWW-Authenticate` of a 401
 
     def answer(self, path: str) -> tuple[list[tuple[bytes, bytes]], bytes]:
         """Headers and body: the JSON error envelope on API paths, plain text elsewhere."""
@@ -53,7 +54,7 @@ class Refusal:
             body, content_type = f"{self.status} {self.message}".encode(), b"text/plain; charset=utf-8"
         headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
         if self.status == 401:
-            headers.append((b"www-authenticate", b"Bearer"))
+            headers.append((b"www-authenticate", self.challenge))
         return headers, body
 
     async def send(self, send, path: str) -> None:

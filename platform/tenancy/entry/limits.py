@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from functools import cache
 
+from django.conf import settings
 from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.signals import setting_changed
 from django.dispatch import receiver
@@ -115,6 +116,26 @@ def requests_admit(*, tenant: Tenant, api_key: ApiKey | None = None, user=None) 
             wait = max(1, math.ceil((window + 1) * WINDOW_S - now))
             raise RateLimited(f"Rate limit reached: {whose} may make {limit} requests a minute. "
                               f"Retry in {wait} s.", retry_after=wait)
+
+
+def address_admit(*, address: str) -> None:
+    """Count one request from a network address to an entry that comes before any tenant (the OAuth endpoints,
+    which anyone may reach); RateLimited past `TOOLKEEPER_ADDRESS_REQUESTS_PER_MINUTE`. Like `requests_admit`,
+    an unreachable counter store lets the request through."""
+    limit = settings.TOOLKEEPER_ADDRESS_REQUESTS_PER_MINUTE
+    if not limit:
+        return
+    now = time.time()
+    window = int(now // WINDOW_S)
+    try:
+        (count,) = _count_requests([(f"a{address[:64]}", limit)], window)
+    except Exception:
+        logger.warning("rate limit counter unavailable; request admitted", exc_info=True)
+        return
+    if count > limit:
+        wait = max(1, math.ceil((window + 1) * WINDOW_S - now))
+        raise RateLimited(f"Rate limit reached: this address may make {limit} such requests a minute. "
+                          f"Retry in {wait} s.", retry_after=wait)
 
 
 def calls_admit(*, tenant: Tenant, api_key: ApiKey | None, adding: int,

@@ -13,11 +13,11 @@ from django.views.decorators.http import require_http_methods
 from common.errors import RateLimited, ServiceError
 from tenancy.editing import ObjectActionView, ObjectDeleteView
 from tenancy.entry.limits import requests_admit
-from tenancy.models import Invitation, Membership
+from tenancy.models import Invitation, Membership, OAuthGrant
 from tenancy.people import services
 from tenancy.people.forms import AccountForm, InviteForm, ProfileForm, RoleForm
 from tenancy.selectors import memberships_of
-from tenancy.services import membership_remove, membership_set
+from tenancy.services import grant_revoke, membership_remove, membership_set
 from tenancy.signin.provider import sso_enabled, sso_name
 from tenancy.web import (
     ADMIN,
@@ -45,6 +45,12 @@ def _pending_invitations(tenant):
     return invitations.select_related("created_by").order_by("-created_at")
 
 
+def _connected_clients(tenant):
+    """The MCP clients members connected to the tenant with OAuth (tenancy.oauth)."""
+    return (OAuthGrant.objects.for_tenant(tenant).filter(revoked_at__isnull=True)
+            .select_related("client", "user", "api_key").order_by("-created_at"))
+
+
 @never_cache
 @tenant_view(methods=("GET", "POST"), read=ADMIN, write=ADMIN)
 def member_list(request):
@@ -64,6 +70,7 @@ def member_list(request):
         status = INVALID_STATUS
     return render(request, "console/member_list.html", {
         "members": _member_rows(request.tenant), "invitations": _pending_invitations(request.tenant),
+        "clients": _connected_clients(request.tenant),
         "form": form, "mail_is_sent": services.mail_is_sent(), "invitation_days": services.INVITATION_DAYS,
     }, status=status)
 
@@ -118,6 +125,11 @@ class MemberRemove(ObjectDeleteView):
 member_remove = MemberRemove.as_view(
     service=member_remove_service, template_name="console/member_remove.html", success_url="console:member_list",
     read=ADMIN, write=ADMIN)
+
+client_disconnect = ObjectActionView.as_view(
+    service=grant_revoke, success_url="console:member_list", read=ADMIN, write=ADMIN,
+    success_message="{object.client.name}, connected by {object.user.username}, is disconnected: its tokens stopped "
+                    "working.")
 
 invitation_revoke = ObjectActionView.as_view(
     service=services.invitation_revoke, success_url="console:member_list", read=ADMIN, write=ADMIN,
