@@ -205,7 +205,8 @@ class ConsoleStream(EventStream):
         except Exception:
             return None
         admit(entry=Entry.WEBSOCKET, user=user, tenant=tenant)
-        self.grant = grant_of_member(tenant.pk, user.pk)
+        session = self.scope.get("session")
+        self.grant = grant_of_member(tenant.pk, user.pk, getattr(session, "session_key", None))
         return tenant
 
 

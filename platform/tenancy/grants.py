@@ -15,7 +15,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 
+from django.conf import settings
 from django.db import close_old_connections
 from rest_framework import exceptions
 
@@ -31,6 +33,7 @@ class Grant:
     api_key_id: int | None = None
     tenant_id: int | None = None
     user_id: int | None = None
+    session_key: str | None = None  # a console login's session: it ends when the person is signed out
 
     def refusal(self) -> exceptions.APIException:
         """What a request answers when its grant ended while it waited."""
@@ -45,8 +48,8 @@ def grant_of_key(api_key: ApiKey) -> Grant:
     return Grant(api_key_id=api_key.pk)
 
 
-def grant_of_member(tenant_id: int, user_id: int) -> Grant:
-    return Grant(tenant_id=tenant_id, user_id=user_id)
+def grant_of_member(tenant_id: int, user_id: int, session_key: str | None = None) -> Grant:
+    return Grant(tenant_id=tenant_id, user_id=user_id, session_key=session_key)
 
 
 def grant_of(request) -> Grant | None:
@@ -55,7 +58,8 @@ def grant_of(request) -> Grant | None:
         return grant_of_key(request.auth)
     membership = getattr(request, "membership", None)
     if membership is not None:
-        return grant_of_member(membership.tenant_id, membership.user_id)
+        session = getattr(request, "session", None)
+        return grant_of_member(membership.tenant_id, membership.user_id, getattr(session, "session_key", None))
     return None
 
 
@@ -69,8 +73,18 @@ def grants_active(grants: set[Grant]) -> set[Grant]:
     if members:
         rows = Membership.objects.filter(tenant_id__in={g.tenant_id for g in members},
                                          user_id__in={g.user_id for g in members}).values_list("tenant_id", "user_id")
-        active_members = {grant_of_member(tenant_id, user_id) for tenant_id, user_id in rows}
+        pairs = set(rows)
+        sessions = {g.session_key for g in members if g.session_key}
+        live = _live_sessions(sessions) if sessions else set()
+        active_members = {g for g in members if (g.tenant_id, g.user_id) in pairs
+                          and (g.session_key is None or g.session_key in live)}
     return {g for g in grants if g.api_key_id in active_keys or g in active_members}
+
+
+def _live_sessions(keys: set[str]) -> set[str]:
+    """Those console sessions that still stand (a person signed out by their provider has none left)."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    return {key for key in keys if store().exists(key)}
 
 
 @dataclass(frozen=True)

@@ -187,6 +187,19 @@ class Identity(models.Model):
         return f"{self.subject} at {self.issuer}"
 
 
+class ProviderSession(models.Model):
+    """A console session begun by single sign-on, with the provider's id of the person's session there (`sid`),
+    so that the provider's back-channel logout can end it (tenancy.signin)."""
+
+    identity = models.ForeignKey(Identity, on_delete=models.CASCADE, related_name="sessions")
+    sid = models.CharField(max_length=255, blank=True, db_index=True)
+    session_key = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return f"console session of {self.identity}"
+
+
 class InvitationState(models.TextChoices):
     PENDING = "pending"
     ACCEPTED = "accepted"

@@ -32,6 +32,7 @@ urlpatterns = [
     path("login/", signin_pages.SignInView.as_view(), name="login"),
     path("login/sso/", signin_pages.signin_start, name="signin_start"),
     path("login/sso/callback/", signin_pages.signin_callback, name="signin_callback"),
+    path("login/sso/logout/", signin_pages.signin_backchannel_logout, name="signin_backchannel_logout"),
     path("logout/", signin_pages.SignOutView.as_view(), name="logout"),
     # a person's own pages, outside any tenant
     path("account/profile/", people_pages.profile, name="profile"),

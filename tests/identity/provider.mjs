@@ -47,6 +47,7 @@ const provider = new Provider(issuer, {
   features: {
     devInteractions: { enabled: true },
     rpInitiatedLogout: { enabled: true },
+    backchannelLogout: { enabled: true },
   },
   // First-party clients: the person is not asked to consent to the scopes they were configured with.
   async loadExistingGrant(ctx) {
@@ -57,7 +58,28 @@ const provider = new Provider(issuer, {
     return grant;
   },
   cookies: { keys: ['identity-tests-only'] },
+  // Its requests (the back-channel logouts) go to Toolkeeper on this machine: its guard against loopback
+  // addresses, right for a real deployment, stands aside here.
+  fetch: (url, options) => {
+    const { dispatcher, ...rest } = options;
+    return globalThis.fetch(url, rest);
+  },
   ttl: { Session: 3600, Interaction: 600, Grant: 3600, IdToken: 300, AccessToken: 300, AuthorizationCode: 60 },
+});
+
+// The tests' own door, as a provider's admin console would act: "/test/signed-out/<login>" tells every client
+// with a back-channel logout URI that the person's session ended (as disabling them does at a real provider).
+provider.use(async (ctx, next) => {
+  const match = ctx.method === 'POST' && ctx.path.match(/^\/test\/signed-out\/([^/]+)$/);
+  if (!match) return next();
+  const results = [];
+  for (const { client_id: clientId } of read().clients) {
+    const client = await provider.Client.find(clientId);
+    if (client?.backchannelLogoutUri) {
+      results.push(await client.backchannelLogout(decodeURIComponent(match[1])).then(() => 'ok', (err) => String(err)));
+    }
+  }
+  ctx.body = { results };
 });
 
 provider.listen(config.port, '127.0.0.1', () => {

@@ -10,6 +10,7 @@ import secrets
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from tests.live.server import free_port
@@ -25,6 +26,7 @@ class OpenIdProvider:
         self.client_secret = secrets.token_urlsafe(24)
         self.redirect_uris: list[str] = []
         self.post_logout_uris: list[str] = []
+        self.backchannel_uri = ""
         self.port = free_port()  # known before the start: Toolkeeper's servers are configured with the issuer first
         self.process: subprocess.Popen | None = None
         self._dir = Path(tempfile.mkdtemp(prefix="tk-oidc-"))
@@ -45,11 +47,13 @@ class OpenIdProvider:
         """Let the Toolkeeper server at `toolkeeper_url` be the client (before `start`)."""
         self.redirect_uris.append(f"{toolkeeper_url}/login/sso/callback/")
         self.post_logout_uris.append(f"{toolkeeper_url}/login/")
+        self.backchannel_uri = f"{toolkeeper_url}/login/sso/logout/"
 
     def _write(self) -> None:
         client = {"client_id": CLIENT_ID, "client_secret": self.client_secret,
                   "redirect_uris": self.redirect_uris or ["http://127.0.0.1/unused"],
                   "post_logout_redirect_uris": self.post_logout_uris,
+                  **({"backchannel_logout_uri": self.backchannel_uri} if self.backchannel_uri else {}),
                   "token_endpoint_auth_method": "client_secret_basic"}
         body = {"port": self.port, "clients": [client], "accounts": self.accounts}
         temporary = self._config.with_suffix(".tmp")
@@ -59,6 +63,13 @@ class OpenIdProvider:
     def account_set(self, login: str, **fields) -> None:
         self.accounts.setdefault(login, {}).update(fields)
         self._write()
+
+    def signed_out(self, login: str) -> list[str]:
+        """The provider ends the person's session and tells Toolkeeper by a back-channel logout; the outcome of
+        each delivery ("ok", or the error)."""
+        request = urllib.request.Request(f"{self.issuer}/test/signed-out/{login}", method="POST", data=b"")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())["results"]
 
     def start(self) -> OpenIdProvider:
         """Started after the Toolkeeper servers' URLs are known (its client's redirect URIs are fixed at start)."""

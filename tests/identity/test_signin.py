@@ -223,3 +223,77 @@ def test_only_a_place_on_this_site_is_kept_to_return_to():
     for hostile in ("https://evil.example/", "//evil.example/x", "/\\evil.example", "javascript:alert(1)"):
         assert _safe_next(request, hostile) == ""
     assert _safe_next(request, "/t/acme/calls/?status=failed") == "/t/acme/calls/?status=failed"
+
+
+# -- the provider's back-channel logout -----------------------------------------------------------------------
+
+class _SignedBy:
+    """The provider's side of a logout token: a key of its own, which the client reads as the provider's keys
+    (the token checks themselves are the product's)."""
+
+    def __init__(self):
+        from joserfc.jwk import RSAKey
+        self.key = RSAKey.generate_key(2048, parameters={"kid": "k1"})
+        self.server_metadata = {"issuer": ISSUER, "id_token_signing_alg_values_supported": ["RS256"]}
+
+    def fetch_jwk_set(self, force=False):
+        from joserfc.jwk import KeySet
+        return KeySet([self.key]).as_dict(private=False)
+
+    def token(self, **claims) -> str:
+        import time
+        import uuid
+
+        from joserfc import jwt
+        body = {"iss": ISSUER, "aud": "tk", "iat": int(time.time()), "jti": uuid.uuid4().hex, "sub": "u-1",
+                "events": {"http://schemas.openid.net/event/backchannel-logout": {}}, **claims}
+        return jwt.encode({"alg": "RS256", "kid": "k1"}, {k: v for k, v in body.items() if v is not None}, self.key)
+
+
+@pytest.fixture
+def signed_by(monkeypatch):
+    from tenancy.signin import provider as provider_module
+    signer = _SignedBy()
+    monkeypatch.setattr(provider_module, "provider", lambda: signer)
+    with override_settings(TOOLKEEPER_OIDC_ISSUER=ISSUER, TOOLKEEPER_OIDC_CLIENT_ID="tk"):
+        yield signer
+
+
+@pytest.mark.parametrize("claims, said", [
+    ({"iss": "https://evil.example.com"}, "another issuer"),
+    ({"aud": "someone-else"}, "another audience"),
+    ({"iat": 1_000_000_000}, "too old"),
+    ({"events": {"something-else": {}}}, "not a logout event"),
+    ({"nonce": "n"}, "a nonce"),
+    ({"sub": None}, "no sub or sid"),
+    ({"jti": None}, "no jti"),
+])
+def test_a_logout_token_must_be_the_providers_for_us_and_fresh(signed_by, claims, said):
+    from tenancy.signin.provider import LogoutTokenRefused, logout_token_claims
+    with pytest.raises(LogoutTokenRefused, match=said):
+        logout_token_claims(signed_by.token(**claims))
+
+
+def test_a_logout_token_works_once_and_ends_the_persons_sessions_and_grants(signed_by, acme):
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from tenancy.signin.provider import LogoutTokenRefused, logout_token_claims
+    from tenancy.signin.services import provider_session_note, provider_sign_out
+    signed = person_sign_in(issuer=ISSUER, claims=claims(groups=["toolkeeper:sso-acme:operator"]))
+    session = SessionStore()
+    session["x"] = 1
+    session.create()
+    provider_session_note(identity=signed.identity, sid="sid-1", session_key=session.session_key)
+    token = signed_by.token()
+    verified = logout_token_claims(token)
+    with pytest.raises(LogoutTokenRefused, match="used already"):
+        logout_token_claims(token)
+    assert provider_sign_out(issuer=ISSUER, subject=verified["sub"]) == 1
+    assert not SessionStore().exists(session.session_key)
+    assert Event.objects.filter(tenant=acme, verb="person.signed_out").count() == 1
+    # a token that names the session alone finds the person by it
+    again = SessionStore()
+    again.create()
+    provider_session_note(identity=signed.identity, sid="sid-2", session_key=again.session_key)
+    assert provider_sign_out(issuer=ISSUER, sid="sid-2") == 1
+    assert not SessionStore().exists(again.session_key)

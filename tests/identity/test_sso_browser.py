@@ -4,8 +4,11 @@ authorization code flow and PKCE. The first sign-in makes the account and the ro
 domain is refused; a person nobody invited gets a page that says so, and joins by an invitation; signing out ends
 the provider's session too; a person disabled at the provider cannot sign in again."""
 import contextlib
+import json
 import re
 import sqlite3
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -158,3 +161,69 @@ def test_a_person_disabled_at_the_provider_cannot_sign_in_again(sso):
         assert rows(server, signed_in, "user:frank@example.com") == [(1,)]
         page.goto(f"{server.url}/t/demo/")
         page.wait_for_url(f"{server.url}/login/?next=/t/demo/")
+
+
+def grant_token(server, username: str, agent: str) -> str:
+    """An MCP client's access token for the person (as the consent page and token endpoint make them:
+    tests/identity/test_mcp_oauth.py drives those)."""
+    code = (
+        "from django.contrib.auth import get_user_model; from tenancy.models import Tenant; "
+        "from tenancy.oauth import services as s; from tenancy.selectors import mcp_resource; "
+        f"c = s.client_register(metadata={{'client_id': 'cli-{agent}', 'client_name': 'IDE', "
+        "'redirect_uris': ['http://127.0.0.1:9/cb']}, client_secret=None); "
+        "consent = s.Consent(client_id=c.client_id, redirect_uri='http://127.0.0.1:9/cb', "
+        "redirect_uri_provided_explicitly=True, code_challenge='c' * 43, scopes=('agent',), state=None, "
+        "resource=mcp_resource()); "
+        f"user = get_user_model().objects.get(username='{username}'); "
+        f"code = s.code_issue(consent=consent, user=user, tenant=Tenant.objects.get(slug='demo'), agent='{agent}', "
+        "scopes=['agent']); "
+        "print(s.code_exchange(code=s.code_load(client_id=c.client_id, code=code)).access_token)")
+    return server.manage("shell", "-c", code).strip().splitlines()[-1]
+
+
+def mcp_status(server, token: str) -> int:
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", ' \
+           b'"capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}'
+    request = urllib.request.Request(f"{server.url}/mcp/", data=body, method="POST", headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def test_a_person_the_provider_signs_out_loses_sessions_clients_and_streams_within_seconds(sso):
+    provider, server = sso
+    provider.account_set("grace", email="grace@example.com", groups=["toolkeeper:demo:operator"])
+    with browser(server) as (page, _):
+        with page.expect_websocket() as opened:
+            sso_from(page, server, provider, "/t/demo/calls/", "grace")
+            page.wait_for_url(f"{server.url}/t/demo/calls/")
+        stream = opened.value
+        token = grant_token(server, "grace@example.com", "grace-ide")
+        assert mcp_status(server, token) == 200
+
+        # disabled at the provider, which tells Toolkeeper at once (back-channel logout)
+        provider.account_set("grace", disabled=True)
+        assert provider.signed_out("grace") == ["ok"]
+        stream.wait_for_event("close", timeout=10_000)  # the console's live stream closes within seconds
+        assert mcp_status(server, token) == 401  # the client she connected is cut off
+        page.goto(f"{server.url}/t/demo/calls/")
+        page.wait_for_url(f"{server.url}/login/?next=/t/demo/calls/")  # and her console session is gone
+    signed_out = rows(server, "SELECT data FROM audit_event WHERE verb = 'person.signed_out'")
+    assert signed_out and '"by": "provider"' in signed_out[0][0]
+    assert rows(server, "SELECT count(*) FROM tenancy_oauthgrant WHERE revoked_at IS NULL AND user_id = "
+                        "(SELECT id FROM auth_user WHERE username = 'grace@example.com')") == [(0,)]
+
+
+def test_a_forged_logout_token_signs_nobody_out(sso):
+    provider, server = sso
+    request = urllib.request.Request(f"{server.url}/login/sso/logout/", method="POST",
+                                     data=b"logout_token=eyJhbGciOiJub25lIn0.eyJzdWIiOiJjYXJvbCJ9.",
+                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400
+    assert "does not verify" in json.loads(refused.value.read())["error_description"]

@@ -16,17 +16,28 @@ from authlib.integrations.base_client import OAuthError
 from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
-from django.http import HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import render, resolve_url
 from django.urls import resolve, reverse
 from django.urls.exceptions import Resolver404
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
 from joserfc.errors import JoseError
 
-from tenancy.signin.provider import ProviderUnreachable, id_token_options, provider, sso_enabled, sso_name
-from tenancy.signin.services import SignInRefused, person_sign_in
+from common.errors import RateLimited
+from tenancy.entry.limits import address_admit
+from tenancy.signin.provider import (
+    LogoutTokenRefused,
+    ProviderUnreachable,
+    id_token_options,
+    logout_token_claims,
+    provider,
+    sso_enabled,
+    sso_name,
+)
+from tenancy.signin.services import SignInRefused, person_sign_in, provider_session_note, provider_sign_out
 
 logger = logging.getLogger("toolkeeper.signin")
 
@@ -143,7 +154,36 @@ def signin_callback(request):
                       {"email": signed.user.email, "sso_name": sso_name()}, status=403)
     login(request, signed.user, backend=BACKEND)
     request.session[METHOD_KEY] = "oidc"
+    request.session.save()  # its key now, for the provider's logout to find
+    provider_session_note(identity=signed.identity, sid=str(claims.get("sid") or ""),
+                          session_key=request.session.session_key)
     return HttpResponseRedirect(next_url or resolve_url(settings.LOGIN_REDIRECT_URL))
+
+
+@csrf_exempt  # the provider posts, not a browser: the logout token's signature is the check
+@never_cache
+@require_POST
+def signin_backchannel_logout(request):
+    """The provider says the person's session there ended (OpenID Connect Back-Channel Logout 1.0): they signed
+    out, or were disabled. Their console sessions and connected MCP clients end here too."""
+    if not sso_enabled():
+        return JsonResponse({"error": "not_found"}, status=404)
+    try:
+        address_admit(address=request.META.get("REMOTE_ADDR", ""))
+        claims = logout_token_claims(request.POST.get("logout_token", ""))
+    except RateLimited as exc:
+        return JsonResponse({"error": "rate_limited", "error_description": exc.message}, status=429,
+                            headers={"Retry-After": str(exc.retry_after)})
+    except ProviderUnreachable as exc:
+        logger.warning("the identity provider could not be reached for a logout: %s", exc)
+        return JsonResponse({"error": "temporarily_unavailable"}, status=503)
+    except LogoutTokenRefused as exc:
+        logger.info("a back-channel logout was refused: %s", exc)
+        return JsonResponse({"error": "invalid_request", "error_description": str(exc)}, status=400)
+    ended = provider_sign_out(issuer=settings.TOOLKEEPER_OIDC_ISSUER, subject=claims.get("sub") or "",
+                              sid=claims.get("sid") or "")
+    logger.info("the identity provider signed a person out: %s console sessions ended", ended)
+    return HttpResponse(status=200, headers={"Cache-Control": "no-store"})
 
 
 class SignOutView(auth_views.LogoutView):

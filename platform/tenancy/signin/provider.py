@@ -2,8 +2,14 @@
 code flow with PKCE (S256), and the ID token's signature, issuer, audience, expiry and nonce checked."""
 from __future__ import annotations
 
+import time
+
 from authlib.integrations.django_client import OAuth
 from django.conf import settings
+from django.core.cache import cache
+from joserfc import jwt
+from joserfc.errors import InvalidKeyIdError, JoseError
+from joserfc.jwk import KeySet
 
 NAME = "provider"
 
@@ -55,3 +61,50 @@ def id_token_options() -> dict:
     """The ID token's issuer must be the configured one (not merely the one the metadata names)."""
     issuer = settings.TOOLKEEPER_OIDC_ISSUER
     return {"iss": {"essential": True, "values": [issuer, f"{issuer}/"]}, "sub": {"essential": True}}
+
+
+BACKCHANNEL_EVENT = "http://schemas.openid.net/event/backchannel-logout"
+LOGOUT_TOKEN_LEEWAY_S = 300
+
+
+class LogoutTokenRefused(Exception):
+    """A logout token that does not verify (OpenID Connect Back-Channel Logout 1.0, 2.6)."""
+
+
+def logout_token_claims(token: str) -> dict:
+    """The verified claims of a logout token the provider posted: its signature (the provider's keys), issuer,
+    audience (our client), age, the back-channel logout event, a subject or session, and no nonce; its `jti`
+    only once."""
+    client = provider()
+    metadata = client.server_metadata
+    algorithms = metadata.get("id_token_signing_alg_values_supported") or ["RS256"]
+    try:
+        keys = KeySet.import_key_set(client.fetch_jwk_set())
+        try:
+            decoded = jwt.decode(token, keys, algorithms=[a for a in algorithms if a != "none"])
+        except InvalidKeyIdError:  # the provider rolled its keys: read them again, once
+            decoded = jwt.decode(token, KeySet.import_key_set(client.fetch_jwk_set(force=True)),
+                                 algorithms=[a for a in algorithms if a != "none"])
+    except (JoseError, ValueError, TypeError) as exc:
+        raise LogoutTokenRefused(f"the token does not verify ({type(exc).__name__})") from None
+    claims = decoded.claims
+    audience = claims.get("aud")
+    audiences = audience if isinstance(audience, list) else [audience]
+    now = time.time()
+    problems = [
+        str(claims.get("iss", "")).rstrip("/") != settings.TOOLKEEPER_OIDC_ISSUER and "another issuer",
+        settings.TOOLKEEPER_OIDC_CLIENT_ID not in audiences and "another audience",
+        not isinstance(claims.get("iat"), int | float) and "no iat",
+        isinstance(claims.get("iat"), int | float) and abs(now - claims["iat"]) > LOGOUT_TOKEN_LEEWAY_S and "too old",
+        isinstance(claims.get("exp"), int | float) and claims["exp"] < now - 60 and "expired",
+        not (isinstance(claims.get("events"), dict) and isinstance(claims["events"].get(BACKCHANNEL_EVENT), dict))
+        and "not a logout event",
+        "nonce" in claims and "a nonce",
+        not (isinstance(claims.get("sub"), str) or isinstance(claims.get("sid"), str)) and "no sub or sid",
+        not isinstance(claims.get("jti"), str) and "no jti",
+    ]
+    if refused := [p for p in problems if p]:
+        raise LogoutTokenRefused(", ".join(refused))
+    if not cache.add(f"tk:logout-jti:{claims['jti'][:200]}", 1, timeout=2 * LOGOUT_TOKEN_LEEWAY_S):
+        raise LogoutTokenRefused("this token was used already")
+    return claims

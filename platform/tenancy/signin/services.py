@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
+from importlib import import_module
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -18,14 +20,15 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from common.errors import ServiceError
-from tenancy.models import Identity, Membership, Role, Tenant
-from tenancy.services import membership_remove, membership_set
+from tenancy.models import Identity, Membership, ProviderSession, Role, Tenant
+from tenancy.services import grants_revoke_for, membership_remove, membership_set
 
 logger = logging.getLogger("toolkeeper.signin")
 
 # The stronger role wins when a claim names one tenant twice.
 ROLE_RANK = {Role.VIEWER: 0, Role.REVIEWER: 1, Role.OPERATOR: 2, Role.ADMIN: 3}
 USERNAME_MAX = 150
+SESSION_MEMORY = timedelta(days=30)  # a console session lasts two weeks (Django's default): older notes go
 
 
 class SignInRefused(Exception):
@@ -171,3 +174,37 @@ def person_sign_in(*, issuer: str, claims: dict) -> SignIn:
         audit_record(tenant=membership.tenant, actor=user, verb="person.signed_in", target=f"user:{user.username}",
                      data={"method": "oidc", "issuer": issuer, "account_created": created})
     return SignIn(user=user, identity=identity, created=created, memberships=memberships)
+
+
+def provider_session_note(*, identity: Identity, sid: str, session_key: str) -> None:
+    """Remember which console session a sign-in began, under the provider's session id, for its logout."""
+    ProviderSession.objects.create(identity=identity, sid=sid[:255], session_key=session_key)
+    ProviderSession.objects.filter(identity=identity, created_at__lt=timezone.now() - SESSION_MEMORY).delete()
+
+
+@transaction.atomic
+def provider_sign_out(*, issuer: str, subject: str = "", sid: str = "") -> int:
+    """The provider ended the person's session (back-channel logout: they signed out there, or were disabled):
+    their console sessions end, and so do the MCP clients they connected (their OAuth grants, whose open streams
+    close within seconds). Returns how many console sessions ended."""
+    sessions = ProviderSession.objects.select_related("identity__user").filter(identity__issuer=issuer)
+    if subject:
+        identities = list(Identity.objects.select_related("user").filter(issuer=issuer, subject=subject))
+        sessions = sessions.filter(identity__in=identities)
+    else:
+        found = list(sessions.filter(sid=sid))
+        identities = list({row.identity for row in found})
+        sessions = sessions.filter(identity__in=identities)
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    rows = list(sessions)
+    for row in rows:
+        store(session_key=row.session_key).delete()
+    ProviderSession.objects.filter(pk__in=[row.pk for row in rows]).delete()
+    for identity in identities:
+        user = identity.user
+        grants_revoke_for(user=user, actor=None, reason="provider_signed_out")
+        for membership in Membership.objects.filter(user=user).select_related("tenant"):
+            audit_record(tenant=membership.tenant, actor=None, verb="person.signed_out",
+                         target=f"user:{user.username}", data={"by": "provider", "issuer": issuer,
+                                                                "console_sessions": len(rows)})
+    return len(rows)
