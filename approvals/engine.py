@@ -37,16 +37,19 @@ class CompiledRule:
     users: frozenset
     queue_id: int | None
     note: str
+    user_verified: bool | None = None  # the rule holds only for calls whose user is (True) or is not verified
 
     @property
     def sort_key(self):
         return (BEHAVIOR_RANK[self.behavior], -self.priority, self.id)
 
     def matches(self, *, tool_name: str, effective_input: dict, agent: str, user: str,
-                arguments: Arguments | None = None) -> bool:
+                arguments: Arguments | None = None, user_verified: bool = False) -> bool:
         if self.agents and agent not in self.agents:
             return False
         if self.users and user not in self.users:
+            return False
+        if self.user_verified is not None and self.user_verified != user_verified:
             return False
         if not compile_glob(self.tool_pattern)(tool_name):
             return False
@@ -68,6 +71,8 @@ class CompiledRule:
             parts.append(f"agent is {' or '.join(sorted(self.agents))}")
         if self.users:
             parts.append(f"user is {' or '.join(sorted(self.users))}")
+        if self.user_verified is not None:
+            parts.append("the user is verified" if self.user_verified else "the user is not verified")
         text = f"rule #{self.id} ({', '.join(parts)})"
         return f"{text}: {self.note}" if self.note else text
 
@@ -77,7 +82,7 @@ def compile_rule(rule) -> CompiledRule:
     return CompiledRule(
         id=rule.id, behavior=rule.behavior, priority=rule.priority, tool_pattern=rule.tool_pattern,
         arg_match=arg_match, agents=frozenset(rule.agents or ()), users=frozenset(rule.users or ()),
-        queue_id=rule.queue_id, note=rule.note,
+        queue_id=rule.queue_id, note=rule.note, user_verified=rule.user_verified,
     )
 
 
@@ -130,12 +135,14 @@ class Decision:
 
 
 def decide(index: RuleIndex, *, tool_name: str, effective_input: dict, agent: str, user: str,
-           read_only_trusted: bool, auto_allow_read_only: bool, default_behavior: str) -> Decision:
+           read_only_trusted: bool, auto_allow_read_only: bool, default_behavior: str,
+           user_verified: bool = False) -> Decision:
     # Candidates come in decision order, so the first rule that matches decides (or, when it allows, yields
     # to read-only auto-allow first).
     arguments = Arguments(effective_input)
     rule = next((rule for rule in index.candidates(tool_name) if rule.matches(
-        tool_name=tool_name, effective_input=effective_input, agent=agent, user=user, arguments=arguments)), None)
+        tool_name=tool_name, effective_input=effective_input, agent=agent, user=user, arguments=arguments,
+        user_verified=user_verified)), None)
     if rule is not None and rule.behavior in ("deny", "ask"):
         verb = "denied" if rule.behavior == "deny" else "needs approval"
         reason = f"{verb} by {rule.describe()}"

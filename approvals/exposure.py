@@ -17,18 +17,20 @@ from tools.catalog.snapshot import catalog_snapshot
 from tools.models import AgentSession
 
 
-def _always_denies(rule: CompiledRule, *, tool_name: str, agent: str, user: str) -> bool:
+def _always_denies(rule: CompiledRule, *, tool_name: str, agent: str, user: str, user_verified: bool) -> bool:
     return (rule.behavior == "deny" and not rule.arg_match
-            and rule.matches(tool_name=tool_name, effective_input={}, agent=agent, user=user))
+            and rule.matches(tool_name=tool_name, effective_input={}, agent=agent, user=user,
+                             user_verified=user_verified))
 
 
-def tools_always_denied(*, tenant, agent: str, user: str, names) -> dict[str, str]:
+def tools_always_denied(*, tenant, agent: str, user: str, names, user_verified: bool = False) -> dict[str, str]:
     """{name: the decision's reason} for the tools of `names` a deny rule always refuses this agent and user."""
     index = rule_index(tenant)  # compiled once per policy version
     hidden = {}
     for name in names:
         rule = next((rule for rule in index.candidates(name)
-                     if _always_denies(rule, tool_name=name, agent=agent, user=user)), None)
+                     if _always_denies(rule, tool_name=name, agent=agent, user=user,
+                                       user_verified=user_verified)), None)
         if rule is not None:
             hidden[name] = f"denied by {rule.describe()}"
     return hidden
@@ -56,7 +58,7 @@ def agents_eye_view(session: AgentSession) -> list[SeenTool]:
         if not exposed.is_meta:
             decision = evaluate(tenant=session.tenant, tool_name=exposed.name, tool=exposed.tool,
                                 effective_input=with_bound({}, exposed.bound), agent=session.agent,
-                                user=session.user)
+                                user=session.user, user_verified=session.user_verified)
         groups = [group.name for group in catalog.groups_of_tool.get(exposed.name, []) if group.name in active]
         seen.append(SeenTool(name=exposed.name, schema=exposed.schema, groups=groups, bound=sorted(exposed.bound),
                              decision=decision))

@@ -144,6 +144,12 @@ class RuleForm(TenantForm):
                              help_text="Agent names, comma or line separated. Empty: every agent.")
     users = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                             help_text="Session users, comma or line separated. Empty: every user.")
+    user_verified = forms.TypedChoiceField(
+        label="Verified user", required=False, empty_value=None,
+        coerce=lambda value: {"yes": True, "no": False}.get(value),
+        choices=[("", "either"), ("yes", "only a verified user"), ("no", "only a user not verified")],
+        help_text="A verified user signed in through Toolkeeper (an MCP client with OAuth) or was vouched for by "
+                  "an ID token; other users are names an app asserts.")
     queue = forms.ModelChoiceField(queryset=Queue.objects.none(), required=False, empty_label="the default queue",
                                    help_text="Where an ask rule's requests go.")
     priority = forms.IntegerField(initial=0, min_value=-1000000, max_value=1000000,
@@ -174,7 +180,8 @@ class RuleForm(TenantForm):
             "behavior": rule.behavior, "tool_pattern": rule.tool_pattern,
             "arg_match": json.dumps(rule.arg_match, indent=2) if rule.arg_match else "",
             "agents": ", ".join(rule.agents or []), "users": ", ".join(rule.users or []),
-            "queue": rule.queue_id, "priority": rule.priority, "enabled": rule.enabled, "note": rule.note,
+            "user_verified": {True: "yes", False: "no"}.get(rule.user_verified, ""), "queue": rule.queue_id,
+            "priority": rule.priority, "enabled": rule.enabled, "note": rule.note,
         }
 
 
@@ -215,6 +222,10 @@ class QueueForm(TenantForm):
                                             help_text="Distinct reviewers who must approve.")
     four_eyes = forms.BooleanField(required=False,
                                    help_text="Nobody may decide a call made in a session of their own.")
+    verified_requesters = forms.BooleanField(
+        required=False, label="Verified requesters only",
+        help_text="Approve only calls whose user Toolkeeper verified (an MCP client's signed-in person, an ID "
+                  "token), so four-eyes cannot be dodged by an app naming someone else; others can only be denied.")
     expires_after_minutes = forms.IntegerField(required=False, min_value=1, max_value=90 * 24 * 60,
                                                label="Expires after (minutes)",
                                                help_text="Empty: never. Expired requests are rejected for the model.")
@@ -251,6 +262,7 @@ class QueueForm(TenantForm):
         return {
             "name": queue.name, "description": queue.description, "reviewers": list(queue.reviewers.all()),
             "required_approvals": queue.required_approvals, "four_eyes": queue.four_eyes,
+            "verified_requesters": queue.verified_requesters,
             "expires_after_minutes": minutes(queue.expires_after),
             "escalate_after_minutes": minutes(queue.escalate_after),
             "escalation_reviewers": list(queue.escalation_reviewers.all()), "is_default": queue.is_default,

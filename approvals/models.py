@@ -15,6 +15,9 @@ class PermissionRule(TenantOwned):
                                  help_text='argument → glob (or list of globs), e.g. {"command": "git *"}')
     agents = models.JSONField(default=list, blank=True, help_text="agent names; empty means every agent")
     users = models.JSONField(default=list, blank=True, help_text="session users; empty means every user")
+    user_verified = models.BooleanField(
+        null=True, blank=True, default=None,
+        help_text="true: only calls of a user Toolkeeper verified; false: only calls without one; null: either")
     queue = models.ForeignKey("approvals.Queue", null=True, blank=True, on_delete=models.SET_NULL,
                               related_name="rules")
     priority = models.IntegerField(default=0, help_text="higher wins among rules of the same behavior")
@@ -48,6 +51,8 @@ class Queue(TenantOwned):
                                        help_text="empty: every reviewer of the tenant")
     required_approvals = models.PositiveSmallIntegerField(default=1)
     four_eyes = models.BooleanField(default=False, help_text="a reviewer may not approve their own session's call")
+    verified_requesters = models.BooleanField(
+        default=False, help_text="calls are approved only when their user is verified, not merely named by the app")
     expires_after = models.DurationField(null=True, blank=True)
     escalate_after = models.DurationField(null=True, blank=True)
     escalation_reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True,

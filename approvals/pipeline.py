@@ -20,7 +20,7 @@ class Permission(Step):
             return True  # meta tools only reshape the session's own tool surface
         decision = evaluate(tenant=session.tenant, tool_name=ctx.call.tool_name,
                             effective_input=ctx.call.effective_input, agent=session.agent, user=session.user,
-                            tool=ctx.exposed.tool if ctx.exposed else None)
+                            tool=ctx.exposed.tool if ctx.exposed else None, user_verified=session.user_verified)
         ctx.set(decision=decision.as_dict())
         if decision.behavior == "deny":
             return ctx.fail("PermissionDenied", decision.reason, status=CallStatus.DENIED)

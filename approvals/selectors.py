@@ -29,14 +29,14 @@ def read_only_trusted(tool: Tool | None) -> bool:
 
 
 def evaluate(*, tenant: Tenant, tool_name: str, effective_input: dict, agent: str = "", user: str = "",
-             tool: Tool | None = None) -> Decision:
+             tool: Tool | None = None, user_verified: bool = False) -> Decision:
     """The one engine behind calls, `rules/evaluate` and the console's simulator."""
     if tool is None:
         tool = Tool.objects.for_tenant(tenant).filter(name=tool_name).first()
     return decide(
         rule_index(tenant), tool_name=tool_name, effective_input=effective_input or {}, agent=agent, user=user,
         read_only_trusted=read_only_trusted(tool), auto_allow_read_only=tenant.auto_allow_read_only,
-        default_behavior=tenant.default_behavior,
+        default_behavior=tenant.default_behavior, user_verified=user_verified,
     )
 
 

@@ -33,7 +33,8 @@ from tools.python.results import tool_result
 
 PERMISSION_STEP = "permission"
 EXPIRE_BATCH = 500  # requests (and external calls) the periodic job settles per pass, most overdue first
-RULE_FIELDS = ("behavior", "tool_pattern", "arg_match", "agents", "users", "queue", "priority", "enabled", "note")
+RULE_FIELDS = ("behavior", "tool_pattern", "arg_match", "agents", "users", "user_verified", "queue", "priority",
+               "enabled", "note")
 
 
 # --- rules -------------------------------------------------------------------------------------
@@ -53,6 +54,8 @@ def _check_rule(tenant, values: dict) -> None:
         value = values.get(name) or []
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             errors[name] = ["a list of names"]
+    if values.get("user_verified") not in (None, True, False):
+        errors["user_verified"] = ["true, false or null"]
     if not str(values.get("tool_pattern") or "").strip():
         errors["tool_pattern"] = ["name a tool, or a pattern such as mcp__github__*"]
     queue = values.get("queue")
@@ -336,6 +339,10 @@ def _decide_locked(*, request: ApprovalRequest, call: ToolCall, reviewer, decisi
         raise NotPermitted("you are not a reviewer of this request's queue")
     if request.queue and request.queue.four_eyes and _same_person(reviewer, call.session.user):
         raise NotPermitted("four-eyes: you cannot decide a call made in your own session")
+    if (request.queue and request.queue.verified_requesters and not call.session.user_verified
+            and decision in (VoteDecision.APPROVE, VoteDecision.EDIT)):
+        raise NotPermitted("this queue approves only calls of a verified user; this call's user is named by its app, "
+                           "not verified: reject it, or have the person call through a client they signed in with")
     if decision == VoteDecision.EDIT:
         problems = input_problems(session=call.session, tool_name=call.tool_name, new_input=new_input, call=call)
         if problems:
@@ -388,7 +395,8 @@ def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:
     exposed = call_exposed(session, call)
     effective_input = with_bound(edited_input, exposed.bound if exposed is not None else {})
     decided = evaluate(tenant=session.tenant, tool_name=call.tool_name, effective_input=effective_input,
-                       agent=session.agent, user=session.user, tool=exposed.tool if exposed is not None else None)
+                       agent=session.agent, user=session.user, tool=exposed.tool if exposed is not None else None,
+                       user_verified=session.user_verified)
     if decided.behavior == "deny":
         raise ServiceError({"input": [f"the rules refuse this input: {decided.reason}"]})
     if decided.behavior == "ask":

@@ -82,11 +82,15 @@ class RuleSerializer(strict.ModelSerializer):
     arg_match = ArgMatchField(required=False)
     agents = names_field("agent names; empty means every agent")
     users = names_field("session users; empty means every user")
+    user_verified = serializers.BooleanField(
+        required=False, allow_null=True, default=None,
+        help_text="true: the rule holds only for calls of a user Toolkeeper verified (an OAuth client's person, an "
+                  "ID token); false: only for calls without one; null: for either")
 
     class Meta:
         model = PermissionRule
-        fields = ["id", "behavior", "tool_pattern", "arg_match", "agents", "users", "queue", "priority", "enabled",
-                  "note", "created_at", "updated_at"]
+        fields = ["id", "behavior", "tool_pattern", "arg_match", "agents", "users", "user_verified", "queue",
+                  "priority", "enabled", "note", "created_at", "updated_at"]
 
 
 class EvaluateSerializer(strict.Serializer):
@@ -105,8 +109,8 @@ class QueueSerializer(strict.ModelSerializer):
 
     class Meta:
         model = Queue
-        fields = ["id", "name", "description", "reviewers", "required_approvals", "four_eyes", "expires_after",
-                  "escalate_after", "escalation_reviewers", "is_default", "created_at"]
+        fields = ["id", "name", "description", "reviewers", "required_approvals", "four_eyes", "verified_requesters",
+                  "expires_after", "escalate_after", "escalation_reviewers", "is_default", "created_at"]
 
 
 class ApprovalSerializer(serializers.ModelSerializer):

@@ -271,6 +271,10 @@ TOOLKEEPER_OIDC_ALLOWED_DOMAINS = [
 # A claim whose values grant memberships: "<prefix><tenant>:<role>", for example "toolkeeper:acme:reviewer".
 TOOLKEEPER_OIDC_ROLES_CLAIM = os.environ.get("TOOLKEEPER_OIDC_ROLES_CLAIM", "").strip()
 TOOLKEEPER_OIDC_ROLE_PREFIX = os.environ.get("TOOLKEEPER_OIDC_ROLE_PREFIX", "toolkeeper:")
+# The client ids (at the provider) of the apps whose end users' ID tokens verify a session's user; empty: the console's.
+TOOLKEEPER_OIDC_ID_TOKEN_AUDIENCES = [
+    a.strip() for a in os.environ.get("TOOLKEEPER_OIDC_ID_TOKEN_AUDIENCES", "").split(",") if a.strip()
+]
 # Some providers (Entra ID among them) send no `email_verified`: trust their addresses only when told to.
 TOOLKEEPER_OIDC_TRUST_UNVERIFIED_EMAIL = env_bool("TOOLKEEPER_OIDC_TRUST_UNVERIFIED_EMAIL", False)
 TOOLKEEPER_OIDC_TIMEOUT_S = float(os.environ.get("TOOLKEEPER_OIDC_TIMEOUT_S", 10))

@@ -127,8 +127,8 @@ def test_request_bodies_require_what_the_server_requires(schema):
     assert batch["required"] == ["calls"] and batch["properties"]["calls"]["minItems"] == 1
     assert batch["properties"]["wait"]["maximum"] == 60
     session = request(schema, "/api/v1/sessions", "post")
-    assert session["required"] == ["agent"] and set(session["properties"]) == {"agent", "user", "context", "tools",
-                                                                               "tools_mode"}
+    assert session["required"] == ["agent"] and set(session["properties"]) == {"agent", "user", "user_id_token",
+                                                                               "context", "tools", "tools_mode"}
     assert request(schema, "/api/v1/rules/evaluate", "post")["required"] == ["tool"]
     assert request(schema, "/api/v1/approvals/{id}/decide", "post")["required"] == ["decision"]
     assert request(schema, "/api/v1/calls/{call_id}/result", "post")["required"] == ["state"]

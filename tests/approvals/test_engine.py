@@ -22,10 +22,10 @@ _ids = iter(range(1, 10**9))
 
 
 def rule(behavior: str, tool_pattern: str, *, priority: int = 0, arg_match=None, agents=(), users=(), queue=None,
-         note: str = "", rule_id: int | None = None):
+         note: str = "", rule_id: int | None = None, user_verified: bool | None = None):
     return SimpleNamespace(id=rule_id or next(_ids), behavior=behavior, tool_pattern=tool_pattern, priority=priority,
                            arg_match=arg_match or {}, agents=list(agents), users=list(users), queue_id=queue,
-                           note=note, enabled=True)
+                           note=note, enabled=True, user_verified=user_verified)
 
 
 def run(rules, tool: str = "shell", effective_input=None, *, agent: str = "bot", user: str = "",
@@ -241,7 +241,8 @@ def glob_reference(pattern: str, text: str) -> bool:
     return re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), text, re.DOTALL) is not None
 
 
-def brute_force(rules, *, tool, effective_input, agent, user, read_only_trusted, auto_allow_read_only, default):
+def brute_force(rules, *, tool, effective_input, agent, user, read_only_trusted, auto_allow_read_only, default,
+                user_verified=False):
     """The semantics of docs/governance.md as a naive loop over every rule."""
     def applies(r):
         if not r.enabled:
@@ -250,13 +251,16 @@ def brute_force(rules, *, tool, effective_input, agent, user, read_only_trusted,
             return False
         if r.users and user not in r.users:
             return False
+        if r.user_verified is not None and r.user_verified != user_verified:
+            return False
         if not glob_reference(r.tool_pattern, tool):
             return False
         compiled = getattr(r, "compiled", None)
         if compiled is None:
             compiled = r.compiled = compile_rule(r)
         # argument globs: the same matcher (tested on its own in test_matching)
-        return compiled.matches(tool_name=tool, effective_input=effective_input, agent=agent, user=user)
+        return compiled.matches(tool_name=tool, effective_input=effective_input, agent=agent, user=user,
+                                user_verified=user_verified)
 
     matching = [r for r in rules if applies(r)]
 
@@ -287,7 +291,7 @@ def random_rule(rng: random.Random, rule_id: int):
         priority=rng.choice([0, 0, 0, 1, 5, -3]), arg_match=arg_match,
         agents=rng.sample(AGENTS, rng.randint(1, 2)) if rng.random() < 0.3 else [],
         users=rng.sample(USERS, 1) if rng.random() < 0.2 else [],
-        queue_id=None, note="", enabled=rng.random() > 0.1,
+        queue_id=None, note="", enabled=rng.random() > 0.1, user_verified=rng.choice([None, None, None, True, False]),
     )
 
 
@@ -296,7 +300,8 @@ def random_query(rng: random.Random) -> dict:
     return {"tool": rng.choice(TOOLS + ["unknown", "mcp__github__", "knowledge_searchx"]),
             "effective_input": effective_input, "agent": rng.choice(AGENTS + ["other"]),
             "user": rng.choice(USERS + [""]), "read_only_trusted": rng.random() < 0.2,
-            "auto_allow_read_only": rng.random() < 0.8, "default": rng.choice(["ask", "deny", "allow"])}
+            "auto_allow_read_only": rng.random() < 0.8, "default": rng.choice(["ask", "deny", "allow"]),
+            "user_verified": rng.random() < 0.5}
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -308,7 +313,8 @@ def test_index_decides_like_brute_force_over_thousands_of_rules(seed):
         query = random_query(rng)
         decision = decide(index, tool_name=query["tool"], effective_input=query["effective_input"],
                           agent=query["agent"], user=query["user"], read_only_trusted=query["read_only_trusted"],
-                          auto_allow_read_only=query["auto_allow_read_only"], default_behavior=query["default"])
+                          auto_allow_read_only=query["auto_allow_read_only"], default_behavior=query["default"],
+                          user_verified=query["user_verified"])
         assert (decision.behavior, decision.rule) == brute_force(rules, **query), query
 
 
@@ -323,7 +329,8 @@ def test_index_decides_like_brute_force_property(data):
     query["tool"] = data.draw(st.sampled_from(TOOLS + ["unknown", "mcp__github__", "x"]))
     decision = decide(index, tool_name=query["tool"], effective_input=query["effective_input"],
                       agent=query["agent"], user=query["user"], read_only_trusted=query["read_only_trusted"],
-                      auto_allow_read_only=query["auto_allow_read_only"], default_behavior=query["default"])
+                      auto_allow_read_only=query["auto_allow_read_only"], default_behavior=query["default"],
+                      user_verified=query["user_verified"])
     assert (decision.behavior, decision.rule) == brute_force(rules, **query)
 
 
@@ -334,7 +341,8 @@ def test_database_rules_decide_like_brute_force(world):
     specs = [random_rule(rng, 0) for _ in range(2500)]
     PermissionRule.objects.bulk_create([
         PermissionRule(tenant=tenant, behavior=s.behavior, tool_pattern=s.tool_pattern, arg_match=s.arg_match,
-                       agents=s.agents, users=s.users, priority=s.priority, enabled=s.enabled)
+                       agents=s.agents, users=s.users, priority=s.priority, enabled=s.enabled,
+                       user_verified=s.user_verified)
         for s in specs
     ])
     policy_bump(tenant=tenant)
@@ -344,7 +352,7 @@ def test_database_rules_decide_like_brute_force(world):
         query = random_query(rng)
         query.update(read_only_trusted=False, auto_allow_read_only=tenant.auto_allow_read_only, default="deny")
         decision = selectors.evaluate(tenant=tenant, tool_name=query["tool"], effective_input=query["effective_input"],
-                                      agent=query["agent"], user=query["user"])
+                                      agent=query["agent"], user=query["user"], user_verified=query["user_verified"])
         assert (decision.behavior, decision.rule) == brute_force(stored, **query), query
 
 

@@ -6,10 +6,11 @@ from approvals.matching import MAX_MATCHED_CHARS
 
 
 def rule(rule_id: int, behavior: str, tool_pattern: str, *, priority: int = 0, arg_match=None, agents=(), users=(),
-         queue=None, note: str = ""):
+         queue=None, note: str = "", user_verified: bool | None = None):
     return SimpleNamespace(id=rule_id, behavior=behavior, tool_pattern=tool_pattern, priority=priority,
                            arg_match=arg_match, agents=None if agents is None else list(agents),
-                           users=None if users is None else list(users), queue_id=queue, note=note)
+                           users=None if users is None else list(users), queue_id=queue, note=note,
+                           user_verified=user_verified)
 
 
 def run(rules, tool: str = "shell", effective_input=None, *, agent: str = "bot", user: str = "",

@@ -297,3 +297,48 @@ def test_a_logout_token_works_once_and_ends_the_persons_sessions_and_grants(sign
     provider_session_note(identity=signed.identity, sid="sid-2", session_key=again.session_key)
     assert provider_sign_out(issuer=ISSUER, sid="sid-2") == 1
     assert not SessionStore().exists(again.session_key)
+
+
+# -- an app's end user, verified by their ID token ----------------------------------------------------------
+
+def _new_session(world, **body):
+    from rest_framework.test import APIClient
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {world.a.keys['agent']}")
+    return client.post("/api/v1/sessions", {"agent": "support-bot", **body}, format="json")
+
+
+def test_an_apps_end_user_is_verified_by_their_id_token(world, signed_by):
+    import time
+    token = signed_by.token(email="dana@example.com", email_verified=True, exp=int(time.time()) + 300)
+    made = _new_session(world, user_id_token=token)
+    assert made.status_code == 201, made.content
+    assert (made.json()["user"], made.json()["user_verified"]) == ("dana@example.com", True)
+    assert "user_id_token" not in made.json()
+    # naming the same person is fine; naming someone else is not
+    assert _new_session(world, user="Dana@Example.com", user_id_token=token).status_code == 201
+    other = _new_session(world, user="eve@example.com", user_id_token=token)
+    assert other.status_code == 400 and "someone else" in str(other.json())
+    # a user only named by the app stays asserted
+    asserted = _new_session(world, user="dana@example.com")
+    assert asserted.json()["user_verified"] is False
+
+
+@pytest.mark.parametrize("claims, said", [
+    ({"aud": "another-app"}, "an audience this deployment does not trust"),
+    ({"exp": 1_000_000_000}, "expired"),
+    ({"email_verified": False}, "has not verified"),
+    ({"iss": "https://evil.example.com"}, "another issuer"),
+])
+def test_an_id_token_that_does_not_hold_is_refused(world, signed_by, claims, said):
+    import time
+    token = signed_by.token(**{"email": "dana@example.com", "email_verified": True, "exp": int(time.time()) + 300,
+                               **claims})
+    refused = _new_session(world, user_id_token=token)
+    assert refused.status_code == 400
+    assert said in str(refused.json()["error"]["fields"]["user_id_token"])
+
+
+def test_an_id_token_needs_an_identity_provider_and_a_signature(world):
+    refused = _new_session(world, user_id_token="eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.")
+    assert refused.status_code == 400 and "no identity provider" in str(refused.json())

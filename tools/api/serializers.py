@@ -60,6 +60,10 @@ def tools_mode_field(*, only_with_tools: bool = False, **kwargs) -> serializers.
 class SessionCreateSerializer(strict.Serializer):
     agent = serializers.CharField(max_length=100, help_text="may be left out with an API key locked to an agent")
     user = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    user_id_token = serializers.CharField(
+        max_length=16_000, required=False, write_only=True, trim_whitespace=True,
+        help_text="the end user's ID token from the deployment's identity provider: the session's user is then the "
+                  "person it vouches for, verified (`user_verified`), instead of a name the app asserts")
     context = serializers.DictField(required=False, default=dict)
     tools = declared_tools_field("tools declared for this session")
     tools_mode = tools_mode_field(required=False, default="add")
@@ -78,7 +82,8 @@ class SessionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AgentSession
-        fields = ["id", "agent", "user", "context", "active_groups", "tools", "tools_mode", "created_at"]
+        fields = ["id", "agent", "user", "user_verified", "context", "active_groups", "tools", "tools_mode",
+                  "created_at"]
 
 
 class SessionToolsSerializer(strict.Serializer):

@@ -4,7 +4,7 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -15,6 +15,7 @@ from tenancy.grants import Grant, grant_of
 from tenancy.models import ApiKey, Scope
 from tenancy.permissions import sees_secrets
 from tenancy.selectors import access_object, access_row, key_sees_agent, key_sessions, versions_read_with
+from tenancy.signin.provider import ProviderUnreachable, TokenRefused, id_token_user, sso_enabled
 from tenancy.versions import versions_known
 from tenancy.web import acting_user
 from toolkeeper.openapi import CONFLICT
@@ -49,6 +50,28 @@ def call_payload(calls: list[ToolCall]) -> dict:
     return s.calls_data(calls)[0]
 
 
+class IdentityProviderUnavailable(APIException):
+    status_code = 503
+    default_code = "unavailable"
+    default_detail = "The identity provider cannot be reached to verify the ID token; retry."
+
+
+def verified_user(id_token: str, *, named: str) -> str:
+    """The session's user an end user's ID token vouches for (docs/identity.md, "Verified users"); a 400 naming
+    `user_id_token` for a token that does not verify, or that names someone else than `named`."""
+    if not sso_enabled():
+        raise ValidationError({"user_id_token": ["this deployment has no identity provider to verify ID tokens with"]})
+    try:
+        user = id_token_user(id_token)
+    except TokenRefused as exc:
+        raise ValidationError({"user_id_token": [str(exc)]}) from None
+    except ProviderUnreachable:
+        raise IdentityProviderUnavailable() from None
+    if named and named.strip().lower() != user.lower():
+        raise ValidationError({"user": ["the ID token vouches for someone else: leave `user` out, or name them"]})
+    return user
+
+
 class AgentView(APIView):
     required_scope = Scope.AGENT
 
@@ -59,8 +82,11 @@ class SessionCreateView(AgentView):
         api_key = request.auth if isinstance(request.auth, ApiKey) else None
         serializer = s.SessionCreateSerializer(data=request.data, agent_locked=bool(api_key and api_key.agent))
         serializer.is_valid(raise_exception=True)
-        session = declared.session_create_declaring(tenant=request.tenant, api_key=api_key,
-                                                    **serializer.validated_data)
+        values = dict(serializer.validated_data)
+        id_token = values.pop("user_id_token", None)
+        if id_token is not None:
+            values.update(user=verified_user(id_token, named=values.get("user", "")), user_verified=True)
+        session = declared.session_create_declaring(tenant=request.tenant, api_key=api_key, **values)
         return Response(s.SessionSerializer(session).data, status=201)
 
 

@@ -182,7 +182,8 @@ def resource_providers() -> list[ResourceProvider]:
 
 
 # Other apps keep tools off a session's listed surface: the approvals app hides the tools a deny rule always
-# refuses the session's agent and user. A filter is called as `fn(tenant=, agent=, user=, names=)` with the
+# refuses the session's agent and user. A filter is called as `fn(tenant=, agent=, user=, user_verified=, names=)`
+# with the
 # names of the tools the session would be listed (never meta tools), and returns {name: why} for those it hides
 # (`why` says which rule, for the console). Filters shape listings only
 # (`tools.catalog.selectors.visible_tools`); a call still meets the step that decides it, so a hidden tool's
@@ -195,13 +196,13 @@ def register_exposure_filter(fn) -> None:
         _exposure_filters.append(fn)
 
 
-def exposure_hidden(*, tenant, agent: str, user: str, names) -> dict[str, str]:
+def exposure_hidden(*, tenant, agent: str, user: str, names, user_verified: bool = False) -> dict[str, str]:
     """The tools of `names` some exposure filter hides from this agent and user, each with the first reason."""
     hidden: dict[str, str] = {}
     if not names:
         return hidden
     for fn in _exposure_filters:
-        for name, why in fn(tenant=tenant, agent=agent, user=user, names=names).items():
+        for name, why in fn(tenant=tenant, agent=agent, user=user, user_verified=user_verified, names=names).items():
             hidden.setdefault(name, why)
     return hidden
 

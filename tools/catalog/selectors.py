@@ -141,7 +141,7 @@ def _with_declared(session: AgentSession, listed: list[ExposedTool]) -> list[Exp
     declared = [declared_exposed(d, "session") for d in session.declared_tools
                 if isinstance(d, dict) and isinstance(d.get("name"), str) and d["name"] not in taken]
     hidden = exposure_hidden(tenant=session.tenant, agent=session.agent, user=session.user,
-                             names=[exposed.name for exposed in declared])
+                             user_verified=session.user_verified, names=[exposed.name for exposed in declared])
     return listed + [exposed for exposed in declared if exposed.name not in hidden]
 
 
@@ -154,7 +154,8 @@ def visible_tools(session: AgentSession, *, declared: bool = True) -> list[Expos
     catalog = catalog_snapshot(session.tenant_id)
     active = set(active_group_names(session, catalog.groups))
     names = sorted({name for group in catalog.groups if group.name in active for name in group.tool_names})
-    hidden = exposure_hidden(tenant=session.tenant, agent=session.agent, user=session.user, names=names)
+    hidden = exposure_hidden(tenant=session.tenant, agent=session.agent, user=session.user,
+                             user_verified=session.user_verified, names=names)
     return [_expose(catalog, catalog.tools[name], session.agent) for name in names
             if name not in hidden] + meta_tools(catalog, session)
 

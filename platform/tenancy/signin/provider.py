@@ -63,6 +63,51 @@ def id_token_options() -> dict:
     return {"iss": {"essential": True, "values": [issuer, f"{issuer}/"]}, "sub": {"essential": True}}
 
 
+def _decoded(token: str):
+    """A JWT of the provider's, its signature checked with the provider's keys (read again once if it names a key
+    not yet seen)."""
+    client = provider()
+    algorithms = [a for a in client.server_metadata.get("id_token_signing_alg_values_supported") or ["RS256"]
+                  if a != "none"]
+    try:
+        try:
+            return jwt.decode(token, KeySet.import_key_set(client.fetch_jwk_set()), algorithms=algorithms)
+        except InvalidKeyIdError:  # the provider rolled its keys
+            return jwt.decode(token, KeySet.import_key_set(client.fetch_jwk_set(force=True)), algorithms=algorithms)
+    except (JoseError, ValueError, TypeError) as exc:
+        raise TokenRefused(f"the token does not verify ({type(exc).__name__})") from None
+
+
+class TokenRefused(Exception):
+    """A token of the provider's that does not verify, or is not one this deployment takes."""
+
+
+def id_token_user(token: str) -> str:
+    """The person an app's end user's ID token vouches for (their verified email address): the provider's
+    signature, its issuer, an audience the deployment trusts (`TOOLKEEPER_OIDC_ID_TOKEN_AUDIENCES`, by default
+    the console's own client), not expired. TokenRefused otherwise; ProviderUnreachable when the provider's keys
+    cannot be read."""
+    if not isinstance(token, str) or not token or len(token) > 16_000:
+        raise TokenRefused("an ID token is a compact JWT")
+    claims = _decoded(token).claims
+    audience = claims.get("aud")
+    audiences = set(audience if isinstance(audience, list) else [audience])
+    trusted = set(settings.TOOLKEEPER_OIDC_ID_TOKEN_AUDIENCES or [settings.TOOLKEEPER_OIDC_CLIENT_ID])
+    now = time.time()
+    problems = [
+        str(claims.get("iss", "")).rstrip("/") != settings.TOOLKEEPER_OIDC_ISSUER and "another issuer",
+        not audiences & trusted and "an audience this deployment does not trust",
+        not isinstance(claims.get("exp"), int | float) and "no expiry",
+        isinstance(claims.get("exp"), int | float) and claims["exp"] < now - 60 and "expired",
+        not isinstance(claims.get("email"), str) and "no email address",
+        claims.get("email_verified") is not True and not settings.TOOLKEEPER_OIDC_TRUST_UNVERIFIED_EMAIL
+        and "an email address the provider has not verified",
+    ]
+    if refused := [p for p in problems if p]:
+        raise TokenRefused(", ".join(refused))
+    return claims["email"].strip()[:200]
+
+
 BACKCHANNEL_EVENT = "http://schemas.openid.net/event/backchannel-logout"
 LOGOUT_TOKEN_LEEWAY_S = 300
 
@@ -75,19 +120,10 @@ def logout_token_claims(token: str) -> dict:
     """The verified claims of a logout token the provider posted: its signature (the provider's keys), issuer,
     audience (our client), age, the back-channel logout event, a subject or session, and no nonce; its `jti`
     only once."""
-    client = provider()
-    metadata = client.server_metadata
-    algorithms = metadata.get("id_token_signing_alg_values_supported") or ["RS256"]
     try:
-        keys = KeySet.import_key_set(client.fetch_jwk_set())
-        try:
-            decoded = jwt.decode(token, keys, algorithms=[a for a in algorithms if a != "none"])
-        except InvalidKeyIdError:  # the provider rolled its keys: read them again, once
-            decoded = jwt.decode(token, KeySet.import_key_set(client.fetch_jwk_set(force=True)),
-                                 algorithms=[a for a in algorithms if a != "none"])
-    except (JoseError, ValueError, TypeError) as exc:
-        raise LogoutTokenRefused(f"the token does not verify ({type(exc).__name__})") from None
-    claims = decoded.claims
+        claims = _decoded(token).claims
+    except TokenRefused as exc:
+        raise LogoutTokenRefused(str(exc)) from None
     audience = claims.get("aud")
     audiences = audience if isinstance(audience, list) else [audience]
     now = time.time()
