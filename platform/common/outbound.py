@@ -385,9 +385,19 @@ class GuardedNetworkBackend(httpcore2.NetworkBackend):
         self._backend.sleep(seconds)
 
 
+def _ssl_context(verify, cert):
+    """TLS as httpx2 sets it up, trusting also the deployment's own certificate authority
+    (`TOOLKEEPER_OUTBOUND_CA_FILE`, for servers on a company network) when the caller verifies as usual."""
+    context = httpx2.create_ssl_context(verify=verify, cert=cert, trust_env=False)
+    extra = getattr(settings, "TOOLKEEPER_OUTBOUND_CA_FILE", "")
+    if verify is True and extra:
+        context.load_verify_locations(cafile=extra)
+    return context
+
+
 def _pool_options(verify, cert, http1: bool, http2: bool, limits: httpx2.Limits, retries: int) -> dict:
     return {
-        "ssl_context": httpx2.create_ssl_context(verify=verify, cert=cert, trust_env=False),
+        "ssl_context": _ssl_context(verify, cert),
         "max_connections": limits.max_connections,
         "max_keepalive_connections": limits.max_keepalive_connections,
         "keepalive_expiry": limits.keepalive_expiry,

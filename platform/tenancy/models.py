@@ -254,6 +254,7 @@ class OAuthClient(models.Model):
     secret = EncryptedJSONField(null=True, blank=True)  # {"client_secret": …} of a confidential client; None: public
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    last_read_at = models.DateTimeField(null=True, blank=True)  # a metadata document's, when it was fetched
 
     def __str__(self):
         return self.metadata.get("client_name") or self.client_id

@@ -380,6 +380,9 @@ TOOLKEEPER_MAX_BATCH = 64
 TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES = int(os.environ.get("TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES", 16 * 1024 * 1024))
 # Outbound requests to addresses tenants give (common.outbound) reach public addresses only; these
 # host names, IP addresses and networks (CIDR) are opened by the admin, e.g. an internal MCP server.
+# A certificate authority (a PEM file) that outbound TLS trusts besides the public ones: a company's own, for its
+# internal MCP servers and the like.
+TOOLKEEPER_OUTBOUND_CA_FILE = os.environ.get("TOOLKEEPER_OUTBOUND_CA_FILE", "").strip()
 TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS", "").split(",") if h.strip()
 ]

@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 
 from tests.browser import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
+from tests.identity.documents import DocumentServer
 from tests.live.server import LiveServer, free_port
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("mcp-oauth")]
@@ -31,9 +32,19 @@ STEP_MS = 20_000
 
 
 @pytest.fixture(scope="module")
-def server():
+def documents():
+    """Clients' metadata documents over HTTPS on this machine (tests/identity/documents.py)."""
+    served = DocumentServer()
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="module")
+def server(documents):
     chromium_or_skip()
-    with LiveServer() as live:
+    # the document server is on this machine and under a test authority: Toolkeeper may reach it and trust it
+    env = {"TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1", "TOOLKEEPER_OUTBOUND_CA_FILE": str(documents.ca_file)}
+    with LiveServer(extra_env=env) as live:
         yield live
         print(f"--- server log ---\n{live.log_tail(20000)}")
 
@@ -108,11 +119,13 @@ class Person:
         return AuthorizationCodeResult(code=query["code"][0], state=query["state"][0], iss=query.get("iss", [None])[0])
 
 
-def oauth_client(server, person: Person, storage: MemoryStorage) -> OAuthClientProvider:
+def oauth_client(server, person: Person, storage: MemoryStorage, **more) -> OAuthClientProvider:
     metadata = OAuthClientMetadata(client_name="Test IDE", redirect_uris=[person.redirect_uri],
-                                   grant_types=["authorization_code", "refresh_token"], response_types=["code"])
+                                   grant_types=["authorization_code", "refresh_token"], response_types=["code"],
+                                   **({"token_endpoint_auth_method": "none"} if more else {}))
     return OAuthClientProvider(server_url=f"{server.url}/mcp/", client_metadata=metadata, storage=storage,
-                               redirect_handler=person.redirect_handler, callback_handler=person.callback_handler)
+                               redirect_handler=person.redirect_handler, callback_handler=person.callback_handler,
+                               **more)
 
 
 def connect(server, auth, work):
@@ -244,3 +257,24 @@ def test_expired_revoked_and_denied_tokens_are_refused(server):
         connect(server, oauth_client(server, denier, MemoryStorage()), listed)
     assert "refused: access_denied" in " ".join(str(e) for e in leaves(refused.value))
     assert rows(server, "SELECT count(*) FROM tenancy_apikey WHERE agent = 'denied-bot'") == [(0,)]
+
+
+def test_a_client_named_by_its_metadata_document_connects_without_registering(server, documents):
+    person = Person(server, "operator", agent="doc-bot")
+    url = documents.url("/clients/doc-ide.json")
+    documents.put("/clients/doc-ide.json", {
+        "client_id": url, "client_name": "Document IDE", "redirect_uris": [person.redirect_uri],
+        "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
+        "token_endpoint_auth_method": "none"})
+    registered = rows(server, "SELECT count(*) FROM tenancy_oauthclient WHERE kind = 'registered'")
+    storage = MemoryStorage()
+
+    async def listed(client):
+        return [tool.name for tool in (await client.list_tools()).tools]
+
+    assert "current_time" in connect(server, oauth_client(server, person, storage, client_metadata_url=url), listed)
+    assert storage.client_info.client_id == url
+    assert "Document IDE asks to use Toolkeeper" in " ".join(person.consent_text.split())
+    assert f"identified by its metadata document at 127.0.0.1:{documents.port}" in person.consent_text
+    assert rows(server, "SELECT count(*) FROM tenancy_oauthclient WHERE kind = 'registered'") == registered
+    assert rows(server, "SELECT kind FROM tenancy_oauthclient WHERE client_id = ?", url) == [("document",)]

@@ -279,3 +279,75 @@ def test_the_oauth_endpoints_refuse_bad_registrations_and_count_each_address(set
     assert status4 == 200
     assert status5 == 429 and int(headers5["retry-after"]) >= 1 and body5["error"] == "rate_limited"
     assert not services.OAuthClient.objects.exists()
+
+
+# -- clients named by their metadata document -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def documents():
+    from tests.identity.documents import DocumentServer
+    server = DocumentServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def trusting(documents, settings):
+    """Outbound requests may reach the document server (on this machine) and trust its test authority."""
+    settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.TOOLKEEPER_OUTBOUND_CA_FILE = str(documents.ca_file)
+    return documents
+
+
+def document(url, **more):
+    return {"client_id": url, "client_name": "Doc IDE", "redirect_uris": [REDIRECT],
+            "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
+            "token_endpoint_auth_method": "none", **more}
+
+
+def test_a_client_named_by_its_document_is_read_once_an_hour(trusting):
+    url = trusting.url("/clients/ok.json")
+    trusting.put("/clients/ok.json", document(url))
+    client = services.client_get(url)
+    assert (client.kind, client.name, client.secret) == ("document", "Doc IDE", None)
+    assert services.client_get(url).pk == client.pk
+    assert trusting.requests.count("/clients/ok.json") == 1  # kept, not fetched at every step
+
+
+@pytest.mark.parametrize("path, body, said", [
+    ("/clients/other.json", lambda url: document("https://elsewhere.example.com/c.json"), "own URL"),
+    ("/clients/secret.json", lambda url: document(url, token_endpoint_auth_method="client_secret_basic"), "public"),
+    ("/clients/bad-uri.json", lambda url: document(url, redirect_uris=["http://evil.example.com/cb"]), "HTTPS"),
+    ("/clients/no-uris.json", lambda url: document(url, redirect_uris=[]), "no redirect"),
+    ("/clients/big.json", lambda url: document(url, client_name="x", padding="y" * 10_000), "larger than"),
+    ("/clients/not-json.json", lambda url: b"<html>", "not JSON"),
+    ("/clients/missing.json", None, "answered 404"),
+])
+def test_a_document_that_does_not_hold_names_no_client(trusting, caplog, path, body, said):
+    url = trusting.url(path)
+    if body is not None:
+        trusting.put(path, body(url))
+    with caplog.at_level("INFO", logger="toolkeeper.oauth"):
+        assert services.client_get(url) is None
+    assert said in caplog.text
+    assert not services.OAuthClient.objects.filter(client_id=url).exists()
+
+
+def test_a_document_is_fetched_through_the_outbound_guard_within_its_time(documents, settings, caplog):
+    settings.TOOLKEEPER_OUTBOUND_CA_FILE = str(documents.ca_file)
+    url = documents.url("/clients/guarded.json")
+    documents.put("/clients/guarded.json", document(url))
+    with caplog.at_level("INFO", logger="toolkeeper.oauth"):
+        assert services.client_get(url) is None  # 127.0.0.1 is not allow-listed here
+    assert "cannot be fetched" in caplog.text and "/clients/guarded.json" not in documents.requests
+    settings.TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    documents.slow_s = services.DOCUMENT_TIMEOUT_S + 1
+    slow = documents.url("/slow/ide.json")
+    documents.put("/slow/ide.json", document(slow))
+    started = timezone.now()
+    assert services.client_get(slow) is None
+    assert (timezone.now() - started).total_seconds() < services.DOCUMENT_TIMEOUT_S + 3
+    documents.slow_s = 0
+    # an id that is no HTTPS URL with a path is never fetched
+    for not_a_document in ("http://127.0.0.1:1/c.json", f"https://127.0.0.1:{documents.port}/"):
+        assert services.client_get(not_a_document) is None

@@ -79,7 +79,7 @@ def consent(request):
     form = ConsentForm(request.POST if request.method == "POST" else None, memberships=memberships,
                        requested=pending.scopes, initial={"agent": client.name[:services.AGENT_MAX]})
     context = {"client": client, "pending": pending, "form": form, "memberships": memberships,
-               "redirect_host": urlsplit(pending.redirect_uri).netloc}
+               "redirect_host": urlsplit(pending.redirect_uri).netloc, "client_host": urlsplit(client.client_id).netloc}
     if request.method == "POST":
         if "deny" in request.POST:
             return _back_to_client(pending, error="access_denied",

@@ -10,18 +10,23 @@ bound to the MCP endpoint as their audience, and short-lived; a refresh token is
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlsplit
 
+import httpx2
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from mcp.shared.auth import OAuthClientInformationFull
+from pydantic import ValidationError
 
 from audit.services import audit_record
 from common.errors import ServiceError
+from common.outbound import OutboundRefused, http_client
 from tenancy.models import (
     SYSTEM_AGENT_RESERVED,
     ApiKey,
@@ -50,6 +55,9 @@ SCOPE_ROLES = {
     Scope.ADMIN: (Role.ADMIN,),
 }
 CLIENT_NAME_MAX = 100
+DOCUMENT_MAX_BYTES = 5 * 1024
+DOCUMENT_TIMEOUT_S = 5
+DOCUMENT_FRESH = timedelta(hours=1)
 REDIRECT_URIS_MAX = 10
 URI_MAX = 2000
 AGENT_MAX = 100
@@ -91,27 +99,97 @@ def redirect_uri_problem(uri: str) -> str | None:
     return "a redirect URI must be HTTPS, or HTTP to localhost or a loopback address"
 
 
-def client_register(*, metadata: dict, client_secret: str | None) -> OAuthClient:
-    """Keep a client that registered itself (RFC 7591), after the checks the SDK's handler left to us."""
-    uris = [str(uri) for uri in metadata.get("redirect_uris") or []]
+def _check_metadata(uris: list[str], name) -> None:
     problems = [problem for uri in uris if (problem := redirect_uri_problem(uri))]
     if len(uris) > REDIRECT_URIS_MAX:
         problems.append(f"at most {REDIRECT_URIS_MAX} redirect URIs")
-    name = metadata.get("client_name") or ""
-    if len(name) > CLIENT_NAME_MAX or any(ord(ch) < 32 for ch in name):
+    if not isinstance(name, str) or len(name) > CLIENT_NAME_MAX or any(ord(ch) < 32 for ch in name):
         problems.append(f"client_name: at most {CLIENT_NAME_MAX} characters, on one line")
     if problems:
         raise ServiceError(sorted(set(problems)))
+
+
+def client_register(*, metadata: dict, client_secret: str | None) -> OAuthClient:
+    """Keep a client that registered itself (RFC 7591), after the checks the SDK's handler left to us."""
+    _check_metadata([str(uri) for uri in metadata.get("redirect_uris") or []], metadata.get("client_name") or "")
     kept = {key: value for key, value in metadata.items() if key != "client_secret" and value is not None}
     return OAuthClient.objects.create(
         client_id=metadata["client_id"], kind=OAuthClient.REGISTERED, metadata=kept,
         secret={"client_secret": client_secret} if client_secret else None)
 
 
+def is_document_client_id(client_id: str) -> bool:
+    """A client id that is the URL of the client's metadata document (HTTPS, a path below the root)."""
+    parts = urlsplit(client_id or "")
+    return parts.scheme == "https" and bool(parts.hostname) and parts.path not in ("", "/") \
+        and not parts.fragment and not parts.username and not parts.password
+
+
 def client_get(client_id: str) -> OAuthClient | None:
+    """The client of `client_id`: a registered one, or the one whose metadata document the id names, read (again,
+    when older than DOCUMENT_FRESH) through the outbound guard; None for an unknown id or a document that does
+    not hold."""
     if not client_id or len(client_id) > 255:
         return None
-    return OAuthClient.objects.filter(client_id=client_id).first()
+    client = OAuthClient.objects.filter(client_id=client_id).first()
+    if not is_document_client_id(client_id):
+        return client if client is not None and client.kind == OAuthClient.REGISTERED else None
+    if client is not None and client.last_read_at and timezone.now() - client.last_read_at < DOCUMENT_FRESH:
+        return client
+    try:
+        metadata = client_document(client_id)
+    except ServiceError as exc:
+        logger.info("a client metadata document was refused: %s", exc.message)
+        return None
+    client, _ = OAuthClient.objects.update_or_create(
+        client_id=client_id, defaults={"kind": OAuthClient.DOCUMENT, "metadata": metadata, "secret": None,
+                                       "last_read_at": timezone.now()})
+    return client
+
+
+def client_document(url: str) -> dict:
+    """A client's metadata document (the MCP authorization specification's client ID metadata documents), fetched
+    through the outbound guard (no private or internal address unless allow-listed), within DOCUMENT_MAX_BYTES and
+    DOCUMENT_TIMEOUT_S, and checked as a registration is: its `client_id` is its own URL, its redirect URIs are
+    HTTPS or this machine's, its name is short; a public client (no secret)."""
+    try:
+        with http_client(timeout=DOCUMENT_TIMEOUT_S) as http, http.stream(
+                "GET", url, headers={"Accept": "application/json"}) as response:
+            if response.status_code != 200:
+                raise ServiceError([f"the client's metadata document answered {response.status_code}"])
+            body = b""
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > DOCUMENT_MAX_BYTES:
+                    raise ServiceError([f"the client's metadata document is larger than {DOCUMENT_MAX_BYTES} bytes"])
+    except OutboundRefused as exc:
+        raise ServiceError([f"the client's metadata document cannot be fetched: {exc}"]) from None
+    except httpx2.HTTPError as exc:
+        raise ServiceError([f"the client's metadata document cannot be fetched ({type(exc).__name__})"]) from None
+    try:
+        document = json.loads(body.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise ServiceError(["the client's metadata document is not JSON"]) from None
+    if not isinstance(document, dict) or document.get("client_id") != url:
+        raise ServiceError(["the client's metadata document does not name its own URL as client_id"])
+    if document.get("token_endpoint_auth_method", "none") != "none" or "client_secret" in document:
+        raise ServiceError(["a client named by its metadata document is a public client (no secret)"])
+    uris = document.get("redirect_uris")
+    if not isinstance(uris, list) or not uris or not all(isinstance(uri, str) for uri in uris):
+        raise ServiceError(["the client's metadata document lists no redirect URIs"])
+    grants = document.get("grant_types", ["authorization_code"])
+    if not isinstance(grants, list) or "authorization_code" not in grants:
+        raise ServiceError(["the client's metadata document does not use the authorization code grant"])
+    _check_metadata(uris, document.get("client_name") or "")
+    scopes = document.get("scope")
+    if scopes is not None and (not isinstance(scopes, str) or set(scopes.split()) - set(Scope.values)):
+        raise ServiceError([f"the client's metadata document asks for scopes other than {', '.join(Scope.values)}"])
+    try:  # the SDK's own reading of client metadata: a document it would refuse is refused here
+        info = OAuthClientInformationFull.model_validate({**document, "token_endpoint_auth_method": "none",
+                                                          "scope": scopes or Scope.AGENT.value})
+    except ValidationError as exc:
+        raise ServiceError([f"the client's metadata document does not hold ({exc.error_count()} problems)"]) from None
+    return info.model_dump(mode="json", exclude_none=True)
 
 
 # -- consent and codes ---------------------------------------------------------------------------------------
