@@ -245,7 +245,7 @@ class OAuthClient(models.Model):
     client registration), or named by the URL of its metadata document. Not a tenant's: a client is registered
     before anyone has chosen a tenant for it."""
 
-    REGISTERED, DOCUMENT = "registered", "document"
+    REGISTERED, DOCUMENT, EXTERNAL = "registered", "document", "external"  # EXTERNAL: another server's client
 
     client_id = models.CharField(max_length=255, unique=True)
     kind = models.CharField(max_length=10, default=REGISTERED)

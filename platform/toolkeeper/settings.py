@@ -292,6 +292,13 @@ if TOOLKEEPER_MCP_OAUTH not in {"builtin", "external", "off"}:
     raise ImproperlyConfigured("TOOLKEEPER_MCP_OAUTH must be builtin, external or off.")
 # Requests a minute from one network address to the OAuth endpoints, which anyone may reach (0: no limit).
 TOOLKEEPER_ADDRESS_REQUESTS_PER_MINUTE = int(os.environ.get("TOOLKEEPER_ADDRESS_REQUESTS_PER_MINUTE", 120))
+# "external": the authorization server whose JWT access tokens /mcp/ takes, their audience (the MCP endpoint's URL
+# by default) and the scope they must carry.
+TOOLKEEPER_MCP_OAUTH_ISSUER = os.environ.get("TOOLKEEPER_MCP_OAUTH_ISSUER", "").strip().rstrip("/")
+TOOLKEEPER_MCP_OAUTH_AUDIENCE = os.environ.get("TOOLKEEPER_MCP_OAUTH_AUDIENCE", "").strip()
+TOOLKEEPER_MCP_OAUTH_SCOPE = os.environ.get("TOOLKEEPER_MCP_OAUTH_SCOPE", "").strip() or "agent"
+if TOOLKEEPER_MCP_OAUTH == "external" and not TOOLKEEPER_MCP_OAUTH_ISSUER:
+    raise ImproperlyConfigured("TOOLKEEPER_MCP_OAUTH=external needs TOOLKEEPER_MCP_OAUTH_ISSUER.")
 TOOLKEEPER_OAUTH_ACCESS_TOKEN_S = int(os.environ.get("TOOLKEEPER_OAUTH_ACCESS_TOKEN_S", 900))
 TOOLKEEPER_OAUTH_REFRESH_TOKEN_S = int(os.environ.get("TOOLKEEPER_OAUTH_REFRESH_TOKEN_S", 30 * 24 * 3600))
 

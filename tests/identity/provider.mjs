@@ -42,15 +42,29 @@ const provider = new Provider(issuer, {
     profile: ['name'],
     groups: ['groups'],
   },
-  scopes: ['openid', 'email', 'profile', 'groups', 'offline_access'],
+  scopes: ['openid', 'email', 'profile', 'groups', 'offline_access', 'agent'],
   pkce: { required: () => true },
   features: {
     devInteractions: { enabled: true },
     rpInitiatedLogout: { enabled: true },
     backchannelLogout: { enabled: true },
+    // As an MCP client's authorization server: clients register themselves and get JWT access tokens for the
+    // resource they name (Toolkeeper's MCP endpoint), with the `agent` scope.
+    registration: { enabled: true },
+    resourceIndicators: {
+      enabled: true,
+      useGrantedResource: () => true,
+      async getResourceServerInfo(ctx, resourceIndicator) {
+        return { scope: 'agent', audience: resourceIndicator, accessTokenTTL: 300, accessTokenFormat: 'jwt',
+                 jwt: { sign: { alg: 'RS256' } } };
+      },
+    },
   },
-  // First-party clients: the person is not asked to consent to the scopes they were configured with.
+  // The console is a first-party client: the person is not asked to consent to the scopes it was configured with.
+  // Other clients (an MCP client that registered itself) get the provider's own consent page for what more they ask.
   async loadExistingGrant(ctx) {
+    const grantId = ctx.oidc.result?.consent?.grantId || ctx.oidc.session.grantIdFor(ctx.oidc.client.clientId);
+    if (grantId) return ctx.oidc.provider.Grant.find(grantId);
     const grant = new ctx.oidc.provider.Grant({ clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId });
     grant.addOIDCScope('openid email profile groups');
     grant.addOIDCClaims(['email', 'email_verified', 'name', 'groups']);

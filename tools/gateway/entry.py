@@ -29,8 +29,10 @@ from mcp.server.transport_security import TransportSecuritySettings
 from common.errors import NotPermitted, RateLimited
 from common.json_values import MAX_JSON_DEPTH
 from tenancy.entry.admission import NO_VALUE, Entry, NotAuthenticated, ValueRefused, admit
+from tenancy.entry.authentication import bearer_token
 from tenancy.entry.bodies import NOT_AUTHENTICATED, Refusal, header_map
 from tenancy.models import Scope
+from tenancy.oauth.external import ExternalTokenRefused, apikey_from_external_token
 from tools.calls.waiting import run_db
 from tools.gateway.oauth import challenge
 from tools.gateway.protocol import (
@@ -50,6 +52,7 @@ logger = logging.getLogger("toolkeeper.mcp")
 MCP_PATHS = frozenset({"/mcp", "/mcp/"})
 SESSION_ID_HEADER = b"mcp-session-id"
 SESSION_KEY, AGENT_KEY = SESSION_HEADER.lower().encode(), AGENT_HEADER.lower().encode()  # as `header_map` has them
+TENANT_KEY = b"x-toolkeeper-tenant"  # the tenant an external authorization server's token acts in
 REASONS = {400: ("Bad Request", "invalid"), 403: ("Forbidden", "permission_denied"), 404: ("Not Found", "not_found")}
 NOT_AN_AGENT_KEY = Refusal(403, "Forbidden", "permission_denied", "MCP needs an API key with the agent scope.")
 FOREIGN_HOST = Refusal(403, "Forbidden", "forbidden_host", "This host or origin may not reach the MCP endpoint.")
@@ -189,14 +192,27 @@ def _shape_refusal(message) -> RpcRefusal | None:
     return None if well_formed else INVALID_MESSAGE
 
 
+def _external_key(authorization: str, *, tenant: str, agent: str):
+    """The grant key an external authorization server's token stands for (`TOOLKEEPER_MCP_OAUTH=external`), or
+    None for a credential of Toolkeeper's own (an API key, its own access token)."""
+    token = bearer_token(authorization)
+    if settings.TOOLKEEPER_MCP_OAUTH != "external" or token is None or token.startswith(("tk_", "tko_")):
+        return None
+    return apikey_from_external_token(token, tenant_slug=tenant, agent=agent)
+
+
 def _caller_of(authorization: str, *, named: str, agent: str, opening: bool, message=NO_MESSAGE,
-               cancelling=None) -> McpCaller | Refusal | RpcRefusal:
+               cancelling=None, tenant: str = "") -> McpCaller | Refusal | RpcRefusal:
     """The request admitted, and its key and session, found in one trip to the database pool; or what to answer
     instead. `message`: the JSON the request posts (or the RpcRefusal of its unreadable body). A request that
     cancels another (`cancelling`, its id) cancels that request's call here too."""
     value = NO_VALUE if message is NO_MESSAGE or isinstance(message, RpcRefusal) else message
     try:
-        api_key = admit(entry=Entry.MCP, authorization=authorization, scope=Scope.AGENT, value=value).api_key
+        external = _external_key(authorization, tenant=tenant, agent=agent)
+        api_key = admit(entry=Entry.MCP, authorization=None if external else authorization, api_key=external,
+                        scope=Scope.AGENT, value=value).api_key
+    except ExternalTokenRefused as exc:
+        return Refusal(401, "Unauthorized", "authentication_failed", exc.message, challenge(token_refused=True))
     except NotAuthenticated as exc:
         return Refusal(401, "Unauthorized", "authentication_failed", exc.message, challenge(token_refused=True))
     except NotPermitted:
@@ -276,6 +292,7 @@ class McpEndpoint:
         named = (headers.get(SESSION_ID_HEADER) or headers.get(SESSION_KEY) or b"").decode("latin-1") \
             or query.get("session", [""])[0]
         agent = headers.get(AGENT_KEY, b"").decode("latin-1") or query.get("agent", [""])[0]
+        tenant = headers.get(TENANT_KEY, b"").decode("latin-1") or query.get("tenant", [""])[0]
         message, cancelling = NO_MESSAGE, None
         if scope["method"] == "POST":  # its body is within the size limit (`bodies.BodyGuard`)
             body, receive = await _whole_body(receive)
@@ -288,7 +305,8 @@ class McpEndpoint:
                    and b"mcp-method" not in headers and b"mcp-protocol-version" not in headers)
         try:
             caller = await run_db(_caller_of, authorization.decode("latin-1"), named=named.strip(),
-                                  agent=agent.strip(), opening=opening, message=message, cancelling=cancelling)
+                                  agent=agent.strip(), opening=opening, message=message, cancelling=cancelling,
+                                  tenant=tenant.strip())
         except Exception:  # a database that fails now is no reason to answer with a trace
             logger.exception("an MCP request could not be resolved to a session")
             caller = UNAVAILABLE

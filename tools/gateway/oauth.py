@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 
+from django.conf import settings
 from mcp.server.auth.handlers.authorize import AuthorizationHandler
 from mcp.server.auth.handlers.register import RegistrationHandler
 from mcp.server.auth.handlers.revoke import RevocationHandler
@@ -193,13 +194,23 @@ def as_metadata() -> dict:
 
 
 def resource_metadata() -> dict:
-    return {"resource": mcp_resource(), "authorization_servers": [issuer()], "scopes_supported": SCOPES,
+    if settings.TOOLKEEPER_MCP_OAUTH == "external":
+        servers, scopes = [settings.TOOLKEEPER_MCP_OAUTH_ISSUER], [settings.TOOLKEEPER_MCP_OAUTH_SCOPE]
+    else:
+        servers, scopes = [issuer()], SCOPES
+    return {"resource": mcp_resource(), "authorization_servers": servers, "scopes_supported": scopes,
             "bearer_methods_supported": ["header"], "resource_name": "Toolkeeper"}
 
 
-def _document(build):
+def tokens_taken() -> bool:
+    """`/mcp/` takes OAuth access tokens: Toolkeeper's own (served over HTTPS or on this machine), or an external
+    authorization server's."""
+    return services.oauth_enabled() or settings.TOOLKEEPER_MCP_OAUTH == "external"
+
+
+def _document(build, *, served=services.oauth_enabled):
     async def handle(request: Request) -> Response:
-        if not services.oauth_enabled():
+        if not served():
             return JSONResponse({"error": "not_found", "error_description": "OAuth is off on this server"}, 404)
         return JSONResponse(build(), headers={"Cache-Control": "public, max-age=300"})
     return handle
@@ -214,8 +225,8 @@ class OAuthEndpoints:
         registration = ClientRegistrationOptions(enabled=True, valid_scopes=SCOPES, default_scopes=[Scope.AGENT])
         self.router = Router(routes=[
             Route(AS_METADATA_PATH, _document(as_metadata), methods=["GET"]),
-            Route(RESOURCE_METADATA_PATH, _document(resource_metadata), methods=["GET"]),
-            Route(RESOURCE_METADATA_PATH + "/", _document(resource_metadata), methods=["GET"]),
+            Route(RESOURCE_METADATA_PATH, _document(resource_metadata, served=tokens_taken), methods=["GET"]),
+            Route(RESOURCE_METADATA_PATH + "/", _document(resource_metadata, served=tokens_taken), methods=["GET"]),
             Route(AUTHORIZE_PATH, AuthorizationHandler(provider).handle, methods=["GET", "POST"]),
             Route(TOKEN_PATH, TokenHandler(provider, authenticator).handle, methods=["POST"]),
             Route(REGISTER_PATH, RegistrationHandler(provider, registration).handle,
@@ -224,7 +235,8 @@ class OAuthEndpoints:
         ])
 
     async def __call__(self, scope, receive, send):
-        if not services.oauth_enabled() and scope["path"] not in (AS_METADATA_PATH,):
+        if not tokens_taken() or (not services.oauth_enabled() and not scope["path"].startswith(
+                RESOURCE_METADATA_PATH)):
             await _json(send, 404, {"error": "not_found", "error_description": "OAuth is off on this server"})
             return
         address = (scope.get("client") or ("unknown", 0))[0]
@@ -260,9 +272,10 @@ async def _json(send, status: int, body: dict, headers: list | None = None) -> N
 
 def challenge(*, token_refused: bool) -> bytes:
     """`WWW-Authenticate` of a 401 on `/mcp/`: where the client finds how to get a token (RFC 9728 §5.1)."""
-    if not services.oauth_enabled():
+    if not tokens_taken():
         return b"Bearer"
-    parts = [f'resource_metadata="{resource_metadata_url()}"', f'scope="{Scope.AGENT.value}"']
+    scope = settings.TOOLKEEPER_MCP_OAUTH_SCOPE if settings.TOOLKEEPER_MCP_OAUTH == "external" else Scope.AGENT.value
+    parts = [f'resource_metadata="{resource_metadata_url()}"', f'scope="{scope}"']
     if token_refused:
         parts.insert(0, 'error="invalid_token"')
     return ("Bearer " + ", ".join(parts)).encode()
