@@ -100,11 +100,11 @@ def test_the_sdk_client_calls_with_the_company_servers_token(setup):
 
     async def main():
         headers = {"X-Toolkeeper-Tenant": "demo", "X-Toolkeeper-Agent": "heidi-ide"}
-        async with httpx2.AsyncClient(auth=auth, headers=headers, timeout=60) as http_client:
-            async with Client(streamable_http_client(f"{server.url}/mcp/", http_client=http_client)) as client:
-                tools = [tool.name for tool in (await client.list_tools()).tools]
-                result = await client.call_tool("current_time", {"timezone": "UTC"})
-                return tools, result
+        async with (httpx2.AsyncClient(auth=auth, headers=headers, timeout=60) as http_client,
+                    Client(streamable_http_client(f"{server.url}/mcp/", http_client=http_client)) as client):
+            tools = [tool.name for tool in (await client.list_tools()).tools]
+            result = await client.call_tool("current_time", {"timezone": "UTC"})
+            return tools, result
 
     tools, result = anyio.run(main)
     assert "current_time" in tools and not result.is_error
