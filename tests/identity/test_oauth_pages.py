@@ -351,3 +351,24 @@ def test_a_document_is_fetched_through_the_outbound_guard_within_its_time(docume
     # an id that is no HTTPS URL with a path is never fetched
     for not_a_document in ("http://127.0.0.1:1/c.json", f"https://127.0.0.1:{documents.port}/"):
         assert services.client_get(not_a_document) is None
+
+
+def test_a_clients_token_reaches_only_its_own_sessions(people):
+    from tools.catalog.services import session_create
+    from tools.gateway.protocol import McpAccessError, mcp_session
+    _, _, tokens = grant_for(people)
+    key = api_key_for_token(f"Bearer {tokens.access_token}", entry=Entry.MCP)
+    own = mcp_session(api_key=key, agent="ide-bot", opening=True).session
+    assert own.user == "member@example.com" and own.user_verified
+    assert mcp_session(api_key=key, named=str(own.pk)).session.pk == own.pk
+    # the same agent's session of someone else in the tenant, and a session of another tenant: not found
+    admins = services.code_issue(consent=consent(), user=people["admin"], tenant=people["tenant"], agent="ide-bot",
+                                 scopes=["agent"])
+    other_key = services.code_exchange(code=services.code_load(client_id="cid-1", code=admins)).access_token
+    theirs = mcp_session(api_key=api_key_for_token(f"Bearer {other_key}", entry=Entry.MCP), agent="ide-bot",
+                         opening=True).session
+    elsewhere = session_create(tenant=people["other"], agent="ide-bot", user="outsider@example.com")
+    for foreign in (theirs, elsewhere):
+        with pytest.raises(McpAccessError) as refused:
+            mcp_session(api_key=key, named=str(foreign.pk))
+        assert refused.value.status == 404

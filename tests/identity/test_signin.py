@@ -196,8 +196,10 @@ def test_passwords_off_refuse_every_password_way_in(acme):
         made = client.post(path, {"username": "newbie", "password": "a long enough passphrase 42"})
         assert made.status_code == 403
         assert not User.objects.filter(username="newbie").exists()
-    # with passwords on, the same password works
+    # with passwords on, the same password works, and the sign-in is in the trail of the person's tenants
+    membership_set(tenant=acme, user=User.objects.get(username="pat"), role=Role.VIEWER)
     assert Client().post("/login/", {"username": "pat", "password": "a long enough passphrase 42"}).status_code == 302
+    assert Event.objects.get(tenant=acme, verb="person.signed_in").data == {"method": "password"}
 
 
 def test_a_provider_that_cannot_be_reached_is_a_page_not_an_error():

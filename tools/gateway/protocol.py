@@ -110,9 +110,13 @@ class McpAccessError(Exception):
 
 
 def _named_session(api_key: ApiKey, session_id: str) -> AgentSession:
+    # A client acting for a person (an OAuth grant's key) reaches only its own sessions: another's, of the same
+    # agent, would make its calls in that person's name.
+    acts_for_a_person = getattr(api_key, "acting_for", None) is not None
     try:
         session = access_row(AgentSession, api_key.tenant, session_id,
-                             allowed=lambda row: key_sees_agent(api_key, row.agent))
+                             allowed=lambda row: key_sees_agent(api_key, row.agent)
+                             and (not acts_for_a_person or row.api_key_id == api_key.pk))
     except Http404:
         raise McpAccessError(404, "no such session for this API key") from None
     session.tenant = api_key.tenant

@@ -37,7 +37,13 @@ from tenancy.signin.provider import (
     sso_enabled,
     sso_name,
 )
-from tenancy.signin.services import SignInRefused, person_sign_in, provider_session_note, provider_sign_out
+from tenancy.signin.services import (
+    SignInRefused,
+    person_sign_in,
+    provider_session_note,
+    provider_sign_out,
+    sign_in_record,
+)
 
 logger = logging.getLogger("toolkeeper.signin")
 
@@ -105,6 +111,7 @@ class SignInView(auth_views.LoginView):
     def form_valid(self, form):
         response = super().form_valid(form)
         self.request.session[METHOD_KEY] = "password"
+        sign_in_record(user=form.get_user(), data={"method": "password"})
         return response
 
 

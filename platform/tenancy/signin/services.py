@@ -169,11 +169,17 @@ def person_sign_in(*, issuer: str, claims: dict) -> SignIn:
     identity.last_sign_in_at = timezone.now()
     identity.save(update_fields=["email", "last_sign_in_at"])
     _apply_claimed_roles(user, claims)
+    memberships = sign_in_record(user=user, data={"method": "oidc", "issuer": issuer, "account_created": created})
+    return SignIn(user=user, identity=identity, created=created, memberships=memberships)
+
+
+def sign_in_record(*, user, data: dict) -> list[Membership]:
+    """A sign-in, in the audit trail of every tenant the person is a member of; their memberships."""
     memberships = list(Membership.objects.filter(user=user).select_related("tenant"))
     for membership in memberships:
         audit_record(tenant=membership.tenant, actor=user, verb="person.signed_in", target=f"user:{user.username}",
-                     data={"method": "oidc", "issuer": issuer, "account_created": created})
-    return SignIn(user=user, identity=identity, created=created, memberships=memberships)
+                     data=data)
+    return memberships
 
 
 def provider_session_note(*, identity: Identity, sid: str, session_key: str) -> None:
