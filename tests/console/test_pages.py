@@ -17,7 +17,7 @@ OPERATOR_PAGES = ["group_create", "group_edit", "group_delete", "binding_create"
 ADMIN_PAGES = ["apikey_create", "apikey_created", "apikey_revoke", "redaction_rule_create", "redaction_rule_edit",
                "redaction_rule_delete", "member_list", "member_remove", "invitation_created"]
 POST_ONLY = ["mcp_server_sync", "mcp_server_test", "member_role", "invitation_revoke", "tool_group_add",
-             "mcp_server_group_add"]
+             "mcp_server_group_add", "client_disconnect"]
 
 
 def test_the_page_lists_cover_every_console_route(routes):

@@ -114,7 +114,8 @@ def test_removing_a_member_ends_their_waiting_request_with_403(world, pending_ca
     client.force_login(operator)
     client.credentials(HTTP_X_TENANT=world.a.tenant.slug)
     waiting = wait_in_thread(client, f"/api/v1/calls/{call.pk}?wait={WAIT_S}")
-    until(lambda: held(grant_of_member(world.a.tenant.pk, operator.pk)))
+    # the request holds the membership of its login's session (tenancy.grants)
+    until(lambda: held(grant_of_member(world.a.tenant.pk, operator.pk, client.session.session_key)))
     assert membership_remove(tenant=world.a.tenant, user=operator, actor=world.a.users["admin"])
     waiting["thread"].join(SOCKET_BOUND_S)
     response = waiting.get("response")
@@ -193,3 +194,14 @@ async def _next_close(socket) -> dict:
         output = await socket.receive_output(timeout=SOCKET_BOUND_S)
         if output["type"] == "websocket.close":
             return output
+
+
+def test_a_console_grant_ends_with_its_login_session(world):
+    """A person signed out (by the provider's back-channel logout, say) loses the streams of that login."""
+    from django.contrib.sessions.backends.db import SessionStore
+    login = SessionStore()
+    login.create()
+    grant = grant_of_member(world.a.tenant.pk, world.a.users[Role.REVIEWER].pk, login.session_key)
+    assert grants_active({grant}) == {grant}
+    login.delete()
+    assert grants_active({grant}) == set()
