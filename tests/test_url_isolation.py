@@ -18,12 +18,11 @@ from rest_framework.test import APIClient
 
 from audit.models import Event
 from tenancy.models import ApiKey, Invitation, Membership
-from tenancy.oauth import services as oauth
 from tenancy.people.services import invitation_create
 from tenancy.scoping import TenantOwned
-from tenancy.selectors import mcp_resource
 from tenancy.services import apikey_create
 from tests.console.conftest import page_text
+from tests.identity.grants import connected_client
 from tools.calls.submit import calls_submit
 from tools.catalog.services import binding_set, group_create, session_create
 from tools.models import AgentSession, BoundArgument, McpServer, Tool, ToolCall, ToolGroup
@@ -291,14 +290,8 @@ PARAM_MODELS = {
 
 def _oauth_grant(tw, marker: str) -> None:
     """An MCP client a member connected with OAuth (tenancy.oauth)."""
-    client = oauth.client_register(metadata={"client_id": f"walker-{tw.tenant.slug}", "client_name": f"{marker} IDE",
-                                             "redirect_uris": ["http://127.0.0.1:9/cb"]}, client_secret=None)
-    consent = oauth.Consent(client_id=client.client_id, redirect_uri="http://127.0.0.1:9/cb",
-                            redirect_uri_provided_explicitly=True, code_challenge="c" * 43, scopes=("agent",),
-                            state=None, resource=mcp_resource())
-    code = oauth.code_issue(consent=consent, user=tw.users["admin"], tenant=tw.tenant, agent=f"{marker}-ide",
-                            scopes=["agent"])
-    oauth.code_exchange(code=oauth.code_load(client_id=client.client_id, code=code))
+    connected_client(tenant=tw.tenant, user=tw.users["admin"], agent=f"{marker}-ide",
+                     client_id=f"walker-{tw.tenant.slug}", name=f"{marker} IDE")
 
 
 def _first_row(label: str, param: str, route: Route, tenant):

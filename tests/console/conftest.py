@@ -42,23 +42,12 @@ def invitation_of(tenant_world):
 def grant_of(tenant_world):
     """An MCP client a member of the tenant connected with OAuth, for page tests."""
     from tenancy.models import OAuthGrant
-    from tenancy.oauth import services
-    from tenancy.selectors import mcp_resource
+    from tests.identity.grants import connected_client
 
     grant = OAuthGrant.objects.for_tenant(tenant_world.tenant).filter(api_key__agent="pages-ide").first()
-    if grant is not None:
-        return grant
-    client_id = f"pages-{tenant_world.tenant.slug}"
-    client = services.client_get(client_id) or services.client_register(
-        metadata={"client_id": client_id, "client_name": "Pages IDE", "redirect_uris": ["http://127.0.0.1:9/cb"]},
-        client_secret=None)
-    consent = services.Consent(client_id=client.client_id, redirect_uri="http://127.0.0.1:9/cb",
-                               redirect_uri_provided_explicitly=True, code_challenge="c" * 43, scopes=("agent",),
-                               state=None, resource=mcp_resource())
-    code = services.code_issue(consent=consent, user=tenant_world.users["reviewer"], tenant=tenant_world.tenant,
-                               agent="pages-ide", scopes=["agent"])
-    services.code_exchange(code=services.code_load(client_id=client.client_id, code=code))
-    return OAuthGrant.objects.for_tenant(tenant_world.tenant).get(api_key__agent="pages-ide")
+    return grant or connected_client(tenant=tenant_world.tenant, user=tenant_world.users["reviewer"],
+                                     agent="pages-ide", client_id=f"pages-{tenant_world.tenant.slug}",
+                                     name="Pages IDE")
 
 
 def object_ids(tenant_world) -> dict:

@@ -5,6 +5,7 @@ provider reads the file again at every look-up.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import subprocess
@@ -13,7 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.live.server import free_port
+from tests.live.server import LiveServer, free_port
 from tests.mcp.conformance.node import require_node
 
 HERE = Path(__file__).resolve().parent
@@ -103,3 +104,20 @@ class OpenIdProvider:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+@contextlib.contextmanager
+def deployment_with(accounts: dict[str, dict], **env: str):
+    """A Toolkeeper server that signs people in with a fresh provider of `accounts` (its settings and `env`, where
+    `{issuer}` stands for the provider's URL), and the provider: (provider, server). Both logs are printed at
+    teardown (pytest shows them for a failure)."""
+    provider = OpenIdProvider(accounts)
+    env = {name: value.replace("{issuer}", provider.issuer) for name, value in env.items()}
+    with LiveServer(extra_env=provider.settings(**env)) as server:
+        provider.client_for(server.url)
+        provider.start()
+        try:
+            yield provider, server
+        finally:
+            provider.stop()
+            print(f"--- provider log ---\n{provider.log_tail()}\n--- server log ---\n{server.log_tail(20000)}")

@@ -16,9 +16,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 
 from tests.browser import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
-from tests.identity.provider import OpenIdProvider
+from tests.identity.provider import deployment_with
 from tests.identity.test_mcp_oauth import MemoryStorage
-from tests.live.server import LiveServer, free_port
+from tests.live.server import free_port
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("external-as")]
 
@@ -28,17 +28,10 @@ STEP_MS = 20_000
 @pytest.fixture(scope="module")
 def setup():
     chromium_or_skip()
-    provider = OpenIdProvider({"heidi": {"email": "heidi@example.com", "groups": ["toolkeeper:demo:operator"]}})
-    env = provider.settings(TOOLKEEPER_OIDC_ROLES_CLAIM="groups", TOOLKEEPER_MCP_OAUTH="external",
-                            TOOLKEEPER_MCP_OAUTH_ISSUER=provider.issuer)
-    with LiveServer(extra_env=env) as server:
-        provider.client_for(server.url)
-        provider.start()
-        try:
-            yield provider, server
-        finally:
-            provider.stop()
-            print(f"--- provider log ---\n{provider.log_tail()}\n--- server log ---\n{server.log_tail(20000)}")
+    accounts = {"heidi": {"email": "heidi@example.com", "groups": ["toolkeeper:demo:operator"]}}
+    with deployment_with(accounts, TOOLKEEPER_OIDC_ROLES_CLAIM="groups", TOOLKEEPER_MCP_OAUTH="external",
+                         TOOLKEEPER_MCP_OAUTH_ISSUER="{issuer}") as both:  # the provider is the company's server too
+        yield both
 
 
 def rows(server, sql: str, *args) -> list[tuple]:

@@ -13,8 +13,7 @@ import urllib.request
 import pytest
 
 from tests.browser import chromium_context, chromium_or_skip, log_in
-from tests.identity.provider import OpenIdProvider
-from tests.live.server import LiveServer
+from tests.identity.provider import deployment_with
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("sso-browser")]  # one provider and server for the module
 
@@ -30,16 +29,9 @@ ACCOUNTS = {
 @pytest.fixture(scope="module")
 def sso():
     chromium_or_skip()
-    provider = OpenIdProvider(ACCOUNTS)
-    env = provider.settings(TOOLKEEPER_OIDC_ROLES_CLAIM="groups", TOOLKEEPER_OIDC_ALLOWED_DOMAINS="example.com")
-    with LiveServer(extra_env=env) as server:
-        provider.client_for(server.url)
-        provider.start()
-        try:
-            yield provider, server
-        finally:
-            provider.stop()
-            print(f"--- provider log ---\n{provider.log_tail()}\n--- server log ---\n{server.log_tail(20000)}")
+    with deployment_with(ACCOUNTS, TOOLKEEPER_OIDC_ROLES_CLAIM="groups",
+                         TOOLKEEPER_OIDC_ALLOWED_DOMAINS="example.com") as both:
+        yield both
 
 
 @contextlib.contextmanager
