@@ -8,7 +8,8 @@ class ToolsConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import m2m_changed, post_delete, post_migrate, post_save
 
-        from tenancy.signals import tenant_created
+        from tenancy.signals import member_left, tenant_created
+        from tools.accounts.vault import member_accounts_end
         from tools.calls.aftercare import RESULT_STEPS, Cap, Redact, ResultRules, Retry
         from tools.calls.pipeline import CALL_STEPS, Bind, Normalize, Validate
         from tools.calls.submit import Dispatch
@@ -24,6 +25,7 @@ class ToolsConfig(AppConfig):
         for position, step in ((100, Retry), (200, Redact), (300, Cap)):
             RESULT_STEPS.register(position, step)
         tenant_created.connect(tenant_seed_catalog, dispatch_uid="tools.seed_catalog")
+        member_left.connect(member_accounts_end, dispatch_uid="tools.accounts.member_left")
         # A server's tools leave the surface with it; redaction rules are cached under the same version.
         for model in (Tool, ToolGroup, BoundArgument, McpServer, RedactionRule):
             post_save.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.save.{model.__name__}")

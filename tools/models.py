@@ -1,5 +1,6 @@
 import uuid
 
+from django.conf import settings
 from django.db import models
 
 from common.secrets import EncryptedJSONField
@@ -28,6 +29,13 @@ class McpTransport(models.TextChoices):
     STDIO = "stdio", "stdio"
 
 
+class AccountMode(models.TextChoices):
+    """Whose account a server's calls act as upstream (docs/accounts.md)."""
+
+    TENANT = "tenant", "one tenant credential"
+    PERSON = "person", "each person connects their own account"
+
+
 class McpStatus(models.TextChoices):
     NEW = "new", "not synced yet"
     OK = "ok", "ok"
@@ -49,6 +57,15 @@ class McpServer(TenantOwned):
     headers = EncryptedJSONField(null=True, blank=True)
     command = models.CharField(max_length=64, blank=True, default="")
     env = EncryptedJSONField(null=True, blank=True)
+    # `person`: each call carries its verified person's own OAuth token (tools.accounts); the server's headers
+    # then hold no Authorization. `oauth_client`: the client Toolkeeper is at the server's authorization server
+    # (an operator's pre-registered one, or what dynamic registration returned), encrypted.
+    accounts = models.CharField(max_length=8, choices=AccountMode.choices, default=AccountMode.TENANT)
+    oauth_client = EncryptedJSONField(null=True, blank=True)
+    oauth_scopes = models.CharField(max_length=500, blank=True, default="")
+    # The connection a sync lists the tools with, when each person connects their own (an operator's).
+    listing_account = models.ForeignKey("UpstreamAccount", null=True, blank=True, on_delete=models.SET_NULL,
+                                        related_name="+")
     enabled = models.BooleanField(default=True)
     timeout_s = models.FloatField(default=30)
     include = models.JSONField(default=list, blank=True, help_text="upstream tool names to take; empty: all")
@@ -204,6 +221,9 @@ class AgentSession(TenantOwned):
     user = models.CharField(max_length=200, blank=True, default="")
     # The user is a person Toolkeeper verified (an OAuth grant's, docs/identity.md), not a name the app asserts.
     user_verified = models.BooleanField(default=False)
+    # The verified user's account here, when they have one: whose upstream accounts the calls use.
+    person = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                               related_name="+")
     context = models.JSONField(default=dict, blank=True)
     active_groups = models.JSONField(default=list, blank=True)
     loaded_skills = models.JSONField(default=list, blank=True)
@@ -309,3 +329,32 @@ class CallEvent(TenantOwned):
 
     def __str__(self):
         return f"{self.call_id}#{self.seq} {self.kind}"
+
+
+class UpstreamAccount(TenantOwned):
+    """A person's own account at an upstream server (docs/accounts.md): the OAuth tokens Toolkeeper holds for
+    them, encrypted, never shown. Where they came from (the token and revocation endpoints, the client) is kept
+    beside them, so a refresh needs no discovery."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="upstream_accounts")
+    mcp_server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="accounts_connected")
+    tokens = EncryptedJSONField()  # {"access_token", "refresh_token"?}
+    issuer = models.CharField(max_length=2000, blank=True, default="")
+    token_endpoint = models.CharField(max_length=2000)
+    revocation_endpoint = models.CharField(max_length=2000, blank=True, default="")
+    client_id = models.CharField(max_length=2000)
+    resource = models.CharField(max_length=2000, blank=True, default="")
+    scope = models.CharField(max_length=1000, blank=True, default="")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    connected_at = models.DateTimeField(auto_now_add=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+    refresh_count = models.PositiveIntegerField(default=0)
+    # One refresh in flight per account, across processes: the process that set this refreshes; others wait.
+    refresh_started_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["mcp_server__name"]
+        constraints = [models.UniqueConstraint(fields=["mcp_server", "user"], name="one_upstream_account_per_person")]
+
+    def __str__(self):
+        return f"{self.user} at {self.mcp_server}"

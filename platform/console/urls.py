@@ -10,6 +10,7 @@ from console import views
 from tenancy.models import ApiKey, Invitation, Membership, OAuthGrant
 from tenancy.people import pages as people_pages
 from tenancy.web import register_url_objects
+from tools.accounts import pages as account_pages
 from tools.http_tools import pages as http_tool_pages
 from tools.models import AgentSession, BoundArgument, HttpEndpoint, McpServer, RedactionRule, Tool, ToolCall, ToolGroup
 from tools.python import pages as plugin_pages
@@ -65,6 +66,12 @@ tenant_pages = [
     path("mcp-servers/<int:server_id>/add-to-group/", upstream_pages.mcp_server_group_add,
          name="mcp_server_group_add"),
     path("mcp-servers/<int:server_id>/test/", upstream_pages.mcp_server_test, name="mcp_server_test"),
+    path("accounts/", account_pages.upstream_accounts, name="upstream_accounts"),
+    path("accounts/<int:server_id>/connect/", account_pages.upstream_account_connect, name="upstream_account_connect"),
+    path("accounts/<int:server_id>/disconnect/", account_pages.upstream_account_disconnect,
+         name="upstream_account_disconnect"),
+    path("accounts/<int:server_id>/list-tools/", account_pages.upstream_account_list_tools,
+         name="upstream_account_list_tools"),
     path("groups/", views.group_list, name="group_list"),
     path("groups/new/", views.group_create, name="group_create"),
     path("groups/<int:group_id>/", views.group_edit, name="group_edit"),

@@ -63,6 +63,14 @@ def person_name(user) -> str:
     return user.email or user.get_username()
 
 
+def member_with_email(tenant, email: str):
+    """The tenant's one active member with this address (an ID token's verified email), or None (none, or two
+    accounts share it)."""
+    members = list(Membership.objects.filter(tenant=tenant, user__email__iexact=email, user__is_active=True)
+                   .select_related("user")[:2])
+    return members[0].user if len(members) == 1 else None
+
+
 def is_access_token(token: str) -> bool:
     return token.startswith(ACCESS_TOKEN_PREFIX)
 

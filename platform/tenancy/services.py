@@ -21,7 +21,7 @@ from tenancy.models import (
     is_system_agent,
     new_key_material,
 )
-from tenancy.signals import tenant_created
+from tenancy.signals import member_left, tenant_created
 
 
 @transaction.atomic
@@ -115,6 +115,7 @@ def membership_remove(*, tenant: Tenant, user, actor=None) -> bool:
     if removed:
         audit_record(tenant=tenant, actor=actor, verb="membership.removed", target=f"user:{user.username}")
         grants_revoke_for(user=user, tenant=tenant, actor=actor, reason="membership_removed")
+        member_left.send(sender=Membership, tenant=tenant, user=user)
     return bool(removed)
 
 

@@ -42,7 +42,7 @@ const provider = new Provider(issuer, {
     profile: ['name'],
     groups: ['groups'],
   },
-  scopes: ['openid', 'email', 'profile', 'groups', 'offline_access', 'agent'],
+  scopes: ['openid', 'email', 'profile', 'groups', 'offline_access', 'agent', 'files'],
   pkce: { required: () => true },
   features: {
     devInteractions: { enabled: true },
@@ -51,14 +51,22 @@ const provider = new Provider(issuer, {
     // As an MCP client's authorization server: clients register themselves and get JWT access tokens for the
     // resource they name (Toolkeeper's MCP endpoint), with the `agent` scope.
     registration: { enabled: true },
+    revocation: { enabled: true },
+    // "resources" in the file names other resource servers (an upstream MCP server of the accounts tests) with
+    // their scope and token lifetime.
     resourceIndicators: {
       enabled: true,
       useGrantedResource: () => true,
       async getResourceServerInfo(ctx, resourceIndicator) {
-        return { scope: 'agent', audience: resourceIndicator, accessTokenTTL: 300, accessTokenFormat: 'jwt',
-                 jwt: { sign: { alg: 'RS256' } } };
+        const server = (read().resources || {})[resourceIndicator] || { scope: 'agent', ttl: 300 };
+        return { scope: server.scope, audience: resourceIndicator, accessTokenTTL: server.ttl,
+                 accessTokenFormat: 'jwt', jwt: { sign: { alg: 'RS256' } } };
       },
     },
+  },
+  // A client that registered for refresh tokens gets them (with rotation for public clients, the default).
+  async issueRefreshToken(ctx, client) {
+    return client.grantTypeAllowed('refresh_token');
   },
   // The console is a first-party client: the person is not asked to consent to the scopes it was configured with.
   // Other clients (an MCP client that registered itself) get the provider's own consent page for what more they ask.

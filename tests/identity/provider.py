@@ -28,6 +28,7 @@ class OpenIdProvider:
         self.redirect_uris: list[str] = []
         self.post_logout_uris: list[str] = []
         self.backchannel_uri = ""
+        self.resources: dict[str, dict] = {}  # other resource servers: {url: {"scope", "ttl"}} (provider.mjs)
         self.port = free_port()  # known before the start: Toolkeeper's servers are configured with the issuer first
         self.process: subprocess.Popen | None = None
         self._dir = Path(tempfile.mkdtemp(prefix="tk-oidc-"))
@@ -56,7 +57,7 @@ class OpenIdProvider:
                   "post_logout_redirect_uris": self.post_logout_uris,
                   **({"backchannel_logout_uri": self.backchannel_uri} if self.backchannel_uri else {}),
                   "token_endpoint_auth_method": "client_secret_basic"}
-        body = {"port": self.port, "clients": [client], "accounts": self.accounts}
+        body = {"port": self.port, "clients": [client], "accounts": self.accounts, "resources": self.resources}
         temporary = self._config.with_suffix(".tmp")
         temporary.write_text(json.dumps(body))
         temporary.replace(self._config)  # the provider never reads half a file

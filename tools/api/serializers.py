@@ -12,7 +12,17 @@ from toolkeeper.openapi import NOT_NULL, only_with
 from tools.catalog.declared import DECLARED_MAX, DESCRIPTION_MAX
 from tools.catalog.registry import annotate_calls, calls_annotated
 from tools.catalog.selectors import FORMATS
-from tools.models import AgentSession, BoundArgument, CallEvent, McpServer, McpTransport, Tool, ToolCall, ToolGroup
+from tools.models import (
+    AccountMode,
+    AgentSession,
+    BoundArgument,
+    CallEvent,
+    McpServer,
+    McpTransport,
+    Tool,
+    ToolCall,
+    ToolGroup,
+)
 from tools.upstream.servers import (
     HEADERS_MAX,
     NAME_LENGTH_MAX,
@@ -526,12 +536,25 @@ class McpServerSerializer(strict.ModelSerializer):
     exclude = upstream_names_field("upstream tool names to leave out")
     trusted = serializers.BooleanField(required=False, help_text="its tools' annotations (readOnlyHint, "
                                        "destructiveHint, idempotentHint) become their flags")
+    accounts = serializers.ChoiceField(
+        choices=AccountMode.values, required=False,
+        help_text="`tenant`: every call uses the server's own credentials (headers); `person`: each call carries "
+                  "its verified person's own OAuth token, which they connect on the console's accounts page")
+    oauth_client = CredentialsField(help_text="`person` servers: a client registered at the server's authorization "
+                                    "server, `{\"client_id\", \"client_secret\"?}`. Without one, Toolkeeper "
+                                    "registers itself there. Write-only, like headers.")
+    oauth_client_set = serializers.SerializerMethodField(help_text="whether an OAuth client is stored (an "
+                                                         "operator's or Toolkeeper's own registration)")
+    oauth_scopes = serializers.CharField(max_length=500, required=False, allow_blank=True,
+                                         help_text="`person` servers: the scopes to ask for; empty: those the "
+                                                   "server names")
     tools = serializers.SerializerMethodField()
 
     class Meta:
         model = McpServer
         fields = ["id", "name", "transport", "url", "headers", "header_names", "command", "env", "env_names",
-                  "enabled", "timeout_s", "include", "exclude", "trusted", "status", "last_error", "last_synced_at",
+                  "enabled", "timeout_s", "include", "exclude", "trusted", "accounts", "oauth_client",
+                  "oauth_client_set", "oauth_scopes", "status", "last_error", "last_synced_at",
                   "tools", "created_at", "updated_at"]
         read_only_fields = ["status", "last_error", "last_synced_at", "created_at", "updated_at"]
         extra_kwargs = {"last_error": {"help_text": "why the last sync failed, in plain words"}}
@@ -542,6 +565,9 @@ class McpServerSerializer(strict.ModelSerializer):
 
     def get_env_names(self, server) -> list[str]:
         return secret_names(server, "env")
+
+    def get_oauth_client_set(self, server) -> bool:
+        return bool(secret_names(server, "oauth_client"))
 
     @extend_schema_field(McpServerToolSerializer(many=True))
     def get_tools(self, server) -> list[dict]:

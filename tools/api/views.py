@@ -14,7 +14,14 @@ from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.grants import Grant, grant_of
 from tenancy.models import ApiKey, Scope
 from tenancy.permissions import sees_secrets
-from tenancy.selectors import access_object, access_row, key_sees_agent, key_sessions, versions_read_with
+from tenancy.selectors import (
+    access_object,
+    access_row,
+    key_sees_agent,
+    key_sessions,
+    member_with_email,
+    versions_read_with,
+)
 from tenancy.signin.provider import ProviderUnreachable, TokenRefused, id_token_user, sso_enabled
 from tenancy.versions import versions_known
 from tenancy.web import acting_user
@@ -85,7 +92,8 @@ class SessionCreateView(AgentView):
         values = dict(serializer.validated_data)
         id_token = values.pop("user_id_token", None)
         if id_token is not None:
-            values.update(user=verified_user(id_token, named=values.get("user", "")), user_verified=True)
+            user = verified_user(id_token, named=values.get("user", ""))
+            values.update(user=user, user_verified=True, person=member_with_email(request.tenant, user))
         session = declared.session_create_declaring(tenant=request.tenant, api_key=api_key, **values)
         return Response(s.SessionSerializer(session).data, status=201)
 

@@ -137,15 +137,15 @@ def session_tools_declare(*, session: AgentSession, tools: list, mode: str, api_
 
 def session_create_declaring(*, tenant, agent: str, user: str = "", context: dict | None = None, api_key=None,
                              tools: list | None = None, tools_mode: str = DECLARED_ADD,
-                             user_verified: bool = False) -> AgentSession:
+                             user_verified: bool = False, person=None) -> AgentSession:
     """`session_create`, with the app's declared tools when it sends some: all or nothing."""
     if tools is None and tools_mode == DECLARED_ADD:
         return session_create(tenant=tenant, agent=agent, user=user, user_verified=user_verified, context=context,
-                              api_key=api_key)
+                              api_key=api_key, person=person)
     declarations_clean(tools or [], tools_mode)  # a bad list is refused before anything is written
     with transaction.atomic():
         session = session_create(tenant=tenant, agent=agent, user=user, user_verified=user_verified,
-                                 context=context, api_key=api_key)
+                                 context=context, api_key=api_key, person=person)
         return session_tools_declare(session=session, tools=tools or [], mode=tools_mode, api_key=api_key)
 
 

@@ -291,7 +291,8 @@ def binding_delete(*, binding: BoundArgument, actor=None) -> None:
 # --- sessions ----------------------------------------------------------------------------------
 
 def session_create(*, tenant, agent: str, user: str = "", user_verified: bool = False, context: dict | None = None,
-                   api_key=None) -> AgentSession:
+                   api_key=None, person=None) -> AgentSession:
+    """`person`: the verified user's account here, if they have one (whose upstream accounts the calls use)."""
     if api_key is not None and api_key.agent:
         if agent and agent != api_key.agent:
             raise ServiceError({"agent": [f"this API key is locked to the agent {api_key.agent!r}"]})
@@ -303,7 +304,7 @@ def session_create(*, tenant, agent: str, user: str = "", user_verified: bool = 
     default_groups = default_group_names(groups_of(tenant), agent)
     session = AgentSession.objects.create(
         tenant=tenant, api_key=api_key, agent=agent, user=user, user_verified=user_verified, context=context or {},
-        active_groups=default_groups,
+        active_groups=default_groups, person=person if user_verified else None,
     )
     audit_record(tenant=tenant, actor=api_key and f"apikey:{api_key.name}", verb="session.created",
                  target=f"session:{session.pk}", data={"agent": agent, "user": user, "user_verified": user_verified})

@@ -41,6 +41,7 @@ from tools.gateway.protocol import (
     SESSION_HEADER,
     McpAccessError,
     McpCaller,
+    elicits_urls,
     mcp_presence_note,
     mcp_protocol_server,
     mcp_request_cancelled,
@@ -226,7 +227,8 @@ def _caller_of(authorization: str, *, named: str, agent: str, opening: bool, mes
     if message is not NO_MESSAGE and (refusal := _shape_refusal(message)):
         return refusal
     try:
-        caller = mcp_session(api_key=api_key, named=named, agent=agent, opening=opening)
+        caller = mcp_session(api_key=api_key, named=named, agent=agent, opening=opening,
+                             url_elicitation=opening and elicits_urls(message))
     except McpAccessError as exc:
         reason, code = REASONS.get(exc.status, REASONS[400])
         return Refusal(exc.status, reason, code, exc.message)

@@ -33,7 +33,7 @@ from django.utils import timezone
 from mcp import types
 from mcp.server import Server
 from mcp.server.lowlevel.server import NotificationOptions
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from common.errors import Conflict, ServiceError
@@ -42,6 +42,7 @@ from tenancy.fastread import fetch_one
 from tenancy.grants import grant_of_key
 from tenancy.models import ApiKey
 from tenancy.selectors import access_row, key_sees_agent, person_name
+from tools.accounts.vault import connect_url
 from tools.calls.runtime import runtime
 from tools.calls.statements import session_calls_awaiting_approval
 from tools.calls.submit import call_cancel, calls_submit
@@ -50,7 +51,7 @@ from tools.catalog.registry import resource_providers
 from tools.catalog.selectors import MCP_PRESENCE_S, mcp_presence_key, session_tools, visible_tool
 from tools.catalog.services import session_create
 from tools.catalog.snapshot import ExposedTool
-from tools.models import TERMINAL_STATUSES, AgentSession, CallStatus, ToolCall
+from tools.models import TERMINAL_STATUSES, AgentSession, CallStatus, Tool, ToolCall
 
 logger = logging.getLogger("toolkeeper.mcp")
 
@@ -58,6 +59,7 @@ CALLER_SCOPE = "toolkeeper.mcp_caller"
 SESSION_HEADER = "X-Toolkeeper-Session"
 AGENT_HEADER = "X-Toolkeeper-Agent"
 CONNECTION_SESSION = "connection"  # a session opened by a 2025-era `initialize`
+URL_ELICITATION = "mcp_url_elicitation"  # in its context: the connection's client can open a URL for its person
 KEY_SESSION = "default"  # the key's session of an agent, for requests that name none
 
 
@@ -123,9 +125,28 @@ def _named_session(api_key: ApiKey, session_id: str) -> AgentSession:
     return session
 
 
-def mcp_session(*, api_key: ApiKey, named: str = "", agent: str = "", opening: bool = False) -> McpCaller:
+def elicits_urls(message) -> bool:
+    """Whether a 2025-era `initialize` says the client can open a URL for its person (URL-mode elicitation)."""
+    params = message.get("params") if isinstance(message, dict) else None
+    capabilities = params.get("capabilities") if isinstance(params, dict) else None
+    elicitation = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
+    return isinstance(elicitation, dict) and isinstance(elicitation.get("url"), dict)
+
+
+def _client_elicits_urls(ctx, session: AgentSession) -> bool:
+    """A 2026-era request carries the client's capabilities; a 2025-era connection said them at `initialize`."""
+    capabilities = getattr(ctx.session, "client_capabilities", None)
+    elicitation = getattr(capabilities, "elicitation", None) if capabilities is not None else None
+    if elicitation is not None:
+        return getattr(elicitation, "url", None) is not None
+    return bool(session.context.get(URL_ELICITATION))
+
+
+def mcp_session(*, api_key: ApiKey, named: str = "", agent: str = "", opening: bool = False,
+                url_elicitation: bool = False) -> McpCaller:
     """The session an MCP request speaks for: the one it names (`Mcp-Session-Id`, or a REST session), a new
-    one for a connection that is `opening`, or the key's session of the agent."""
+    one for a connection that is `opening` (noting whether its client can open URLs for its person), or the
+    key's session of the agent."""
     if named:
         return McpCaller(api_key, _named_session(api_key, named), opened=False)
     if api_key.agent and agent and agent != api_key.agent:
@@ -136,11 +157,11 @@ def mcp_session(*, api_key: ApiKey, named: str = "", agent: str = "", opening: b
     tenant = api_key.tenant
     # A client with an OAuth grant acts for the person who consented: they are its sessions' verified user.
     person = getattr(api_key, "acting_for", None)
-    user = {"user": person_name(person), "user_verified": True} if person is not None else {}
+    user = {"user": person_name(person), "user_verified": True, "person": person} if person is not None else {}
     try:
         if opening:
-            session = session_create(tenant=tenant, agent=agent, api_key=api_key, context={"mcp": CONNECTION_SESSION},
-                                     **user)
+            context = {"mcp": CONNECTION_SESSION, **({URL_ELICITATION: True} if url_elicitation else {})}
+            session = session_create(tenant=tenant, agent=agent, api_key=api_key, context=context, **user)
             return McpCaller(api_key, session, opened=True)
         # Two first requests at once may both open one; the oldest is the one every later request finds.
         session = AgentSession.objects.for_tenant(tenant).filter(
@@ -293,7 +314,22 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
                 calls = answer.payload
     if exposed.is_meta and calls[0].status == CallStatus.SUCCEEDED:
         await _surface_changed(ctx)
+    if _client_elicits_urls(ctx, session) and (asked := await run_db(_account_to_connect, calls[0])) is not None:
+        raise UrlElicitationRequiredError([asked], message=calls[0].error.get("error", ""))
     return call_tool_result(calls[0])
+
+
+def _account_to_connect(call: ToolCall) -> types.ElicitRequestURLParams | None:
+    """The person's own account a failed call needs (tools.accounts), as a URL for the client to open; the call
+    made again after they connected it runs."""
+    if call.status != CallStatus.FAILED or (call.error or {}).get("errorType") != "AccountNotConnected":
+        return None
+    tool = Tool.objects.for_tenant(call.tenant_id).select_related("mcp_server__tenant").filter(pk=call.tool_id).first()
+    if tool is None or tool.mcp_server is None:
+        return None
+    return types.ElicitRequestURLParams(
+        message=f"{tool.name} acts as your own account at {tool.mcp_server.name}: connect it, then call again.",
+        url=connect_url(tool.mcp_server), elicitation_id=str(call.pk))
 
 
 async def _surface_changed(ctx) -> None:

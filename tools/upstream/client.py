@@ -15,7 +15,9 @@ open per process.
   are multiplexed). A session dies when its transport ends (the read stream closes: a stdio child that
   exited, a dropped SSE stream, a failed HTTP exchange); the next use opens a new one, so a killed stdio
   server is restarted by the next call. A session whose server changed (another key for the same server)
-  is closed when the new one opens; a session unused for `TOOLKEEPER_MCP_SESSION_IDLE_S` is closed.
+  is closed when the new one opens; a session unused for `TOOLKEEPER_MCP_SESSION_IDLE_S` is closed. A person's
+  own sessions (their token in the key, tools.accounts) are left to that: a refreshed token's new session must
+  not cut a call still running on the old one.
 - HTTP (streamable HTTP and SSE) goes through `common.outbound.async_http_client` only, with the
   endpoint's own stored headers: the address is checked at every connection, and nothing of the caller's
   request (its Authorization header included) is ever sent upstream.
@@ -115,6 +117,7 @@ class McpEndpoint:
     timeout_s: float = 30.0
     server_id: int | None = None  # the McpServer row, when built from one
     name: str = ""  # the server's name, for messages and logs
+    account: str = ""  # whose account the session acts as: "" the tenant's credential, else a person's
 
 
 @dataclass(frozen=True)
@@ -190,10 +193,11 @@ def tenant_env_refusal(name, entry: dict | None, server: str) -> str | None:
             + (f" (allowed: {', '.join(allowed)})" if allowed else ""))
 
 
-def endpoint_of(server) -> McpEndpoint:
+def endpoint_of(server, *, bearer: str = "", account: str = "") -> McpEndpoint:
     """The endpoint of an `McpServer` row: its credentials decrypted; for stdio, the allow-list entry its
     `command` names (refused when there is none), with the environment the entry gives plus the tenant's
-    values for the names the entry lets tenants set."""
+    values for the names the entry lets tenants set. `bearer`: a person's own access token (tools.accounts),
+    sent as the Authorization header, for the session of `account`."""
     transport = str(server.transport)
     url, headers, command, args, env = "", {}, "", (), {}
     if transport == "stdio":
@@ -215,14 +219,18 @@ def endpoint_of(server) -> McpEndpoint:
             if str(name).strip().lower() in TRANSPORT_HEADERS:
                 logger.warning("MCP server %s: header %s is set by the transport; not sent", server.pk, name)
                 continue
+            if bearer and str(name).strip().lower() == "authorization":
+                continue
             headers[str(name)] = str(value)
+        if bearer:
+            headers["Authorization"] = f"Bearer {bearer}"
     else:
         raise UpstreamUnavailable(f"unknown transport {transport!r}")
     shape = json.dumps([transport, url, sorted(headers.items()), command, list(args), sorted(env.items())])
     digest = salted_hmac("toolkeeper.mcp.endpoint", shape, algorithm="sha256").hexdigest()[:24]
     return McpEndpoint(key=f"mcp:{server.pk}:{digest}", transport=transport, url=url, headers=SecretDict(headers),
                        command=command, args=args, env=SecretDict(env), timeout_s=float(server.timeout_s),
-                       server_id=server.pk, name=server.name)
+                       server_id=server.pk, name=server.name, account=account)
 
 
 def endpoint_server_id(key: str) -> int | None:
@@ -569,7 +577,8 @@ class _Pool:
             session = None
         if session is None:
             for other in list(self.sessions.values()):
-                if endpoint.server_id is not None and other.endpoint.server_id == endpoint.server_id:
+                if (endpoint.server_id is not None and not endpoint.account
+                        and other.endpoint.server_id == endpoint.server_id and not other.endpoint.account):
                     other.close()  # the server changed since: its old session goes
             session = _Session(endpoint, self)
             self.sessions[endpoint.key] = session

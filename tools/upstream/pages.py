@@ -19,7 +19,7 @@ from tenancy.editing import (
 from tenancy.web import SERVICE_REFUSALS, TenantForm, acting_user, tenant_view
 from tools.catalog.pages import GroupAddForm, tools_to_group
 from tools.catalog.selectors import exposed_schema
-from tools.models import BoundArgument, McpServer, McpTransport, Tool, ToolGroup
+from tools.models import AccountMode, BoundArgument, McpServer, McpTransport, Tool, ToolGroup
 from tools.upstream import servers as mcp_servers
 from tools.upstream.servers import SERVER_NAME_RULE, TIMEOUT_RANGE, stdio_servers
 
@@ -41,6 +41,21 @@ class McpServerForm(TenantForm):
     env = forms.CharField(required=False, widget=SecretTextarea(attrs={"rows": 2, "autocomplete": "off"}),
                           label="Environment", help_text="stdio: one per line, NAME=value (or a JSON object).")
     clear_env = forms.BooleanField(required=False, label="Remove the stored environment")
+    accounts = forms.ChoiceField(choices=AccountMode.choices, initial=AccountMode.TENANT, label="Calls act as",
+                                 help_text="HTTP servers that follow the MCP authorization specification can act as "
+                                           "each person's own account: every member connects theirs on the "
+                                           "\"Your accounts\" page, and a call carries its verified person's "
+                                           "token (never a reviewer's). Tools are listed with an operator's "
+                                           "connection.")
+    oauth_client_id = forms.CharField(required=False, max_length=2000, label="OAuth client id",
+                                      help_text="Each person's own account: a client registered at the server's "
+                                                "authorization server. Empty: Toolkeeper registers itself there.")
+    oauth_client_secret = forms.CharField(required=False, max_length=2000, label="OAuth client secret",
+                                          widget=forms.PasswordInput(attrs={"autocomplete": "off"}),
+                                          help_text="For a confidential client. Write-only.")
+    clear_oauth_client = forms.BooleanField(required=False, label="Remove the stored OAuth client")
+    oauth_scopes = forms.CharField(required=False, max_length=500, label="OAuth scopes",
+                                   help_text="Space-separated; empty: those the server names.")
     timeout_s = forms.FloatField(min_value=TIMEOUT_RANGE[0], max_value=TIMEOUT_RANGE[1], initial=30,
                                  label="Timeout (s)", help_text="The limit of each call of its tools.")
     include = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
@@ -68,14 +83,17 @@ class McpServerForm(TenantForm):
             self.fields["env"].label = "Replace the environment"
             stored = credentials_stored(self.instance.env, "variables")
             self.fields["env"].help_text = f"{stored} Leave empty to keep it. " + self.fields["env"].help_text
+            if secret_names(self.instance, "oauth_client"):
+                self.fields["oauth_client_id"].help_text = ("A client is stored: leave empty to keep it. "
+                                                            + self.fields["oauth_client_id"].help_text)
         else:
-            del self.fields["clear_headers"], self.fields["clear_env"]
+            del self.fields["clear_headers"], self.fields["clear_env"], self.fields["clear_oauth_client"]
 
     def initial_for(self, server) -> dict:
         return {"name": server.name, "transport": server.transport, "url": server.url, "command": server.command,
                 "timeout_s": server.timeout_s, "include": "\n".join(server.include),
                 "exclude": "\n".join(server.exclude), "trusted": server.trusted, "enabled": server.enabled,
-                "join_group": server.join_group_id}
+                "join_group": server.join_group_id, "accounts": server.accounts, "oauth_scopes": server.oauth_scopes}
 
     def clean_headers(self):
         text = self.cleaned_data["headers"]
@@ -85,6 +103,23 @@ class McpServerForm(TenantForm):
         text = self.cleaned_data["env"]
         return credentials_from_text(text, "variables") if text.strip() else None
 
+    def clean(self):
+        data = super().clean()
+        if data.get("oauth_client_secret") and not data.get("oauth_client_id"):
+            self.add_error("oauth_client_id", "a client secret needs its client id")
+        return data
+
+    def _oauth_client(self, data: dict):
+        """The OAuth client the form sends: {} to remove it, None to keep what is stored."""
+        if data.get("clear_oauth_client"):
+            return {}
+        if data.get("oauth_client_id"):
+            client = {"client_id": data["oauth_client_id"]}
+            if data.get("oauth_client_secret"):
+                client["client_secret"] = data["oauth_client_secret"]
+            return client
+        return None
+
     def service_check(self, values: dict) -> None:
         checked = {name: value for name, value in values.items() if name in mcp_servers.FIELDS}
         for name in ("include", "exclude"):
@@ -93,12 +128,17 @@ class McpServerForm(TenantForm):
         for name in ("headers", "env"):
             if checked.get(name) is None:
                 checked.pop(name, None)
+        checked.pop("oauth_client", None)
+        if (client := self._oauth_client(values)) is not None:
+            checked["oauth_client"] = client or None
         mcp_servers.mcp_server_check(self.tenant, checked, instance=self.instance)
 
     def service_values(self) -> dict:
         data = dict(self.cleaned_data)
         values = {name: data[name] for name in ("transport", "url", "command", "timeout_s", "trusted", "enabled",
-                                                "join_group")}
+                                                "join_group", "accounts", "oauth_scopes")}
+        if (client := self._oauth_client(data)) is not None:
+            values["oauth_client"] = client
         values["include"], values["exclude"] = text_lines(data["include"]), text_lines(data["exclude"])
         if self.instance is None:
             values["name"] = data["name"]
@@ -137,6 +177,7 @@ def mcp_server_detail(request, server):
     return render(request, "console/mcp_server_detail.html", {
         "server": server, "rows": rows, "group_add_form": GroupAddForm(tenant=request.tenant),
         "header_names": secret_names(server, "headers"), "env_names": secret_names(server, "env"),
+        "connected": server.accounts_connected.count(),
     })
 
 

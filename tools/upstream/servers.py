@@ -36,9 +36,12 @@ from common.errors import ServiceError
 from common.json_values import flags_check, json_problem, seconds_check
 from common.outbound import OutboundRefused, check_url
 from common.secrets import SecretUnreadable, secret_readable
+from tools.accounts import vault
+from tools.accounts.oauth import OAuthFailed
+from tools.accounts.vault import AccountNeeded
 from tools.catalog.schemas import SchemaProblem, schema_check, tool_name_reserved
 from tools.catalog.services import group_tools_add
-from tools.models import McpServer, McpStatus, McpTransport, Tool, ToolSource
+from tools.models import AccountMode, McpServer, McpStatus, McpTransport, Tool, ToolSource
 from tools.upstream import client as mcp_client
 from tools.upstream.client import UpstreamTool, UpstreamUnavailable
 
@@ -64,8 +67,13 @@ REFUSED_HEADERS = frozenset({
     "transfer-encoding", "upgrade", "host", "content-length", "mcp-session-id", "mcp-protocol-version",
 })
 FIELDS = ("name", "transport", "url", "headers", "command", "env", "enabled", "timeout_s", "include", "exclude",
-          "trusted")
-SECRET_FIELDS = ("headers", "env")
+          "trusted", "accounts", "oauth_client", "oauth_scopes")
+SECRET_FIELDS = ("headers", "env", "oauth_client")
+SECRET_WORDS = {"headers": "headers", "env": "environment", "oauth_client": "OAuth client"}
+OAUTH_CLIENT_KEYS = frozenset({"client_id", "client_secret"})
+OAUTH_VALUE_MAX = 2000
+SCOPES = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+(?: [\x21\x23-\x5b\x5d-\x7e]+)*")  # RFC 6749 scope-tokens
+SCOPES_MAX = 500
 ERROR_MAX = 500
 UNEXPECTED = "the server's answer could not be used"  # a failure the client did not report as such
 SKIPPED_IN_AUDIT = 50
@@ -250,11 +258,22 @@ def _plain(exc: Exception, server: McpServer, fallback: str) -> str:
 def _upstream_failure(exc: Exception, server: McpServer) -> str:
     if isinstance(exc, SecretUnreadable):
         return "the stored credentials cannot be read with the platform's keys; enter them again"
+    if isinstance(exc, OAuthFailed | AccountNeeded):
+        return _plain(exc, server, "no account to list the tools with")
     if isinstance(exc, UpstreamUnavailable | OutboundRefused):
         return _plain(exc, server, "the server could not be reached")
     logger.error("MCP server %s of tenant %s: unexpected failure %s: %s", server.pk, server.tenant_id,
                  type(exc).__name__, _plain(exc, server, ""))
     return UNEXPECTED
+
+
+def _listing_endpoint(server: McpServer) -> mcp_client.McpEndpoint:
+    """How a sync or a test reaches the server: with the tenant's credential, or, where each person connects their
+    own account, with the listing account's token (an operator's connection, docs/accounts.md)."""
+    if server.accounts != AccountMode.PERSON:
+        return mcp_client.endpoint_of(server)
+    return mcp_client.endpoint_of(server, bearer=vault.listing_token(server),
+                                  account=f"listing:{server.listing_account_id}")
 
 
 def _target(server: McpServer) -> str:
@@ -267,7 +286,7 @@ def mcp_server_sync(*, server: McpServer, actor=None) -> dict:
     if not server.enabled:
         raise ServiceError("the server is disabled: enable it to sync its tools")
     try:
-        listed = mcp_client.mcp_list_tools(mcp_client.endpoint_of(server))
+        listed = mcp_client.mcp_list_tools(_listing_endpoint(server))
     except Exception as exc:  # every failure is recorded on the server; none reaches the tenant raw
         error = _upstream_failure(exc, server)
         with transaction.atomic():
@@ -298,7 +317,7 @@ def mcp_server_probe(*, server: McpServer, actor=None) -> dict:
     if not server.enabled:
         raise ServiceError("the server is disabled: enable it to test the connection")
     try:
-        info = mcp_client.mcp_probe(mcp_client.endpoint_of(server))
+        info = mcp_client.mcp_probe(_listing_endpoint(server))
     except Exception as exc:  # as in mcp_server_sync
         error = _upstream_failure(exc, server)
         audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.tested", target=_target(server),
@@ -402,7 +421,8 @@ def mcp_server_check(tenant, changes: dict, instance: McpServer | None = None) -
     unreadable = []  # stored credentials no configured key opens: they must be sent again, or go
     if instance is None:
         current = {"name": "", "transport": "", "url": "", "headers": None, "command": "", "env": None,
-                   "enabled": True, "timeout_s": 30.0, "include": [], "exclude": [], "trusted": False}
+                   "enabled": True, "timeout_s": 30.0, "include": [], "exclude": [], "trusted": False,
+                   "accounts": AccountMode.TENANT, "oauth_client": None, "oauth_scopes": ""}
     else:
         current = {}
         for name in FIELDS:
@@ -426,8 +446,8 @@ def mcp_server_check(tenant, changes: dict, instance: McpServer | None = None) -
                     unreadable.remove(name)  # it goes with its transport
     for name in unreadable:
         if name not in changes:
-            errors[name] = [f"the stored {'headers' if name == 'headers' else 'environment'} cannot be read with "
-                            "the platform's keys: send it again, or {} for none"]
+            errors[name] = [f"the stored {SECRET_WORDS[name]} cannot be read with the platform's keys: send it "
+                            "again, or {} for none"]
     flags_check(values, ("enabled", "trusted"), errors)
     seconds_check(values, "timeout_s", TIMEOUT_RANGE, errors)
     for name in ("include", "exclude"):
@@ -439,6 +459,7 @@ def mcp_server_check(tenant, changes: dict, instance: McpServer | None = None) -
         _check_http(values, changes, instance, errors)
     elif transport == McpTransport.STDIO:
         _check_stdio(values, changes, instance, errors)
+    _check_accounts(values, changes, instance, errors)
     if errors:
         raise ServiceError(errors)
     return values
@@ -467,6 +488,40 @@ def _check_http(values: dict, changes: dict, instance, errors: dict) -> None:
                              "are only sent where they were entered for), or {} to send none"]
 
 
+def _check_accounts(values: dict, changes: dict, instance, errors: dict) -> None:
+    """Whose account the calls act as, and the OAuth client and scopes for each person's own (docs/accounts.md)."""
+    if values["accounts"] not in AccountMode.values:
+        errors["accounts"] = [f"one of: {', '.join(AccountMode.values)}"]
+        return
+    person = values["accounts"] == AccountMode.PERSON
+    if person and values["transport"] not in HTTP_TRANSPORTS:
+        errors["accounts"] = ["only an HTTP server can take each person's own account"]
+    if person and any(str(name).lower() == "authorization" for name in (values["headers"] or {})):
+        errors["headers"] = ["each person's own token is the Authorization header: leave it out of the headers"]
+    client = values["oauth_client"]
+    if client is not None:
+        if not person:
+            errors["oauth_client"] = ["only a server where each person connects their own account has an OAuth "
+                                      "client"]
+        elif not isinstance(client, dict) or set(client) - OAUTH_CLIENT_KEYS - ({"issuer"} if instance else set()):
+            errors["oauth_client"] = ["an object with client_id and, for a confidential client, client_secret"]
+        elif not all(isinstance(client.get(key), str) and 0 < len(client[key]) <= OAUTH_VALUE_MAX
+                     and HEADER_VALUE.fullmatch(client[key]) for key in client):
+            errors["oauth_client"] = [f"client_id and client_secret: 1-{OAUTH_VALUE_MAX} visible characters each"]
+        elif "client_id" not in client:
+            errors["oauth_client"] = ["client_id is required"]
+    scopes = values["oauth_scopes"]
+    if not isinstance(scopes, str) or len(scopes) > SCOPES_MAX or (scopes and not SCOPES.fullmatch(scopes)):
+        errors["oauth_scopes"] = [f"scope names separated by single spaces, at most {SCOPES_MAX} characters"]
+    if (instance is not None and "oauth_client" not in changes and client and "issuer" in client
+            and "url" in changes and _origin(values["url"]) != _origin(instance.url)):
+        values["oauth_client"] = None  # a registration at the old server's authorization server: made again
+    elif (instance is not None and "oauth_client" not in changes and client and "url" not in errors
+          and _origin(values["url"]) != _origin(instance.url)):
+        errors["oauth_client"] = ["the URL now points at another server: send the OAuth client again, or {} for "
+                                  "none"]
+
+
 def _check_stdio(values: dict, changes: dict, instance, errors: dict) -> None:
     command = values["command"]
     entry = _stdio_entry(command) if isinstance(command, str) and command else None
@@ -489,7 +544,8 @@ def _described(values: dict) -> dict:
     """What the audit log may hold of a server's fields: never a credential's value."""
     return {"transport": values["transport"], "header_names": sorted(values["headers"] or {}),
             "env_names": sorted(values["env"] or {}), "command": values["command"], "enabled": values["enabled"],
-            "trusted": values["trusted"]}
+            "trusted": values["trusted"], "accounts": values["accounts"],
+            "oauth_client": bool(values["oauth_client"]), "oauth_scopes": values["oauth_scopes"]}
 
 
 def _join_group_checked(tenant, group):
@@ -525,7 +581,11 @@ def mcp_server_update(*, server: McpServer, actor=None, join_group=_UNSET, **cha
             setattr(server, name, values[name])
     if {"url", "headers", "command", "env", "transport"} & set(changed):
         server.status, server.last_error = McpStatus.NEW, ""  # what was learnt of the old connection is moot
+    if ({"url", "accounts"} & set(changed)) and server.listing_account_id is not None:
+        server.listing_account = None
     server.save()
+    if {"url", "accounts", "oauth_client"} & set(changed):  # the people's grants were for what it was
+        vault.server_accounts_end(server=server, reason="server_changed")
     disabled = _detach_all(server) if "enabled" in changed and not server.enabled else 0
     if {"timeout_s", "trusted"} & set(changed):
         _restamp_tools(server)
@@ -570,4 +630,5 @@ def mcp_server_delete(*, server: McpServer, actor=None) -> None:
     disabled = _detach_all(server)
     audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.deleted", target=_target(server),
                  data={"tools_disabled": disabled})
+    vault.server_accounts_end(server=server, reason="server_deleted")
     server.delete()

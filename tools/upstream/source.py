@@ -26,8 +26,10 @@ from django.db import connections
 from django.db.models import F, Q
 from django.utils import timezone
 
+from tools.accounts import vault
+from tools.accounts.oauth import OAuthFailed
 from tools.catalog.registry import register_periodic, register_source
-from tools.models import McpServer
+from tools.models import AccountMode, McpServer
 from tools.python.decorators import CallCancelled, ToolContext, ToolError
 from tools.upstream.client import (
     UpstreamCancelled,
@@ -60,6 +62,21 @@ def progress_relay(ctx: ToolContext) -> Callable[[float, float | None, str | Non
     return relay
 
 
+def _endpoint_for_call(server: McpServer, ctx: ToolContext):
+    """The tenant's endpoint, or, for a server where each person connects their own account, the call's person's
+    (their token, refreshed when due; a call without one fails saying what to do)."""
+    if server.accounts != AccountMode.PERSON:
+        return endpoint_of(server)
+    try:
+        token = vault.call_token(server=server, session=ctx.session)
+    except vault.AccountNeeded as exc:
+        raise ToolError(str(exc), error_type=exc.error_type) from None
+    except OAuthFailed as exc:
+        raise ToolError(f"your account at {server.name!r} could not be refreshed: {exc}",
+                        error_type="UpstreamUnavailable") from None
+    return endpoint_of(server, bearer=token, account=f"user:{ctx.session.person_id}")
+
+
 class McpSource:
     kinds = ("mcp",)
 
@@ -72,7 +89,7 @@ class McpSource:
             state = "disabled" if server is not None else "removed"
             raise ToolError(f"{tool.name} is not available: its MCP server was {state}", error_type="ToolNotAvailable")
         try:
-            endpoint = endpoint_of(server)
+            endpoint = _endpoint_for_call(server, ctx)
         except UpstreamUnavailable as exc:
             raise ToolError(str(exc), error_type="UpstreamUnavailable") from None
         deadline = time.monotonic() + tool.timeout_s

@@ -1,0 +1,302 @@
+"""Each person's own account at an upstream MCP server, end to end (docs/accounts.md): a real upstream that requires
+OAuth (tests/accounts/upstream.py, the `mcp` SDK's server authentication) trusting a real authorization server (the
+npm `oidc-provider` of the identity tests), a live Toolkeeper, and Chromium for the people.
+
+Toolkeeper's demo members connect their own accounts at the provider (operator is "alice" there, reviewer "bob",
+reviewer2 "carol"); their MCP clients reach Toolkeeper with its own OAuth tokens, so each call has a verified
+person, and the upstream records whose token each call carried."""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from tests.browser import chromium_context, chromium_or_skip, log_in
+from tests.identity.provider import OpenIdProvider
+from tests.live.server import ROOT, LiveServer, free_port, port_open
+
+pytestmark = [pytest.mark.live, pytest.mark.xdist_group("upstream-accounts")]
+
+STEP_MS = 20_000
+AT_PROVIDER = {"operator": "alice", "reviewer": "bob", "reviewer2": "carol"}
+TOOL = "mcp__files__whoami"
+
+
+class Upstream:
+    def __init__(self, issuer: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.state = Path(tempfile.mkdtemp(prefix="tk-upstream-")) / "calls.jsonl"
+        self.state.touch()
+        self.issuer = issuer
+        self.process = None
+
+    def start(self) -> Upstream:
+        self.process = subprocess.Popen([sys.executable, "-m", "tests.accounts.upstream", str(self.port), self.issuer,
+                                         str(self.state)], cwd=ROOT, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not port_open("127.0.0.1", self.port):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError("the upstream MCP server did not start")
+            time.sleep(0.1)
+        return self
+
+    def calls(self) -> list[dict]:
+        return [json.loads(line) for line in self.state.read_text().splitlines()]
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def world():
+    chromium_or_skip()
+    provider = OpenIdProvider({login: {"email": f"{login}@example.com"} for login in AT_PROVIDER.values()})
+    upstream = Upstream(provider.issuer)
+    provider.resources[upstream.url] = {"scope": "files", "ttl": 300}
+    provider.start()
+    upstream.start()
+    try:
+        with LiveServer(extra_env={"TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1"}) as server:
+            admin = httpx.Client(base_url=server.url, headers=server.headers(server.admin_api_key), timeout=30)
+            group = admin.post("/api/v1/groups", json={"name": "files", "default_active": True})
+            assert group.status_code == 201, group.text
+            created = admin.post("/api/v1/mcp-servers", json={
+                "name": "files", "transport": "streamable_http", "url": upstream.url, "accounts": "person"})
+            assert created.status_code == 201, created.text
+            yield {"server": server, "provider": provider, "upstream": upstream, "admin": admin,
+                   "mcp_server": created.json()["id"], "group": group.json()["id"]}
+            print(f"--- server log ---\n{server.log_tail(20000)}\n--- provider log ---\n{provider.log_tail()}")
+    finally:
+        upstream.stop()
+        provider.stop()
+
+
+def rows(server, sql: str, *args) -> list[tuple]:
+    with contextlib.closing(sqlite3.connect(server.data_dir / "common.sqlite3")) as db:
+        return db.execute(sql, args).fetchall()
+
+
+def execute(server, sql: str, *args) -> None:
+    with contextlib.closing(sqlite3.connect(server.data_dir / "common.sqlite3", timeout=30)) as db:
+        db.execute(sql, args)
+        db.commit()
+
+
+def connect_account(world, who: str, *, start: str = "/t/demo/accounts/", at_provider: str | None = None) -> str:
+    """`who` signs in to the console and connects their account at `files` (as `at_provider` there); the text of
+    the accounts page they come back to."""
+    server, provider = world["server"], world["provider"]
+    with chromium_context(server.url, step_ms=STEP_MS) as (context, csp):
+        page = context.new_page()
+        log_in(page, server, start, who=who)
+        if "connect=" in start:
+            assert "a call needs it" in page.inner_text("#account-files")
+        page.click("#account-files button.connect")
+        page.wait_for_url(f"{provider.issuer}/interaction/**")
+        page.fill("input[name=login]", at_provider or AT_PROVIDER[who])
+        page.fill("input[name=password]", "any password")
+        page.click("button[type=submit]")
+        page.wait_for_url(re.compile(rf"{re.escape(server.url)}/t/demo/accounts/|/interaction/"))
+        if "/interaction/" in page.url:  # the provider's consent page: Toolkeeper asks for the files scope
+            assert "files" in page.inner_text("body")
+            page.click("button[type=submit]")
+            page.wait_for_url(f"{server.url}/t/demo/accounts/")
+        text = page.inner_text("main")
+        csp.assert_clean()
+        return text
+
+
+def mint_clients(server, *people: str) -> dict[str, str]:
+    """An MCP client connected to Toolkeeper with OAuth by each of `people` (agent `files-bot`): their tokens.
+    (The consent flow itself is tests/identity/test_mcp_oauth.py's; here it only gives each call a person.)"""
+    names = {who: server.credentials[who]["username"] for who in people}
+    script = ("import json\nfrom django.contrib.auth import get_user_model\nfrom tenancy.models import Tenant\n"
+              "from tests.identity.grants import client_connect\n"
+              "tenant = Tenant.objects.get(slug='demo')\nout = {}\n"
+              f"for who, name in {names!r}.items():\n"
+              "    user = get_user_model().objects.get(username=name)\n"
+              "    out[who] = client_connect(tenant=tenant, user=user, agent='files-bot', client_id='ide-' + who)[1]\n"
+              "print('TOKENS' + json.dumps(out))\n")
+    output = server.manage("shell", "-c", script)
+    return json.loads(output.split("TOKENS", 1)[1])
+
+
+def call(server, token: str, *, tool: str = TOOL, arguments: dict | None = None, elicitation=None):
+    async def main():
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            transport = streamable_http_client(f"{server.url}/mcp/", http_client=http)
+            async with Client(transport, elicitation_callback=elicitation) as client:
+                try:
+                    return await client.call_tool(tool, arguments or {})
+                except MCPError as exc:  # raised here, not from inside the client's task groups
+                    return exc
+    outcome = anyio.run(main)
+    if isinstance(outcome, MCPError):
+        raise outcome
+    return outcome
+
+
+def upstream_saw(result) -> dict:
+    """What the upstream's `whoami` answered: whose token the call carried."""
+    return json.loads(result.content[0].text)
+
+
+async def accepts_urls(context, params):  # an MCP client that can open a URL for its person
+    raise AssertionError("a URL elicitation comes as the call's error, not as a request")
+
+
+def sync(world) -> None:
+    """List the server's tools (with the listing connection) and offer them to every session."""
+    admin = world["admin"]
+    synced = admin.post(f"/api/v1/mcp-servers/{world['mcp_server']}/sync")
+    assert synced.status_code == 200 and synced.json()["sync"]["status"] == "ok", synced.text
+    tools = [tool["name"] for tool in synced.json()["server"]["tools"]]
+    assert len(tools) == 2
+    updated = admin.patch(f"/api/v1/groups/{world['group']}", json={"tools": tools})
+    assert updated.status_code == 200, updated.text
+
+
+@pytest.fixture(scope="module")
+def connected(world):
+    """operator (alice) and reviewer (bob) connected their accounts; operator's lists the tools."""
+    server = world["server"]
+    before = world["admin"].post(f"/api/v1/mcp-servers/{world['mcp_server']}/sync").json()["sync"]
+    assert before["status"] == "error" and "no operator has connected" in before["error"], before
+    for who in ("operator", "reviewer"):
+        page = connect_account(world, who)
+        assert "connected" in page and "not connected" not in page.split("files", 1)[1].split("\n", 1)[0]
+    sync(world)
+    tokens = mint_clients(server, "operator", "reviewer", "reviewer2")
+    return {**world, "tokens": tokens}
+
+
+def test_each_person_calls_upstream_as_themselves(connected):
+    server, upstream, tokens = connected["server"], connected["upstream"], connected["tokens"]
+    assert rows(server, "SELECT u.username FROM tools_mcpserver s JOIN tools_upstreamaccount a "
+                        "ON a.id = s.listing_account_id JOIN auth_user u ON u.id = a.user_id") == [
+        (server.credentials["operator"]["username"],)]  # the first operator's connection lists the tools
+    for who in ("operator", "reviewer"):
+        result = call(server, tokens[who])
+        assert not result.is_error, result
+        assert upstream_saw(result)["sub"] == AT_PROVIDER[who]
+    seen = [(c["tool"], c["sub"]) for c in upstream.calls()]
+    assert seen[-2:] == [("whoami", "alice"), ("whoami", "bob")]
+    assert ("list_files", "alice") not in seen  # listing uses tools/list, never a call
+    # stored encrypted: no token in the database's clear text
+    (ciphertext,) = rows(server, "SELECT tokens FROM tools_upstreamaccount LIMIT 1")[0]
+    assert "access_token" not in ciphertext and "eyJ" not in ciphertext
+    verbs = [v for (v,) in rows(server, "SELECT verb FROM audit_event WHERE verb LIKE 'upstream_account.%'")]
+    assert verbs.count("upstream_account.connected") == 2
+
+
+def test_an_expired_token_is_refreshed_once_for_calls_at_once(connected):
+    server, upstream, tokens = connected["server"], connected["upstream"], connected["tokens"]
+    operator = server.credentials["operator"]["username"]
+    account = ("SELECT a.id, a.refresh_count FROM tools_upstreamaccount a JOIN auth_user u ON u.id = a.user_id "
+               "WHERE u.username = ?")
+    (account_id, refreshes), = rows(server, account, operator)
+    first = upstream_saw(call(server, tokens["operator"]))["jti"]
+    # The token's end comes (as the clock would bring it): the next calls, four at once, need a fresh one.
+    execute(server, "UPDATE tools_upstreamaccount SET expires_at = '2000-01-01 00:00:00' WHERE id = ?", account_id)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: call(server, tokens["operator"]), range(4)))
+    assert all(not r.is_error for r in results), [r.content for r in results if r.is_error]
+    jtis = {upstream_saw(r)["jti"] for r in results}
+    assert len(jtis) == 1 and first not in jtis  # one refresh, whose token every call used
+    assert rows(server, account, operator) == [(account_id, refreshes + 1)]
+    # the provider rotates refresh tokens and ends a grant whose old one is used again: one refresh kept it alive
+    assert not call(server, tokens["operator"]).is_error
+    assert upstream.calls()[-1]["sub"] == "alice"
+    refreshed = rows(server, "SELECT count(*) FROM audit_event WHERE verb LIKE '%refresh%'")
+    assert refreshed == [(0,)]  # counted on the account, not recorded one by one
+
+
+def test_a_person_without_a_connection_is_asked_to_connect_then_the_call_runs(connected):
+    server, tokens = connected["server"], connected["tokens"]
+    # a client that cannot open URLs gets the link in the error
+    plain = call(server, tokens["reviewer2"])
+    assert plain.is_error
+    text = plain.content[0].text
+    assert "AccountNotConnected" in text or "not connected" in text
+    assert f"{server.url}/t/demo/accounts/?connect=files" in text
+    # a client that can is asked to open it (URL elicitation), and the same call made again runs
+    with pytest.raises(MCPError) as asked:
+        call(server, tokens["reviewer2"], elicitation=accepts_urls)
+    assert asked.value.error.code == -32042
+    (elicitation,) = asked.value.error.data["elicitations"]
+    assert elicitation["mode"] == "url" and elicitation["url"] == f"{server.url}/t/demo/accounts/?connect=files"
+    page = connect_account(connected, "reviewer2", start="/t/demo/accounts/?connect=files")
+    assert "connected" in page
+    again = call(server, tokens["reviewer2"], elicitation=accepts_urls)
+    assert not again.is_error and upstream_saw(again)["sub"] == "carol"
+    failed = rows(server, "SELECT error FROM tools_toolcall WHERE status = 'failed' AND tool_name = ?", TOOL)
+    assert failed and all(json.loads(e)["errorType"] == "AccountNotConnected" for (e,) in failed)
+
+
+def test_an_approved_call_runs_with_the_requesters_token_not_the_reviewers(connected):
+    server, admin, upstream, tokens = (connected["server"], connected["admin"], connected["upstream"],
+                                       connected["tokens"])
+    rule = admin.post("/api/v1/rules", json={"behavior": "ask", "tool_pattern": TOOL, "agents": ["files-bot"],
+                                             "users": [server.credentials["operator"]["username"]]})
+    assert rule.status_code == 201, rule.text
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(call, server, tokens["operator"])
+            with chromium_context(server.url, step_ms=STEP_MS) as (context, _):
+                page = context.new_page()
+                log_in(page, server, "/t/demo/inbox/", who="reviewer")  # bob, who has his own account there
+                page.locator("#requests tr[data-id] a").first.click()
+                page.click("button[value=approve]")
+                page.wait_for_selector("text=approved")
+            result = waiting.result(timeout=60)
+    finally:
+        admin.delete(f"/api/v1/rules/{rule.json()['id']}")
+    assert not result.is_error, result
+    assert upstream_saw(result)["sub"] == "alice" and upstream.calls()[-1]["sub"] == "alice"
+
+
+def test_disconnecting_and_leaving_stop_the_calls(connected):
+    server, tokens = connected["server"], connected["tokens"]
+    with chromium_context(server.url, step_ms=STEP_MS) as (context, _):
+        page = context.new_page()
+        log_in(page, server, "/t/demo/accounts/", who="reviewer")
+        page.click("#account-files button.danger")
+        page.wait_for_selector("text=disconnected and its grant revoked there")
+    refused = call(server, tokens["reviewer"])
+    assert refused.is_error and "connect it at" in refused.content[0].text
+    (data,), = rows(server, "SELECT data FROM audit_event WHERE verb = 'upstream_account.disconnected' "
+                            "ORDER BY id DESC LIMIT 1")
+    assert json.loads(data)["revoked"] is True and json.loads(data)["reason"] == "disconnected"
+
+    # reviewer2 (carol) leaves the tenant: her account goes with her membership
+    carol = server.credentials["reviewer2"]["username"]
+    server.manage("shell", "-c", "from django.contrib.auth import get_user_model\nfrom tenancy.models import Tenant\n"
+                                 "from tenancy.services import membership_remove\n"
+                                 f"membership_remove(tenant=Tenant.objects.get(slug='demo'), "
+                                 f"user=get_user_model().objects.get(username={carol!r}))\n")
+    assert rows(server, "SELECT count(*) FROM tools_upstreamaccount a JOIN auth_user u ON u.id = a.user_id "
+                        "WHERE u.username = ?", carol) == [(0,)]
+    (data,), = rows(server, "SELECT data FROM audit_event WHERE verb = 'upstream_account.disconnected' "
+                            "ORDER BY id DESC LIMIT 1")
+    assert json.loads(data)["reason"] == "membership_removed"
+    with pytest.raises(Exception):  # noqa: B017 - her MCP client's grant ended too: the connection is refused
+        call(server, tokens["reviewer2"])

@@ -1,0 +1,365 @@
+"""The token vault (docs/accounts.md): each person's own tokens at an upstream server, how they are connected,
+used, refreshed and ended.
+
+- **Connecting** is two steps of the person's browser: `connect_start` discovers the server's authorization
+  server, picks the client (`tools.accounts.oauth.client_for`) and says where to go; what the callback needs
+  (the state, the PKCE verifier, who started it and where) stays in the person's own console session, so the
+  callback (`connect_finish`) completes only for the same person, the same tenant and the same server.
+- **Using**: `call_token` gives a call its verified person's access token, refreshed first when it is close to
+  its expiry. One refresh is in flight per account across processes: a conditional update of
+  `refresh_started_at` elects the process that refreshes; the others wait for its result. A refresh the
+  authorization server refuses ends the account (the person connects again).
+- **Ending**: a disconnect, a member leaving the tenant or the server going away revokes the grant upstream
+  where the authorization server offers revocation, and deletes the tokens.
+- **Audit**: `upstream_account.connected`, `.disconnected` (with the number of refreshes), `.failed`; each
+  refresh is counted on the account, not recorded on its own.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+from audit.services import audit_record
+from common.errors import ServiceError
+from common.secrets import SecretUnreadable
+from tenancy.models import Membership, Role
+from tools.accounts import oauth
+from tools.models import AccountMode, McpServer, McpTransport, UpstreamAccount
+
+logger = logging.getLogger("toolkeeper.accounts")
+
+REFRESH_MARGIN_S = 60.0  # refresh this long before expiry (at most half of the token's life)
+REFRESH_LEASE_S = 30.0  # a refresh started longer ago than this is taken for dead, and another may start
+REFRESH_WAIT_S = 15.0  # how long a call waits for another process's refresh
+PENDING_MAX_AGE_S = 600  # the person has this long at the authorization server
+PENDING_KEY = "toolkeeper.upstream_connect"
+LISTING_ROLES = (Role.ADMIN, Role.OPERATOR)
+
+
+class AccountNeeded(Exception):
+    """The call cannot act as its person upstream; `error_type` says why, the text says what to do."""
+
+    def __init__(self, message: str, *, error_type: str, connect_url: str = ""):
+        super().__init__(message)
+        self.error_type = error_type
+        self.connect_url = connect_url
+
+
+def connect_url(server: McpServer) -> str:
+    """The page where a person connects their account at `server` (absolute: it goes into error texts)."""
+    path = reverse("console:upstream_accounts", kwargs={"tenant": server.tenant.slug})
+    return f"{settings.TOOLKEEPER_PUBLIC_URL.rstrip('/')}{path}?{urlencode({'connect': server.name})}"
+
+
+def person_servers(tenant) -> list[McpServer]:
+    """The tenant's servers whose calls act as each person's own account."""
+    return list(McpServer.objects.for_tenant(tenant).filter(accounts=AccountMode.PERSON).order_by("name"))
+
+
+def _is_member(tenant_id: int, user) -> bool:
+    return user is not None and user.is_active and Membership.objects.filter(tenant_id=tenant_id, user=user).exists()
+
+
+# --- connecting ------------------------------------------------------------------------------------
+
+def _oauth_server(server: McpServer) -> None:
+    if server.accounts != AccountMode.PERSON:
+        raise ServiceError("this server's calls use the tenant's credential: there is no account of yours to "
+                           "connect")
+    if not server.enabled:
+        raise ServiceError("the server is disabled")
+    if server.transport not in (McpTransport.STREAMABLE_HTTP, McpTransport.SSE):
+        raise ServiceError("only an HTTP server can take each person's own account")
+
+
+def _stored_client(server: McpServer) -> dict | None:
+    try:
+        stored = server.oauth_client
+    except SecretUnreadable:
+        return None  # registered again (or the operator enters it again)
+    return dict(stored) if stored else None
+
+
+def _failed(server: McpServer, user, stage: str, exc: Exception) -> ServiceError:
+    audit_record(tenant=server.tenant, actor=user, verb="upstream_account.failed", target=_target(server),
+                 data={"stage": stage, "error": str(exc)[:300]})
+    return ServiceError(f"connecting to {server.name} failed: {exc}")
+
+
+def _target(server: McpServer) -> str:
+    return f"mcp_server:{server.name}"
+
+
+def connect_start(*, server: McpServer, user, session_store) -> str:
+    """Begin connecting `user`'s account at `server`: the authorization URL to send their browser to. What the
+    callback needs is kept in `session_store` (the person's console session)."""
+    _oauth_server(server)
+    try:
+        auth = oauth.discover(server.url, transport=server.transport)
+        client, registered = oauth.client_for(auth, _stored_client(server))
+    except oauth.OAuthFailed as exc:
+        raise _failed(server, user, "discovery", exc) from None
+    if registered is not None:  # kept for the next person: one registration per server and issuer
+        server.oauth_client = registered
+        McpServer.objects.for_tenant(server.tenant_id).filter(pk=server.pk).update(oauth_client=registered)
+    authorization = oauth.authorization_start(auth, client, scopes=server.oauth_scopes or auth.scopes)
+    pending = dict(session_store.get(PENDING_KEY) or {})
+    now = time.time()
+    pending = {state: entry for state, entry in pending.items() if now - entry["at"] < PENDING_MAX_AGE_S}
+    pending[authorization.state] = {"at": now, "tenant": server.tenant_id, "server": server.pk, "user": user.pk,
+                                    "verifier": authorization.verifier, "client_id": client["client_id"],
+                                    "auth": auth.to_json()}
+    session_store[PENDING_KEY] = dict(list(pending.items())[-5:])  # a few connections under way at most
+    return authorization.url
+
+
+@dataclass(frozen=True)
+class Connected:
+    account: UpstreamAccount
+    tenant_slug: str
+
+
+def _pending(session_store, state: str, user) -> dict:
+    pending = dict(session_store.get(PENDING_KEY) or {})
+    entry = pending.pop(state, None) if isinstance(state, str) else None
+    session_store[PENDING_KEY] = pending  # a state is used once, whatever comes of it
+    if entry is None or time.time() - entry["at"] >= PENDING_MAX_AGE_S:
+        raise ServiceError("this answer of the authorization server is not one this browser asked for, or it came "
+                           "too late: connect again")
+    if entry["user"] != user.pk:
+        raise ServiceError("this connection was started by someone else")
+    return entry
+
+
+def connect_finish(*, user, session_store, state: str, code: str | None, error: str | None,
+                   issuer: str | None) -> Connected:
+    """The authorization server's answer at the callback: the tokens stored for the person who started it."""
+    entry = _pending(session_store, state, user)
+    server = McpServer.objects.select_related("tenant").filter(pk=entry["server"], tenant_id=entry["tenant"]).first()
+    if server is None or not _is_member(entry["tenant"], user):
+        raise ServiceError("the server or your membership of its tenant is gone")
+    _oauth_server(server)
+    auth = oauth.AuthServer.from_json(entry["auth"])
+    if error or not code:
+        refused = "you declined" if error == "access_denied" else "the authorization server gave no code"
+        raise _failed(server, user, "authorization", oauth.OAuthFailed(refused))
+    if (issuer is not None and issuer != auth.issuer) or (issuer is None and auth.issuer_in_response):
+        raise _failed(server, user, "authorization", oauth.OAuthFailed("the answer came from another issuer"))
+    stored = _stored_client(server) or {}
+    client = stored if stored.get("client_id") == entry["client_id"] else {"client_id": entry["client_id"]}
+    try:
+        tokens = oauth.code_exchange(token_endpoint=auth.token_endpoint, client=client, code=code,
+                                     verifier=entry["verifier"], resource=auth.resource)
+    except oauth.OAuthFailed as exc:
+        raise _failed(server, user, "token", exc) from None
+    with transaction.atomic():
+        previous = UpstreamAccount.objects.for_tenant(server.tenant_id).filter(mcp_server=server, user=user).first()
+        if previous is not None:
+            previous.delete()  # connecting again replaces the grant (the old one is revoked below)
+        account = UpstreamAccount.objects.create(
+            tenant=server.tenant, user=user, mcp_server=server, issuer=auth.issuer,
+            tokens={"access_token": tokens.access_token, "refresh_token": tokens.refresh_token},
+            token_endpoint=auth.token_endpoint, revocation_endpoint=auth.revocation_endpoint,
+            client_id=client["client_id"], resource=auth.resource, scope=tokens.scope, expires_at=_expiry(tokens))
+        listing = server.listing_account_id is None and Membership.objects.filter(
+            tenant_id=server.tenant_id, user=user, role__in=LISTING_ROLES).exists()
+        if listing:  # an operator's connection lists the tools until another operator's takes over
+            McpServer.objects.for_tenant(server.tenant_id).filter(pk=server.pk).update(listing_account=account)
+        audit_record(tenant=server.tenant, actor=user, verb="upstream_account.connected", target=_target(server),
+                     data={"issuer": auth.issuer, "scope": tokens.scope, "lists_tools": listing,
+                           "replaced": previous is not None})
+    if previous is not None:
+        _revoke_upstream(previous)
+    return Connected(account=account, tenant_slug=server.tenant.slug)
+
+
+def _expiry(tokens: oauth.Tokens):
+    return timezone.now() + timedelta(seconds=tokens.expires_in) if tokens.expires_in else None
+
+
+# --- using -----------------------------------------------------------------------------------------
+
+def _needs_refresh(account: UpstreamAccount) -> bool:
+    if account.expires_at is None:
+        return False
+    issued = account.refreshed_at or account.connected_at
+    margin = min(REFRESH_MARGIN_S, max(0.0, (account.expires_at - issued).total_seconds()) / 2)
+    return account.expires_at - timezone.now() <= timedelta(seconds=margin)
+
+
+def _client_of(account: UpstreamAccount) -> dict:
+    stored = _stored_client(account.mcp_server) or {}
+    return stored if stored.get("client_id") == account.client_id else {"client_id": account.client_id}
+
+
+def _reconnect(account: UpstreamAccount, why: str) -> AccountNeeded:
+    server = account.mcp_server
+    return AccountNeeded(f"your account at the MCP server {server.name!r} {why}: connect it again at "
+                         f"{connect_url(server)}", error_type="AccountNotConnected", connect_url=connect_url(server))
+
+
+def _refresh(account: UpstreamAccount, started) -> str:
+    tokens = account.tokens
+    try:
+        fresh = oauth.token_refresh(token_endpoint=account.token_endpoint, client=_client_of(account),
+                                    refresh_token=tokens["refresh_token"], resource=account.resource)
+    except oauth.GrantRefused as exc:
+        with transaction.atomic():
+            account.delete()
+            audit_record(tenant=account.mcp_server.tenant, actor=None, verb="upstream_account.failed",
+                         target=_target(account.mcp_server),
+                         data={"stage": "refresh", "user": account.user.get_username(), "error": str(exc)})
+        raise _reconnect(account, "was ended by its authorization server") from None
+    except oauth.OAuthFailed:
+        UpstreamAccount.objects.for_tenant(account.tenant_id).filter(pk=account.pk, refresh_started_at=started).update(refresh_started_at=None)
+        raise
+    now = timezone.now()
+    account.tokens = {"access_token": fresh.access_token,
+                      "refresh_token": fresh.refresh_token or tokens["refresh_token"]}
+    account.expires_at = _expiry(fresh)
+    account.refreshed_at = now
+    account.refresh_count += 1
+    account.refresh_started_at = None
+    if fresh.scope:
+        account.scope = fresh.scope
+    account.save(update_fields=["tokens", "expires_at", "refreshed_at", "refresh_count", "refresh_started_at",
+                                "scope"])
+    return fresh.access_token
+
+
+def account_token(account: UpstreamAccount) -> str:
+    """The account's access token, refreshed first when it is close to its expiry (module docstring)."""
+    deadline = time.monotonic() + REFRESH_WAIT_S
+    while True:
+        if not _needs_refresh(account):
+            return account.tokens["access_token"]
+        if not account.tokens.get("refresh_token"):
+            if account.expires_at > timezone.now():
+                return account.tokens["access_token"]
+            raise _reconnect(account, "has expired")
+        now = timezone.now()
+        elected = UpstreamAccount.objects.for_tenant(account.tenant_id).filter(pk=account.pk).filter(
+            Q(refresh_started_at__isnull=True) | Q(refresh_started_at__lt=now - timedelta(seconds=REFRESH_LEASE_S)),
+        ).update(refresh_started_at=now)
+        if elected:
+            return _refresh(account, now)
+        if time.monotonic() > deadline:
+            raise oauth.OAuthFailed("another process's refresh of the token did not finish")
+        time.sleep(0.1)
+        account = (UpstreamAccount.objects.for_tenant(account.tenant_id)
+                   .select_related("mcp_server__tenant", "user").filter(pk=account.pk).first())
+        if account is None:
+            raise AccountNeeded("your account was disconnected meanwhile", error_type="AccountNotConnected")
+
+
+def call_token(*, server: McpServer, session) -> str:
+    """The access token a call of `session` sends to `server`: its verified person's own (AccountNeeded when
+    there is none, with what to do)."""
+    person = session.person if session.user_verified else None
+    if person is None or not _is_member(session.tenant_id, person):
+        raise AccountNeeded(
+            f"the MCP server {server.name!r} acts as each person's own account, and this session's user is not a "
+            "verified person of the tenant (sign in through an OAuth client, or pass the user's ID token)",
+            error_type="VerifiedUserRequired")
+    account = (UpstreamAccount.objects.for_tenant(session.tenant_id).select_related("mcp_server__tenant", "user")
+               .filter(mcp_server=server, user=person).first())
+    if account is None:
+        url = connect_url(server)
+        raise AccountNeeded(f"the MCP server {server.name!r} acts as your own account there, which you have not "
+                            f"connected: connect it at {url}", error_type="AccountNotConnected", connect_url=url)
+    try:
+        return account_token(account)
+    except SecretUnreadable:
+        raise _reconnect(account, "cannot be read with the platform's keys") from None
+
+
+def listing_token(server: McpServer) -> str:
+    """The token a sync lists the server's tools with: the listing account's (an operator's connection)."""
+    account = (UpstreamAccount.objects.for_tenant(server.tenant_id).select_related("mcp_server__tenant", "user")
+               .filter(pk=server.listing_account_id).first() if server.listing_account_id else None)
+    if account is None:
+        raise oauth.OAuthFailed("each person connects their own account to this server, and no operator has "
+                                "connected one to list its tools with")
+    return account_token(account)
+
+
+# --- ending ----------------------------------------------------------------------------------------
+
+def _revoke_upstream(account: UpstreamAccount) -> bool:
+    if not account.revocation_endpoint:
+        return False
+    try:
+        tokens = account.tokens
+    except SecretUnreadable:
+        return False
+    token, hint = ((tokens["refresh_token"], "refresh_token") if tokens.get("refresh_token")
+                   else (tokens["access_token"], "access_token"))
+    revoked = oauth.token_revoke(revocation_endpoint=account.revocation_endpoint, client=_client_of(account),
+                                 token=token, hint=hint)
+    if not revoked:
+        logger.info("the authorization server of MCP server %s did not revoke account %s", account.mcp_server_id,
+                    account.pk)
+    return revoked
+
+
+def account_disconnect(*, account: UpstreamAccount, actor=None, reason: str = "disconnected") -> bool:
+    """End the account: revoked upstream where the server offers it, deleted here. Whether it was revoked."""
+    revoked = _revoke_upstream(account)
+    with transaction.atomic():
+        deleted, _ = UpstreamAccount.objects.for_tenant(account.tenant_id).filter(pk=account.pk).delete()
+        if deleted:
+            audit_record(tenant=account.mcp_server.tenant, actor=actor, verb="upstream_account.disconnected",
+                         target=_target(account.mcp_server),
+                         data={"user": account.user.get_username(), "reason": reason, "revoked": revoked,
+                               "refreshes": account.refresh_count})
+    return revoked
+
+
+def _accounts_end(accounts, *, reason: str) -> int:
+    """Deleted in the caller's transaction, revoked upstream once it commits; how many."""
+    for account in accounts:
+        UpstreamAccount.objects.for_tenant(account.tenant_id).filter(pk=account.pk).delete()
+        audit_record(tenant=account.mcp_server.tenant, actor=None, verb="upstream_account.disconnected",
+                     target=_target(account.mcp_server),
+                     data={"user": account.user.get_username(), "reason": reason,
+                           "revoked": bool(account.revocation_endpoint), "refreshes": account.refresh_count})
+        transaction.on_commit(lambda account=account: _revoke_upstream(account))
+    return len(accounts)
+
+
+def accounts_end_for(*, tenant, user, reason: str) -> int:
+    """End every account `user` connected in `tenant` (they left it)."""
+    return _accounts_end(UpstreamAccount.objects.for_tenant(tenant).select_related("mcp_server__tenant", "user")
+                         .filter(user=user), reason=reason)
+
+
+def server_accounts_end(*, server: McpServer, reason: str) -> int:
+    """End every account connected at `server` (it goes, or its address or mode changed)."""
+    return _accounts_end(UpstreamAccount.objects.for_tenant(server.tenant_id)
+                         .select_related("mcp_server__tenant", "user").filter(mcp_server=server), reason=reason)
+
+
+def member_accounts_end(sender, *, tenant, user, **kwargs) -> None:
+    """`tenancy.signals.member_left`: the person's accounts in the tenant end with their membership."""
+    accounts_end_for(tenant=tenant, user=user, reason="membership_removed")
+
+
+def listing_account_take(*, server: McpServer, user) -> UpstreamAccount:
+    """Let an operator's own connection list the server's tools."""
+    account = UpstreamAccount.objects.for_tenant(server.tenant_id).filter(mcp_server=server, user=user).first()
+    if account is None:
+        raise ServiceError("connect your account first")
+    with transaction.atomic():
+        McpServer.objects.for_tenant(server.tenant_id).filter(pk=server.pk).update(listing_account=account)
+        audit_record(tenant=server.tenant, actor=user, verb="mcp_server.listing_account_set",
+                     target=_target(server), data={"user": user.get_username()})
+    return account
