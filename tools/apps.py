@@ -9,7 +9,6 @@ class ToolsConfig(AppConfig):
         from django.db.models.signals import m2m_changed, post_delete, post_migrate, post_save
 
         from tenancy.signals import member_left, tenant_created
-        from tools.accounts.vault import member_accounts_end
         from tools.calls.aftercare import RESULT_STEPS, Cap, Redact, ResultRules, Retry
         from tools.calls.pipeline import CALL_STEPS, Bind, Normalize, Validate
         from tools.calls.submit import Dispatch
@@ -25,7 +24,6 @@ class ToolsConfig(AppConfig):
         for position, step in ((100, Retry), (200, Redact), (300, Cap)):
             RESULT_STEPS.register(position, step)
         tenant_created.connect(tenant_seed_catalog, dispatch_uid="tools.seed_catalog")
-        member_left.connect(member_accounts_end, dispatch_uid="tools.accounts.member_left")
         # A server's tools leave the surface with it; redaction rules are cached under the same version.
         for model in (Tool, ToolGroup, BoundArgument, McpServer, RedactionRule):
             post_save.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.save.{model.__name__}")
@@ -37,8 +35,10 @@ class ToolsConfig(AppConfig):
             plugins_load(settings.TOOLKEEPER_TOOL_MODULES, report_errors=not settings.TOOLKEEPER_TOOL_PROCESS)
         # A tool process runs Python tools only (tools.python.isolation); the MCP host process only reaches servers.
         if not (settings.TOOLKEEPER_TOOL_PROCESS or settings.TOOLKEEPER_MCP_HOST_PROCESS):
+            from tools.accounts.vault import member_accounts_end
             from tools.http_tools import services  # noqa: F401  (registers the source of HTTP tools)
             from tools.upstream.servers import mcp_server_sync
             from tools.upstream.source import mcp_sync_register  # registers the source of MCP tools
 
             mcp_sync_register(sync=mcp_server_sync)  # periodically, and when a server says its tools changed
+            member_left.connect(member_accounts_end, dispatch_uid="tools.accounts.member_left")

@@ -88,7 +88,8 @@ def _mcp_server(tenant, **fields):
 
 def _admin_form(server, **changes) -> dict:
     form = {"tenant": server.tenant_id, "name": server.name, "transport": server.transport, "url": server.url,
-            "command": "", "timeout_s": server.timeout_s, "include": "[]", "exclude": "[]"}
+            "command": "", "timeout_s": server.timeout_s, "include": "[]", "exclude": "[]",
+            "accounts": server.accounts, "oauth_scopes": server.oauth_scopes}
     form.update({"enabled": "on"} if server.enabled else {})
     return {**form, **changes}
 

@@ -559,9 +559,11 @@ def test_a_servers_audit_record_holds_its_fields_by_name(world):
     created = {e.target: e.data for e in Event.objects.for_tenant(world.a.tenant).filter(verb="mcp_server.created")}
     assert created == {
         "mcp_server:github": {"transport": "streamable_http", "header_names": ["Authorization", "X-B"],
-                              "env_names": [], "command": "", "enabled": True, "trusted": True, "join_group": None},
+                              "env_names": [], "command": "", "enabled": True, "trusted": True, "join_group": None,
+                              "accounts": "tenant", "oauth_client": False, "oauth_scopes": ""},
         "mcp_server:files": {"transport": "stdio", "header_names": [], "env_names": ["API_TOKEN"],
-                             "command": "files", "enabled": False, "trusted": False, "join_group": None}}
+                             "command": "files", "enabled": False, "trusted": False, "join_group": None,
+                             "accounts": "tenant", "oauth_client": False, "oauth_scopes": ""}}
 
 
 def test_an_http_servers_url_is_needed_and_bounded(world):

@@ -120,6 +120,18 @@ def _document(response: httpx2.Response) -> dict | None:
     return _json(response) if response.status_code == 200 else None
 
 
+def _first_document(client, urls: list[str], model):
+    """The first of the well-known places that holds a valid document of `model`, or None."""
+    for url in urls:
+        document = _document(_request(client, "GET", url))
+        if document is not None:
+            try:
+                return model.model_validate(document)
+            except ValidationError:
+                continue
+    return None
+
+
 def _plain_http_allowed(url: str) -> bool:
     """Plain HTTP only to a host the platform admin opened (a server on the deployment's own network)."""
     host = urlsplit(url).hostname or ""
@@ -150,16 +162,8 @@ def discover(server_url: str, *, transport: str = "streamable_http") -> AuthServ
         if challenge.status_code != 401:
             raise OAuthFailed(f"the server did not ask for authorization (it answered {challenge.status_code}): "
                               "it cannot take each person's own account")
-        resource_metadata = None
-        for url in build_protected_resource_metadata_discovery_urls(
-                extract_resource_metadata_from_www_auth(challenge), server_url):
-            document = _document(_request(client, "GET", url))
-            if document is not None:
-                try:
-                    resource_metadata = ProtectedResourceMetadata.model_validate(document)
-                    break
-                except ValidationError:
-                    continue
+        resource_metadata = _first_document(client, build_protected_resource_metadata_discovery_urls(
+            extract_resource_metadata_from_www_auth(challenge), server_url), ProtectedResourceMetadata)
         if resource_metadata is None:
             raise OAuthFailed("the server publishes no protected-resource metadata (RFC 9728)")
         resource = str(resource_metadata.resource)
@@ -168,15 +172,8 @@ def discover(server_url: str, *, transport: str = "streamable_http") -> AuthServ
         if not resource_metadata.authorization_servers:
             raise OAuthFailed("the server's metadata names no authorization server")
         issuer = str(resource_metadata.authorization_servers[0])
-        metadata = None
-        for url in build_oauth_authorization_server_metadata_discovery_urls(issuer, server_url):
-            document = _document(_request(client, "GET", url))
-            if document is not None:
-                try:
-                    metadata = OAuthMetadata.model_validate(document)
-                    break
-                except ValidationError:
-                    continue
+        metadata = _first_document(
+            client, build_oauth_authorization_server_metadata_discovery_urls(issuer, server_url), OAuthMetadata)
     if metadata is None:
         raise OAuthFailed(f"the authorization server {issuer} publishes no metadata (RFC 8414)")
     if str(metadata.issuer).rstrip("/") != issuer.rstrip("/"):

@@ -5,7 +5,7 @@ from urllib.parse import urlsplit
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponseRedirect, JsonResponse
+from django.http import HttpResponseRedirect, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
@@ -50,10 +50,11 @@ def upstream_account_connect(request, server):
 def upstream_account_disconnect(request, server):
     account = UpstreamAccount.objects.for_tenant(request.tenant).filter(mcp_server=server, user=request.user).first()
     if account is None:
-        raise Http404("You have no account connected there.")
-    revoked = vault.account_disconnect(account=account, actor=request.user)
-    messages.success(request, f"Your account at {server.name} is disconnected"
-                              f"{' and its grant revoked there' if revoked else ''}.")
+        messages.info(request, f"You have no account connected at {server.name}.")
+    else:
+        revoked = vault.account_disconnect(account=account, actor=request.user)
+        messages.success(request, f"Your account at {server.name} is disconnected"
+                                  f"{' and its grant revoked there' if revoked else ''}.")
     return HttpResponseRedirect(reverse("console:upstream_accounts", kwargs={"tenant": request.tenant.slug}))
 
 

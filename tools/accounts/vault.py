@@ -220,7 +220,8 @@ def _refresh(account: UpstreamAccount, started) -> str:
                          data={"stage": "refresh", "user": account.user.get_username(), "error": str(exc)})
         raise _reconnect(account, "was ended by its authorization server") from None
     except oauth.OAuthFailed:
-        UpstreamAccount.objects.for_tenant(account.tenant_id).filter(pk=account.pk, refresh_started_at=started).update(refresh_started_at=None)
+        UpstreamAccount.objects.for_tenant(account.tenant_id).filter(
+            pk=account.pk, refresh_started_at=started).update(refresh_started_at=None)
         raise
     now = timezone.now()
     account.tokens = {"access_token": fresh.access_token,

@@ -42,6 +42,7 @@ class McpServerForm(TenantForm):
                           label="Environment", help_text="stdio: one per line, NAME=value (or a JSON object).")
     clear_env = forms.BooleanField(required=False, label="Remove the stored environment")
     accounts = forms.ChoiceField(choices=AccountMode.choices, initial=AccountMode.TENANT, label="Calls act as",
+                                 required=False,
                                  help_text="HTTP servers that follow the MCP authorization specification can act as "
                                            "each person's own account: every member connects theirs on the "
                                            "\"Your accounts\" page, and a call carries its verified person's "
@@ -102,6 +103,10 @@ class McpServerForm(TenantForm):
     def clean_env(self):
         text = self.cleaned_data["env"]
         return credentials_from_text(text, "variables") if text.strip() else None
+
+    def clean_accounts(self):
+        # a form that leaves it out keeps what is stored
+        return self.cleaned_data["accounts"] or (self.instance.accounts if self.instance else AccountMode.TENANT)
 
     def clean(self):
         data = super().clean()
