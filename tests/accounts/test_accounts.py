@@ -348,3 +348,18 @@ def test_the_client_metadata_document_names_the_callback():
     assert document["client_id"].endswith("/oauth/upstream-client.json")
     assert document["redirect_uris"] == [oauth.redirect_uri()] and document["token_endpoint_auth_method"] == "none"
 
+
+
+def test_a_server_that_takes_client_metadata_documents_knows_toolkeeper_by_its_url(world, person_server, stand_in):
+    status, document, headers = stand_in.documents["/.well-known/oauth-authorization-server"]
+    stand_in.documents["/.well-known/oauth-authorization-server"] = (
+        status, {**document, "client_id_metadata_document_supported": True}, headers)
+    store: dict = {}
+    with LOCAL, override_settings(TOOLKEEPER_PUBLIC_URL="https://tk.example"):
+        url = vault.connect_start(server=person_server, user=world.a.users["operator"], session_store=store)
+    assert "client_id=https%3A%2F%2Ftk.example%2Foauth%2Fupstream-client.json" in url
+    assert not any(path == "/register" for _, path, _ in stand_in.requests)  # no registration needed
+    # over plain HTTP (a development deployment) it registers instead: a document must be HTTPS
+    with LOCAL:
+        vault.connect_start(server=person_server, user=world.a.users["operator"], session_store=store)
+    assert any(path == "/register" for _, path, _ in stand_in.requests)
