@@ -363,3 +363,9 @@ def test_a_server_that_takes_client_metadata_documents_knows_toolkeeper_by_its_u
     with LOCAL:
         vault.connect_start(server=person_server, user=world.a.users["operator"], session_store=store)
     assert any(path == "/register" for _, path, _ in stand_in.requests)
+
+
+def test_an_operator_cannot_send_an_issuer_with_the_client(world, person_server):
+    with LOCAL, pytest.raises(ServiceError) as refused:
+        mcp_server_update(server=person_server, oauth_client={"client_id": "x", "issuer": "https://as.example"})
+    assert "an object with" in refused.value.detail["oauth_client"][0]

@@ -65,8 +65,9 @@ def person_servers(tenant) -> list[McpServer]:
     return list(McpServer.objects.for_tenant(tenant).filter(accounts=AccountMode.PERSON).order_by("name"))
 
 
-def _is_member(tenant_id: int, user) -> bool:
-    return user is not None and user.is_active and Membership.objects.filter(tenant_id=tenant_id, user=user).exists()
+def _is_member(tenant_id: int, user_id: int | None) -> bool:
+    return user_id is not None and Membership.objects.filter(tenant_id=tenant_id, user_id=user_id,
+                                                             user__is_active=True).exists()
 
 
 # --- connecting ------------------------------------------------------------------------------------
@@ -145,7 +146,7 @@ def connect_finish(*, user, session_store, state: str, code: str | None, error: 
     """The authorization server's answer at the callback: the tokens stored for the person who started it."""
     entry = _pending(session_store, state, user)
     server = McpServer.objects.select_related("tenant").filter(pk=entry["server"], tenant_id=entry["tenant"]).first()
-    if server is None or not _is_member(entry["tenant"], user):
+    if server is None or not _is_member(entry["tenant"], user.pk):
         raise ServiceError("the server or your membership of its tenant is gone")
     _oauth_server(server)
     auth = oauth.AuthServer.from_json(entry["auth"])
@@ -265,14 +266,14 @@ def account_token(account: UpstreamAccount) -> str:
 def call_token(*, server: McpServer, session) -> str:
     """The access token a call of `session` sends to `server`: its verified person's own (AccountNeeded when
     there is none, with what to do)."""
-    person = session.person if session.user_verified else None
-    if person is None or not _is_member(session.tenant_id, person):
+    person_id = session.person_id if session.user_verified else None
+    if not _is_member(session.tenant_id, person_id):
         raise AccountNeeded(
             f"the MCP server {server.name!r} acts as each person's own account, and this session's user is not a "
             "verified person of the tenant (sign in through an OAuth client, or pass the user's ID token)",
             error_type="VerifiedUserRequired")
     account = (UpstreamAccount.objects.for_tenant(session.tenant_id).select_related("mcp_server__tenant", "user")
-               .filter(mcp_server=server, user=person).first())
+               .filter(mcp_server=server, user_id=person_id).first())
     if account is None:
         url = connect_url(server)
         raise AccountNeeded(f"the MCP server {server.name!r} acts as your own account there, which you have not "

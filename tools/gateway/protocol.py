@@ -314,16 +314,16 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
                 calls = answer.payload
     if exposed.is_meta and calls[0].status == CallStatus.SUCCEEDED:
         await _surface_changed(ctx)
-    if _client_elicits_urls(ctx, session) and (asked := await run_db(_account_to_connect, calls[0])) is not None:
+    if (calls[0].status == CallStatus.FAILED and (calls[0].error or {}).get("errorType") == "AccountNotConnected"
+            and _client_elicits_urls(ctx, session)
+            and (asked := await run_db(_account_to_connect, calls[0])) is not None):
         raise UrlElicitationRequiredError([asked], message=calls[0].error.get("error", ""))
     return call_tool_result(calls[0])
 
 
 def _account_to_connect(call: ToolCall) -> types.ElicitRequestURLParams | None:
-    """The person's own account a failed call needs (tools.accounts), as a URL for the client to open; the call
-    made again after they connected it runs."""
-    if call.status != CallStatus.FAILED or (call.error or {}).get("errorType") != "AccountNotConnected":
-        return None
+    """The person's own account a call that failed `AccountNotConnected` needs (tools.accounts), as a URL for the
+    client to open; the call made again after they connected it runs."""
     tool = Tool.objects.for_tenant(call.tenant_id).select_related("mcp_server__tenant").filter(pk=call.tool_id).first()
     if tool is None or tool.mcp_server is None:
         return None

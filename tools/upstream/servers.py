@@ -503,7 +503,9 @@ def _check_accounts(values: dict, changes: dict, instance, errors: dict) -> None
         if not person:
             errors["oauth_client"] = ["only a server where each person connects their own account has an OAuth "
                                       "client"]
-        elif not isinstance(client, dict) or set(client) - OAUTH_CLIENT_KEYS - ({"issuer"} if instance else set()):
+        # "issuer" marks Toolkeeper's own registration, stored; an operator sends client_id and client_secret only
+        elif not isinstance(client, dict) or set(client) - OAUTH_CLIENT_KEYS - (
+                set() if "oauth_client" in changes else {"issuer"}):
             errors["oauth_client"] = ["an object with client_id and, for a confidential client, client_secret"]
         elif not all(isinstance(client.get(key), str) and 0 < len(client[key]) <= OAUTH_VALUE_MAX
                      and HEADER_VALUE.fullmatch(client[key]) for key in client):
