@@ -171,12 +171,16 @@ def _mcp_rows(tw, marker: str) -> None:
 
 
 def _http_rows(tw, marker: str) -> None:
-    """An HTTP tool with a secret (nothing here calls it)."""
+    """An HTTP tool with a secret, and an OAuth provider with a client (nothing here calls them)."""
+    from tools.accounts.providers import provider_create
     from tools.http_tools.services import http_tool_create
 
     http_tool_create(tenant=tw.tenant, name="walk_http", description=f"{marker} http tool",
                      url="https://93.184.215.14/walk", headers={"Authorization": "Bearer {secret:token}"},
                      secrets={"token": f"{marker}-http-token"})
+    provider_create(tenant=tw.tenant, name="walk", token_endpoint="https://93.184.215.14/token",
+                    authorization_endpoint="https://93.184.215.14/authorize", scopes=f"{marker}-scope",
+                    client={"client_id": f"{marker}-client", "client_secret": f"{marker}-client-secret"})
 
 
 @pytest.fixture
@@ -280,6 +284,7 @@ PARAM_MODELS = {
     "document_id": "knowledge.Document",
     "server_id": "tools.McpServer",
     "http_tool_id": "tools.HttpEndpoint",
+    "oauth_provider_id": "tools.OAuthProvider",
     "skill_id": "skills.Skill",
     "redaction_rule_id": "tools.RedactionRule",
     "member_id": "tenancy.Membership",

@@ -34,6 +34,7 @@ class AccountMode(models.TextChoices):
 
     TENANT = "tenant", "one tenant credential"
     PERSON = "person", "each person connects their own account"
+    SERVICE = "service", "a service account (client credentials)"  # HTTP tools' OAuth providers only
 
 
 class McpStatus(models.TextChoices):
@@ -146,6 +147,31 @@ class ToolGroup(TenantOwned):
         return self.name == RESERVED_GROUP
 
 
+class OAuthProvider(TenantOwned):
+    """An authorization server an operator configured for HTTP tools (docs/accounts.md): its endpoints, the client
+    Toolkeeper is registered as there (encrypted, write-only) and whose account the tools that name it act as:
+    each person's own (authorization code with PKCE) or one service account (client credentials)."""
+
+    name = models.CharField(max_length=24)
+    accounts = models.CharField(max_length=8, choices=AccountMode.choices, default=AccountMode.PERSON)
+    issuer = models.CharField(max_length=2000, blank=True, default="")
+    authorization_endpoint = models.CharField(max_length=2000, blank=True, default="")
+    token_endpoint = models.CharField(max_length=2000)
+    revocation_endpoint = models.CharField(max_length=2000, blank=True, default="")
+    resource = models.CharField(max_length=2000, blank=True, default="")
+    scopes = models.CharField(max_length=500, blank=True, default="")
+    client = EncryptedJSONField()  # {"client_id", "client_secret"?}
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="oauth_provider_name_per_tenant")]
+
+    def __str__(self):
+        return self.name
+
+
 class HttpEndpoint(TenantOwned):
     """How an HTTP tool (source `http`) calls its endpoint: the request is built from the call's arguments,
     `secrets` (encrypted, write-only) fill the headers that name them, and `response` says how the reply
@@ -158,6 +184,10 @@ class HttpEndpoint(TenantOwned):
     body = models.JSONField(null=True, blank=True)
     headers = models.JSONField(default=dict, blank=True)
     secrets = EncryptedJSONField(null=True, blank=True)
+    # Set: each call carries a token of this provider as its Authorization (the caller's own, or the service
+    # account's); unset: the headers and secrets are the tenant's one credential.
+    oauth_provider = models.ForeignKey(OAuthProvider, null=True, blank=True, on_delete=models.PROTECT,
+                                       related_name="endpoints")
     response = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -332,12 +362,17 @@ class CallEvent(TenantOwned):
 
 
 class UpstreamAccount(TenantOwned):
-    """A person's own account at an upstream server (docs/accounts.md): the OAuth tokens Toolkeeper holds for
-    them, encrypted, never shown. Where they came from (the token and revocation endpoints, the client) is kept
-    beside them, so a refresh needs no discovery."""
+    """A person's own account at an upstream (docs/accounts.md): the OAuth tokens Toolkeeper holds for them,
+    encrypted, never shown. Where they came from (the token and revocation endpoints, the client) is kept beside
+    them, so a refresh needs no discovery. The upstream is an MCP server or an HTTP tools' OAuth provider; a
+    provider's service account is the one account without a person."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="upstream_accounts")
-    mcp_server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="accounts_connected")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="upstream_accounts")
+    mcp_server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.CASCADE,
+                                   related_name="accounts_connected")
+    oauth_provider = models.ForeignKey(OAuthProvider, null=True, blank=True, on_delete=models.CASCADE,
+                                       related_name="accounts_connected")
     tokens = EncryptedJSONField()  # {"access_token", "refresh_token"?}
     issuer = models.CharField(max_length=2000, blank=True, default="")
     token_endpoint = models.CharField(max_length=2000)
@@ -353,8 +388,22 @@ class UpstreamAccount(TenantOwned):
     refresh_started_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["mcp_server__name"]
-        constraints = [models.UniqueConstraint(fields=["mcp_server", "user"], name="one_upstream_account_per_person")]
+        ordering = ["pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["mcp_server", "user"], name="one_upstream_account_per_person"),
+            models.UniqueConstraint(fields=["oauth_provider", "user"], condition=models.Q(user__isnull=False),
+                                    name="one_provider_account_per_person"),
+            models.UniqueConstraint(fields=["oauth_provider"], condition=models.Q(user__isnull=True),
+                                    name="one_service_account_per_provider"),
+            models.CheckConstraint(
+                condition=(models.Q(mcp_server__isnull=False, oauth_provider__isnull=True, user__isnull=False)
+                           | models.Q(mcp_server__isnull=True, oauth_provider__isnull=False)),
+                name="upstream_account_of_one_upstream"),
+        ]
+
+    @property
+    def upstream(self):
+        return self.mcp_server or self.oauth_provider
 
     def __str__(self):
-        return f"{self.user} at {self.mcp_server}"
+        return f"{self.user or 'service account'} at {self.upstream}"

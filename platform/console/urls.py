@@ -11,8 +11,19 @@ from tenancy.models import ApiKey, Invitation, Membership, OAuthGrant
 from tenancy.people import pages as people_pages
 from tenancy.web import register_url_objects
 from tools.accounts import pages as account_pages
+from tools.accounts import provider_pages
 from tools.http_tools import pages as http_tool_pages
-from tools.models import AgentSession, BoundArgument, HttpEndpoint, McpServer, RedactionRule, Tool, ToolCall, ToolGroup
+from tools.models import (
+    AgentSession,
+    BoundArgument,
+    HttpEndpoint,
+    McpServer,
+    OAuthProvider,
+    RedactionRule,
+    Tool,
+    ToolCall,
+    ToolGroup,
+)
 from tools.python import pages as plugin_pages
 from tools.redaction import pages as redaction_pages
 from tools.upstream import pages as upstream_pages
@@ -29,6 +40,7 @@ register_url_objects({
     "server_id": (McpServer, "server"),
     "redaction_rule_id": (RedactionRule, "rule"),
     "http_tool_id": (HttpEndpoint, "endpoint"),
+    "oauth_provider_id": (OAuthProvider, "provider"),
     "member_id": (Membership, "membership"),
     "invitation_id": (Invitation, "invitation"),
     "grant_id": (OAuthGrant, "grant"),
@@ -42,6 +54,7 @@ register_target_links({
     "call": TargetLink(ToolCall, "pk", "console:call_detail", "call_id"),
     "mcp_server": TargetLink(McpServer, "name", "console:mcp_server_detail", "server_id"),
     "redaction_rule": TargetLink(RedactionRule, "name", "console:redaction_rule_edit", "redaction_rule_id"),
+    "oauth_provider": TargetLink(OAuthProvider, "name", "console:oauth_provider_edit", "oauth_provider_id"),
     "invitation": TargetLink(Invitation, "pk", "console:member_list", ""),
     "user": TargetLink(Membership, "user__username", "console:member_list", ""),
 })
@@ -70,6 +83,15 @@ tenant_pages = [
     path("accounts/<int:server_id>/connect/", account_pages.upstream_account_connect, name="upstream_account_connect"),
     path("accounts/<int:server_id>/disconnect/", account_pages.upstream_account_disconnect,
          name="upstream_account_disconnect"),
+    path("accounts/http/<int:oauth_provider_id>/connect/", account_pages.provider_account_connect,
+         name="provider_account_connect"),
+    path("accounts/http/<int:oauth_provider_id>/disconnect/", account_pages.provider_account_disconnect,
+         name="provider_account_disconnect"),
+    path("oauth-providers/", provider_pages.provider_list, name="oauth_provider_list"),
+    path("oauth-providers/new/", provider_pages.provider_create, name="oauth_provider_create"),
+    path("oauth-providers/<int:oauth_provider_id>/", provider_pages.provider_edit, name="oauth_provider_edit"),
+    path("oauth-providers/<int:oauth_provider_id>/delete/", provider_pages.provider_delete,
+         name="oauth_provider_delete"),
     path("accounts/<int:server_id>/list-tools/", account_pages.upstream_account_list_tools,
          name="upstream_account_list_tools"),
     path("groups/", views.group_list, name="group_list"),

@@ -3,83 +3,18 @@ before Toolkeeper trusts them (a stand-in on 127.0.0.1 that answers as the MCP a
 server answer, with one thing wrong at a time), the callback bound to the person who started it, the checks of a
 server's settings, and what a call without a usable account is told. The whole flow against a real upstream and
 authorization server is tests/accounts/test_upstream_accounts_live.py."""
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 from django.test import override_settings
 
 from common.errors import ServiceError
 from tenancy.services import membership_remove
+from tests.accounts.stand_in import StandIn
 from tools.accounts import oauth, vault
 from tools.catalog.services import session_create
 from tools.models import McpServer, UpstreamAccount
 from tools.upstream.servers import mcp_server_create, mcp_server_update
 
 LOCAL = override_settings(TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS=("127.0.0.1",))
-
-
-class StandIn:
-    """An MCP server and its authorization server on one port: `documents` maps a path to (status, JSON, headers);
-    `/mcp` answers 401 with a `WWW-Authenticate` naming the resource metadata unless `documents` says otherwise."""
-
-    def __init__(self):
-        self.documents: dict[str, tuple[int, object, dict]] = {}
-        self.requests: list[tuple[str, str, bytes]] = []
-        stand_in = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _serve(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                stand_in.requests.append((self.command, self.path, body))
-                status, document, headers = stand_in.documents.get(self.path, (404, {"error": "not_found"}, {}))
-                data = document if isinstance(document, bytes) else json.dumps(document).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = _serve
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.resource = f"{self.url}/mcp"
-        self.set_defaults()
-
-    def set_defaults(self) -> None:
-        metadata = f"{self.url}/.well-known/oauth-protected-resource/mcp"
-        self.documents = {
-            "/mcp": (401, {"error": "invalid_token"}, {"WWW-Authenticate": f'Bearer resource_metadata="{metadata}"'}),
-            "/.well-known/oauth-protected-resource/mcp": (200, {
-                "resource": self.resource, "authorization_servers": [self.url], "scopes_supported": ["files"]}, {}),
-            "/.well-known/oauth-authorization-server": (200, {
-                "issuer": self.url, "authorization_endpoint": f"{self.url}/authorize",
-                "token_endpoint": f"{self.url}/token", "registration_endpoint": f"{self.url}/register",
-                "revocation_endpoint": f"{self.url}/revoke", "response_types_supported": ["code"],
-                "code_challenge_methods_supported": ["S256"]}, {}),
-            "/register": (201, {"client_id": "registered-client", "client_secret": "s3cret-of-the-client"}, {}),
-            "/token": (200, {"access_token": "access-1", "token_type": "Bearer", "expires_in": 3600,
-                             "refresh_token": "refresh-1", "scope": "files"}, {}),
-            "/revoke": (200, {}, {}),
-        }
-
-    def stop(self):
-        self.server.shutdown()
-
-
-@pytest.fixture
-def stand_in():
-    served = StandIn()
-    yield served
-    served.stop()
 
 
 @pytest.fixture
@@ -150,7 +85,7 @@ def test_connecting_registers_once_and_binds_the_callback_to_the_person(world, p
     operator, reviewer = world.a.users["operator"], world.a.users["reviewer"]
     store: dict = {}
     with LOCAL:
-        url = vault.connect_start(server=person_server, user=operator, session_store=store)
+        url = vault.connect_start(upstream=person_server, user=operator, session_store=store)
     assert url.startswith(f"{stand_in.url}/authorize?") and "code_challenge_method=S256" in url
     assert "resource=" in url and "scope=files" in url
     state = next(iter(store[vault.PENDING_KEY]))
@@ -185,7 +120,7 @@ def test_connecting_registers_once_and_binds_the_callback_to_the_person(world, p
                              issuer=stand_in.url)
     registrations = [path for _, path, _ in stand_in.requests if path == "/register"]
     with LOCAL:
-        vault.connect_start(server=person_server, user=reviewer, session_store={})
+        vault.connect_start(upstream=person_server, user=reviewer, session_store={})
     assert [path for _, path, _ in stand_in.requests if path == "/register"] == registrations  # not again
 
 
@@ -193,7 +128,7 @@ def test_a_person_who_left_the_tenant_cannot_finish_connecting(world, person_ser
     reviewer = world.a.users["reviewer"]
     store: dict = {}
     with LOCAL:
-        vault.connect_start(server=person_server, user=reviewer, session_store=store)
+        vault.connect_start(upstream=person_server, user=reviewer, session_store=store)
     membership_remove(tenant=world.a.tenant, user=reviewer)
     with LOCAL, pytest.raises(ServiceError, match="membership"):
         vault.connect_finish(user=reviewer, session_store=store, state=next(iter(store[vault.PENDING_KEY])),
@@ -204,7 +139,7 @@ def connected_account(world, server, stand_in, role="operator") -> UpstreamAccou
     store: dict = {}
     user = world.a.users[role]
     with LOCAL:
-        vault.connect_start(server=server, user=user, session_store=store)
+        vault.connect_start(upstream=server, user=user, session_store=store)
         return vault.connect_finish(user=user, session_store=store, state=next(iter(store[vault.PENDING_KEY])),
                                     code="c", error=None, issuer=stand_in.url).account
 
@@ -215,27 +150,27 @@ def test_a_call_needs_a_verified_member_with_a_connection(world, person_server, 
     operator, reviewer = world.a.users["operator"], world.a.users["reviewer"]
     asserted = session_create(tenant=world.a.tenant, agent="bot", user=operator.username)
     with pytest.raises(vault.AccountNeeded) as refused:
-        vault.call_token(server=person_server, session=asserted)
+        vault.call_token(upstream=person_server, session=asserted)
     assert refused.value.error_type == "VerifiedUserRequired"
 
     verified = session_create(tenant=world.a.tenant, agent="bot", user=reviewer.username, user_verified=True,
                               person=reviewer)
     with pytest.raises(vault.AccountNeeded) as refused:
-        vault.call_token(server=person_server, session=verified)
+        vault.call_token(upstream=person_server, session=verified)
     assert refused.value.error_type == "AccountNotConnected"
     assert refused.value.connect_url.endswith(f"/t/{world.a.tenant.slug}/accounts/?connect=files")
     assert refused.value.connect_url in str(refused.value)
 
     connected_account(world, person_server, stand_in, role="reviewer")
     with LOCAL:
-        assert vault.call_token(server=person_server, session=verified) == "access-1"
+        assert vault.call_token(upstream=person_server, session=verified) == "access-1"
     # an account of the same person at the other tenant's server of the same name is not theirs here
     assert UpstreamAccount.objects.for_tenant(world.b.tenant).count() == 0
 
     membership_remove(tenant=world.a.tenant, user=reviewer)  # leaving ends the account and its use
     assert UpstreamAccount.objects.for_tenant(world.a.tenant).filter(user=reviewer).count() == 0
     with pytest.raises(vault.AccountNeeded) as refused:
-        vault.call_token(server=person_server, session=verified)
+        vault.call_token(upstream=person_server, session=verified)
     assert refused.value.error_type == "VerifiedUserRequired"
 
 
@@ -356,12 +291,12 @@ def test_a_server_that_takes_client_metadata_documents_knows_toolkeeper_by_its_u
         status, {**document, "client_id_metadata_document_supported": True}, headers)
     store: dict = {}
     with LOCAL, override_settings(TOOLKEEPER_PUBLIC_URL="https://tk.example"):
-        url = vault.connect_start(server=person_server, user=world.a.users["operator"], session_store=store)
+        url = vault.connect_start(upstream=person_server, user=world.a.users["operator"], session_store=store)
     assert "client_id=https%3A%2F%2Ftk.example%2Foauth%2Fupstream-client.json" in url
     assert not any(path == "/register" for _, path, _ in stand_in.requests)  # no registration needed
     # over plain HTTP (a development deployment) it registers instead: a document must be HTTPS
     with LOCAL:
-        vault.connect_start(server=person_server, user=world.a.users["operator"], session_store=store)
+        vault.connect_start(upstream=person_server, user=world.a.users["operator"], session_store=store)
     assert any(path == "/register" for _, path, _ in stand_in.requests)
 
 

@@ -41,6 +41,7 @@ class Upstream:
     def __init__(self, issuer: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.api_url = f"http://127.0.0.1:{self.port}/api"  # the HTTP API beside it (tests/accounts/upstream.py)
         self.state = Path(tempfile.mkdtemp(prefix="tk-upstream-")) / "calls.jsonl"
         self.state.touch()
         self.issuer = issuer
@@ -72,6 +73,7 @@ def world():
     provider = OpenIdProvider({login: {"email": f"{login}@example.com"} for login in AT_PROVIDER.values()})
     upstream = Upstream(provider.issuer)
     provider.resources[upstream.url] = {"scope": "files", "ttl": 300}
+    provider.resources[upstream.api_url] = {"scope": "items", "ttl": 300}
     provider.start()
     upstream.start()
     try:
@@ -101,23 +103,24 @@ def execute(server, sql: str, *args) -> None:
         db.commit()
 
 
-def connect_account(world, who: str, *, start: str = "/t/demo/accounts/", at_provider: str | None = None) -> str:
-    """`who` signs in to the console and connects their account at `files` (as `at_provider` there); the text of
-    the accounts page they come back to."""
+def connect_account(world, who: str, *, start: str = "/t/demo/accounts/", at_provider: str | None = None,
+                    row: str = "#account-files", scope: str = "files") -> str:
+    """`who` signs in to the console and connects their account at the upstream of `row` (`files`; as `at_provider`
+    there); the text of the accounts page they come back to."""
     server, provider = world["server"], world["provider"]
     with chromium_context(server.url, step_ms=STEP_MS) as (context, csp):
         page = context.new_page()
         log_in(page, server, start, who=who)
         if "connect=" in start:
-            assert "a call needs it" in page.inner_text("#account-files")
-        page.click("#account-files button.connect")
+            assert "a call needs it" in page.inner_text(row)
+        page.click(f"{row} button.connect")
         page.wait_for_url(f"{provider.issuer}/interaction/**")
         page.fill("input[name=login]", at_provider or AT_PROVIDER[who])
         page.fill("input[name=password]", "any password")
         page.click("button[type=submit]")
         page.wait_for_url(re.compile(rf"{re.escape(server.url)}/t/demo/accounts/|/interaction/"))
-        if "/interaction/" in page.url:  # the provider's consent page: Toolkeeper asks for the files scope
-            assert "files" in page.inner_text("body")
+        if "/interaction/" in page.url:  # the provider's consent page: Toolkeeper asks for the upstream's scope
+            assert scope in page.inner_text("body")
             page.click("button[type=submit]")
             page.wait_for_url(f"{server.url}/t/demo/accounts/")
         text = page.inner_text("main")
@@ -300,3 +303,72 @@ def test_disconnecting_and_leaving_stop_the_calls(connected):
     assert json.loads(data)["reason"] == "membership_removed"
     with pytest.raises(Exception):  # noqa: B017 - her MCP client's grant ended too: the connection is refused
         call(server, tokens["reviewer2"])
+
+
+# --- HTTP tools: an operator's OAuth providers -------------------------------------------------------------
+
+def register_client(provider, **metadata) -> dict:
+    """A client registered at the provider, as an operator registers Toolkeeper at an API's authorization server."""
+    registered = httpx.post(f"{provider.issuer}/reg", json=metadata, timeout=30)
+    assert registered.status_code == 201, registered.text
+    return registered.json()
+
+
+@pytest.fixture(scope="module")
+def http_apis(connected):
+    """The upstream's HTTP API as two HTTP tools: `crm_service` through a service account (client credentials),
+    `crm_mine` through each person's own account; both offered to every session."""
+    server, provider, admin, upstream = (connected["server"], connected["provider"], connected["admin"],
+                                         connected["upstream"])
+    metadata = httpx.get(f"{provider.issuer}/.well-known/openid-configuration", timeout=30).json()
+    service = register_client(provider, grant_types=["client_credentials"], response_types=[], redirect_uris=[],
+                              token_endpoint_auth_method="client_secret_basic", scope="items")
+    person = register_client(provider, grant_types=["authorization_code", "refresh_token"], response_types=["code"],
+                             redirect_uris=[f"{server.url}/account/upstream/callback/"],
+                             token_endpoint_auth_method="none")
+    common = {"token_endpoint": metadata["token_endpoint"], "resource": upstream.api_url, "scopes": "items",
+              "revocation_endpoint": metadata["revocation_endpoint"]}
+    for body in ({"name": "crm-service", "accounts": "service", **common,
+                  "client": {"client_id": service["client_id"], "client_secret": service["client_secret"]}},
+                 {"name": "crm", "accounts": "person", "issuer": metadata["issuer"],
+                  "authorization_endpoint": metadata["authorization_endpoint"], **common,
+                  "client": {"client_id": person["client_id"]}}):
+        created = admin.post("/api/v1/oauth-providers", json=body)
+        assert created.status_code == 201, created.text
+        assert "client_secret" not in created.text and service["client_secret"] not in created.text
+    for name, provider_name in (("crm_service", "crm-service"), ("crm_mine", "crm")):
+        created = admin.post("/api/v1/http-tools", json={
+            "name": name, "method": "GET", "url": f"{upstream.api_url}/whoami", "read_only": True,
+            "oauth_provider": provider_name})
+        assert created.status_code == 201, created.text
+    group = admin.get(f"/api/v1/groups/{connected['group']}").json()
+    updated = admin.patch(f"/api/v1/groups/{connected['group']}", json={"tools": [*group["tools"], "crm_service",
+                                                                                   "crm_mine"]})
+    assert updated.status_code == 200, updated.text
+    return {**connected, "service_client": service["client_id"]}
+
+
+def test_an_http_tool_of_a_service_account_calls_with_the_clients_own_token(http_apis):
+    server, upstream, tokens = http_apis["server"], http_apis["upstream"], http_apis["tokens"]
+    results = [call(server, tokens["operator"], tool="crm_service") for _ in range(2)]
+    assert all(not r.is_error for r in results), [r.content for r in results]
+    seen = [json.loads(r.content[0].text) for r in results]
+    assert {s["client_id"] for s in seen} == {http_apis["service_client"]}  # no person's: the service's
+    assert len({s["jti"] for s in seen}) == 1  # one client-credentials token, kept for the next call
+    assert upstream.calls()[-1]["tool"] == "api"
+    assert rows(server, "SELECT count(*) FROM tools_upstreamaccount WHERE user_id IS NULL") == [(1,)]
+
+
+def test_an_http_tool_of_each_persons_account_calls_as_the_person(http_apis):
+    server, upstream, tokens = http_apis["server"], http_apis["upstream"], http_apis["tokens"]
+    # bob has not connected his account at the API: the link to do so, naming the provider
+    refused = call(server, tokens["reviewer"], tool="crm_mine")
+    assert refused.is_error and f"{server.url}/t/demo/accounts/?connect=http%3Acrm" in refused.content[0].text
+    page = connect_account(http_apis, "operator", row="#account-httpcrm", scope="items")
+    assert "connected" in page.split("crm", 1)[1].split("\n", 1)[0]
+    result = call(server, tokens["operator"], tool="crm_mine")
+    assert not result.is_error, result.content
+    assert json.loads(result.content[0].text)["sub"] == "alice" and upstream.calls()[-1]["sub"] == "alice"
+    (target,), = rows(server, "SELECT target FROM audit_event WHERE verb = 'upstream_account.connected' "
+                              "ORDER BY id DESC LIMIT 1")
+    assert target == "oauth_provider:crm"

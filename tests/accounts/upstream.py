@@ -7,6 +7,11 @@ for this server's URL, with the `files` scope.
 
 Each call is appended to STATE_FILE, one JSON object a line: the tool, the token's subject (the person upstream)
 and its `jti` (which token it was), so a test sees who really called.
+
+Beside it, on the same port, a plain HTTP API for the HTTP tools' providers: `GET /api/whoami` takes the provider's
+JWT access tokens issued for `http://127.0.0.1:PORT/api` with the `items` scope (a person's, or a service account's
+from client credentials), answers 401 to anything else, and records the call as the MCP tools do (tool `api`, with
+the token's `client_id`).
 """
 import json
 import sys
@@ -22,8 +27,11 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 SCOPE = "files"
+API_SCOPE = "items"
 
 
 class ProviderTokens:
@@ -79,10 +87,29 @@ def build(port: int, issuer: str, state_file: str) -> MCPServer:
     return server
 
 
+def api_route(port: int, issuer: str, state_file: str) -> Route:
+    tokens = ProviderTokens(issuer, f"http://127.0.0.1:{port}/api")
+
+    async def whoami(request):
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        verified = await tokens.verify_token(token) if scheme.lower() == "bearer" else None
+        if verified is None or API_SCOPE not in verified.scopes:
+            return JSONResponse({"error": "invalid_token"}, status_code=401,
+                                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        seen = {"tool": "api", "sub": verified.subject, "client_id": verified.client_id,
+                "jti": (verified.claims or {}).get("jti")}
+        with open(state_file, "a", encoding="utf-8") as out:
+            out.write(json.dumps(seen) + "\n")
+        return JSONResponse(seen)
+
+    return Route("/api/whoami", whoami, methods=["GET"])
+
+
 def main(argv: list[str]) -> None:
     port, issuer, state_file = int(argv[0]), argv[1], argv[2]
     security = TransportSecuritySettings(allowed_hosts=[f"127.0.0.1:{port}"])
     app = build(port, issuer, state_file).streamable_http_app(transport_security=security)
+    app.router.routes.append(api_route(port, issuer, state_file))
     print(f"upstream ready on {port}", file=sys.stderr, flush=True)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 

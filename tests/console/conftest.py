@@ -29,6 +29,16 @@ def http_tool_of(tenant_world):
     return endpoint
 
 
+def oauth_provider_of(tenant_world):
+    """The tenant's OAuth provider of HTTP tools for page tests (nothing here reaches out to it)."""
+    from tools.models import OAuthProvider
+
+    provider, _ = OAuthProvider.objects.get_or_create(tenant=tenant_world.tenant, name="pages", defaults={
+        "authorization_endpoint": "https://93.184.215.14/authorize", "token_endpoint": "https://93.184.215.14/token",
+        "client": {"client_id": "pages"}})
+    return provider
+
+
 def invitation_of(tenant_world):
     """An open invitation of the tenant for page tests."""
     from tenancy.models import Invitation
@@ -62,6 +72,7 @@ def object_ids(tenant_world) -> dict:
         "server_id": mcp_server_of(tenant_world).pk,
         "http_tool_id": http_tool_of(tenant_world).pk,
         "redaction_rule_id": redaction_rule_of(tenant_world).pk,
+        "oauth_provider_id": oauth_provider_of(tenant_world).pk,
         "member_id": tenant_world.tenant.memberships.get(user=tenant_world.users["reviewer"]).pk,
         "invitation_id": invitation_of(tenant_world).pk,
         "grant_id": grant_of(tenant_world).pk,

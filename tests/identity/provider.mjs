@@ -42,7 +42,7 @@ const provider = new Provider(issuer, {
     profile: ['name'],
     groups: ['groups'],
   },
-  scopes: ['openid', 'email', 'profile', 'groups', 'offline_access', 'agent', 'files'],
+  scopes: ['openid', 'email', 'profile', 'groups', 'offline_access', 'agent', 'files', 'items'],
   pkce: { required: () => true },
   features: {
     devInteractions: { enabled: true },
@@ -52,6 +52,8 @@ const provider = new Provider(issuer, {
     // resource they name (Toolkeeper's MCP endpoint), with the `agent` scope.
     registration: { enabled: true },
     revocation: { enabled: true },
+    // A service account of an HTTP API (the accounts tests): a registered client gets its own token.
+    clientCredentials: { enabled: true },
     // "resources" in the file names other resource servers (an upstream MCP server of the accounts tests) with
     // their scope and token lifetime.
     resourceIndicators: {

@@ -424,7 +424,7 @@ def test_the_check_fills_the_defaults_and_takes_null_as_empty(world):
                            "read_only": False, "destructive": False, "idempotent": False, "timeout_s": 30.0,
                            "enabled": True}
     assert endpoint_values == {"method": "POST", "url_template": PUBLIC + "/x", "query": {}, "body": None,
-                               "headers": {}, "response": {}}
+                               "headers": {}, "response": {}, "oauth_provider": None}
     assert secrets == {}
 
 
@@ -490,7 +490,7 @@ def test_what_is_saved_and_audited_on_create(world):
     assert event.target == "tool:t1"
     assert event.data == {"source": "http", "method": "PUT", "url": PUBLIC + "/x/{a}" + "y" * 300,
                           "query": ["b", "z"], "header_names": ["Authorization", "X-B"], "secret_names": ["t"],
-                          "enabled": False}
+                          "enabled": False, "oauth_provider": None}
     bare = make(world, name="t2")
     assert HttpEndpoint.objects.for_tenant(world.a.tenant).get(tool=bare).secrets is None
 
@@ -508,7 +508,7 @@ def test_what_an_update_changes_and_audits(world):
     assert event.target == "tool:t1"  # the name it had
     assert event.data == {"fields": ["description", "name", "url"], "secrets_changed": ["u"], "source": "http",
                           "method": "POST", "url": PUBLIC + "/y/{a}", "query": [], "header_names": ["Authorization"],
-                          "secret_names": ["t"], "enabled": True}
+                          "secret_names": ["t"], "enabled": True, "oauth_provider": None}
     ht.http_tool_update(tool=tool, headers={}, secrets={"t": None})
     assert HttpEndpoint.objects.for_tenant(world.a.tenant).get(tool=tool).secrets is None
     ht.http_tool_delete(tool=tool)

@@ -12,13 +12,15 @@ says is checked before it is used:
 - **The client** (`client_for`): the operator's pre-registered client when there is one; else the client id
   metadata document at `TOOLKEEPER_PUBLIC_URL` when the server supports them and the URL is HTTPS; else
   dynamic registration (RFC 7591), whose answer is kept, encrypted, on the server for the next person.
-- **Tokens**: the authorization code with PKCE and the `resource` parameter, refresh, revocation (RFC 7009).
+- **Tokens**: the authorization code with PKCE and the `resource` parameter, refresh, revocation (RFC 7009),
+  and client credentials for an HTTP tools' provider's service account.
 """
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
+import re
 import secrets
 from dataclasses import asdict, dataclass
 from urllib.parse import urlencode, urlsplit
@@ -38,6 +40,11 @@ from pydantic import ValidationError
 
 from common.outbound import OutboundRefused, allow_list, http_client, literal_address, normal_host
 
+CLIENT_KEYS = frozenset({"client_id", "client_secret"})
+CLIENT_VALUE = re.compile(r"[\t\x20-\x7e]*")  # visible ASCII, space and tab: it may go into a header
+CLIENT_VALUE_MAX = 2000
+SCOPES = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+(?: [\x21\x23-\x5b\x5d-\x7e]+)*")  # RFC 6749 scope-tokens
+SCOPES_MAX = 500
 DOCUMENT_MAX_BYTES = 64 * 1024
 REQUEST_TIMEOUT_S = 10.0
 CLIENT_NAME = "Toolkeeper"
@@ -71,6 +78,25 @@ class AuthServer:
     @classmethod
     def from_json(cls, values: dict) -> AuthServer:
         return cls(**values)
+
+
+def client_problem(client, *, stored_keys=frozenset()) -> str | None:
+    """What is wrong with a client an operator enters (`{"client_id", "client_secret"?}`), or None.
+    `stored_keys`: what Toolkeeper itself may have added to a stored one (a registration's issuer)."""
+    if not isinstance(client, dict) or set(client) - CLIENT_KEYS - stored_keys:
+        return "an object with client_id and, for a confidential client, client_secret"
+    if not all(isinstance(client.get(key), str) and 0 < len(client[key]) <= CLIENT_VALUE_MAX
+               and CLIENT_VALUE.fullmatch(client[key]) for key in client):
+        return f"client_id and client_secret: 1-{CLIENT_VALUE_MAX} visible characters each"
+    if "client_id" not in client:
+        return "client_id is required"
+    return None
+
+
+def scopes_problem(scopes) -> str | None:
+    if not isinstance(scopes, str) or len(scopes) > SCOPES_MAX or (scopes and not SCOPES.fullmatch(scopes)):
+        return f"scope names separated by single spaces, at most {SCOPES_MAX} characters"
+    return None
 
 
 def redirect_uri() -> str:
@@ -140,7 +166,7 @@ def _plain_http_allowed(url: str) -> bool:
     return allowed.permits(host, address) if address is not None else normal_host(host) in allowed.names
 
 
-def _checked_endpoint(name: str, url) -> str:
+def checked_endpoint(name: str, url) -> str:
     url = str(url or "")
     scheme = urlsplit(url).scheme.lower()
     if url and not (scheme == "https" or (scheme == "http" and _plain_http_allowed(url))):
@@ -185,10 +211,10 @@ def discover(server_url: str, *, transport: str = "streamable_http") -> AuthServ
     scopes = extract_scope_from_www_auth(challenge) or " ".join(resource_metadata.scopes_supported or [])
     return AuthServer(
         issuer=str(metadata.issuer),
-        authorization_endpoint=_checked_endpoint("authorization endpoint", metadata.authorization_endpoint),
-        token_endpoint=_checked_endpoint("token endpoint", metadata.token_endpoint),
-        registration_endpoint=_checked_endpoint("registration endpoint", metadata.registration_endpoint),
-        revocation_endpoint=_checked_endpoint("revocation endpoint", metadata.revocation_endpoint),
+        authorization_endpoint=checked_endpoint("authorization endpoint", metadata.authorization_endpoint),
+        token_endpoint=checked_endpoint("token endpoint", metadata.token_endpoint),
+        registration_endpoint=checked_endpoint("registration endpoint", metadata.registration_endpoint),
+        revocation_endpoint=checked_endpoint("revocation endpoint", metadata.revocation_endpoint),
         resource=resource, scopes=scopes,
         client_id_documents=bool(getattr(metadata, "client_id_metadata_document_supported", False)),
         issuer_in_response=bool(metadata.authorization_response_iss_parameter_supported))
@@ -230,7 +256,9 @@ def authorization_start(auth: AuthServer, client: dict, *, scopes: str) -> Autho
     verifier = secrets.token_urlsafe(64)
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
     query = {"response_type": "code", "client_id": client["client_id"], "redirect_uri": redirect_uri(),
-             "state": state, "code_challenge": challenge, "code_challenge_method": "S256", "resource": auth.resource}
+             "state": state, "code_challenge": challenge, "code_challenge_method": "S256"}
+    if auth.resource:
+        query["resource"] = auth.resource
     if scopes:
         query["scope"] = scopes
     separator = "&" if "?" in auth.authorization_endpoint else "?"
@@ -247,7 +275,8 @@ class Tokens:
 
 
 def _token_request(token_endpoint: str, client: dict, form: dict) -> Tokens:
-    form = {**form, "client_id": client["client_id"]}
+    # An operator's provider may name no resource (RFC 8707 is optional there): the parameter is then left out.
+    form = {**{name: value for name, value in form.items() if value}, "client_id": client["client_id"]}
     auth = None
     if client.get("client_secret"):
         auth = httpx2.BasicAuth(client["client_id"], client["client_secret"])
@@ -280,6 +309,13 @@ def code_exchange(*, token_endpoint: str, client: dict, code: str, verifier: str
 
 def token_refresh(*, token_endpoint: str, client: dict, refresh_token: str, resource: str) -> Tokens:
     return _token_request(token_endpoint, client, {"grant_type": "refresh_token", "refresh_token": refresh_token,
+                                                   "resource": resource})
+
+
+def client_credentials(*, token_endpoint: str, client: dict, scopes: str, resource: str) -> Tokens:
+    """A token of the client's own, a service account's (RFC 6749 §4.4): the client authenticates with its
+    secret, no person takes part."""
+    return _token_request(token_endpoint, client, {"grant_type": "client_credentials", "scope": scopes,
                                                    "resource": resource})
 
 

@@ -1,6 +1,6 @@
-"""The console's "Your accounts" page (docs/accounts.md): the tenant's servers that act as each person's own account,
-with connect and disconnect; the callback the authorization servers send the person back to; and Toolkeeper's
-client id metadata document."""
+"""The console's "Your accounts" page (docs/accounts.md): the tenant's MCP servers and HTTP tools' OAuth providers
+that act as each person's own account, with connect and disconnect; the callback the authorization servers send
+the person back to; and Toolkeeper's client id metadata document."""
 from urllib.parse import urlsplit
 
 from django.contrib import messages
@@ -14,48 +14,77 @@ from django.views.decorators.http import require_GET
 from common.errors import ServiceError
 from tenancy.web import MEMBER, OPERATE, allowed, tenant_view
 from tools.accounts import oauth, vault
-from tools.models import UpstreamAccount
+from tools.models import McpServer, UpstreamAccount
 
 
 @never_cache
 @tenant_view(methods=("GET",), read=MEMBER)
 def upstream_accounts(request):
-    servers = vault.person_servers(request.tenant)
-    mine = {account.mcp_server_id: account for account in
+    mine = {(account.mcp_server_id, account.oauth_provider_id): account for account in
             UpstreamAccount.objects.for_tenant(request.tenant).filter(user=request.user)}
     asked = request.GET.get("connect", "")
-    rows = [{"server": server, "account": mine.get(server.pk), "asked": server.name == asked,
-             "lists_tools": server.listing_account_id is not None and mine.get(server.pk) is not None
-             and server.listing_account_id == mine[server.pk].pk} for server in servers]
+    rows = []
+    for upstream in vault.person_upstreams(request.tenant):
+        server = isinstance(upstream, McpServer)
+        account = mine.get((upstream.pk, None) if server else (None, upstream.pk))
+        rows.append({
+            "upstream": upstream, "server": server, "account": account,
+            "key": upstream.name if server else f"http:{upstream.name}",
+            "address": upstream.url if server else upstream.authorization_endpoint,
+            "enabled": upstream.enabled if server else True,
+            "lists_tools": server and account is not None and upstream.listing_account_id == account.pk})
+    for row in rows:
+        row["asked"] = row["key"] == asked
     return render(request, "console/upstream_accounts.html", {
         "rows": rows, "operates": allowed(request.membership, OPERATE)})
 
 
-@never_cache
-@tenant_view(methods=("POST",), read=MEMBER, write=MEMBER)
-def upstream_account_connect(request, server):
+def _connect(request, upstream):
     try:
-        url = vault.connect_start(server=server, user=request.user, session_store=request.session)
+        url = vault.connect_start(upstream=upstream, user=request.user, session_store=request.session)
     except ServiceError as exc:
         messages.error(request, exc.message)
         return HttpResponseRedirect(reverse("console:upstream_accounts", kwargs={"tenant": request.tenant.slug}))
     # A page that goes on to the authorization server, rather than a redirect: the console's CSP lets its forms
     # lead to the console alone, and this server's address was only learnt now.
     return render(request, "console/upstream_account_continue.html",
-                  {"server": server, "url": url, "host": urlsplit(url).netloc})
+                  {"upstream": upstream, "url": url, "host": urlsplit(url).netloc})
+
+
+def _disconnect(request, upstream, accounts):
+    account = accounts.filter(user=request.user).first()
+    if account is None:
+        messages.info(request, f"You have no account connected at {upstream.name}.")
+    else:
+        revoked = vault.account_disconnect(account=account, actor=request.user)
+        messages.success(request, f"Your account at {upstream.name} is disconnected"
+                                  f"{' and its grant revoked there' if revoked else ''}.")
+    return HttpResponseRedirect(reverse("console:upstream_accounts", kwargs={"tenant": request.tenant.slug}))
+
+
+@never_cache
+@tenant_view(methods=("POST",), read=MEMBER, write=MEMBER)
+def upstream_account_connect(request, server):
+    return _connect(request, server)
 
 
 @never_cache
 @tenant_view(methods=("POST",), read=MEMBER, write=MEMBER)
 def upstream_account_disconnect(request, server):
-    account = UpstreamAccount.objects.for_tenant(request.tenant).filter(mcp_server=server, user=request.user).first()
-    if account is None:
-        messages.info(request, f"You have no account connected at {server.name}.")
-    else:
-        revoked = vault.account_disconnect(account=account, actor=request.user)
-        messages.success(request, f"Your account at {server.name} is disconnected"
-                                  f"{' and its grant revoked there' if revoked else ''}.")
-    return HttpResponseRedirect(reverse("console:upstream_accounts", kwargs={"tenant": request.tenant.slug}))
+    return _disconnect(request, server, UpstreamAccount.objects.for_tenant(request.tenant).filter(mcp_server=server))
+
+
+@never_cache
+@tenant_view(methods=("POST",), read=MEMBER, write=MEMBER)
+def provider_account_connect(request, provider):
+    return _connect(request, provider)
+
+
+@never_cache
+@tenant_view(methods=("POST",), read=MEMBER, write=MEMBER)
+def provider_account_disconnect(request, provider):
+    return _disconnect(request, provider,
+                       UpstreamAccount.objects.for_tenant(request.tenant).filter(oauth_provider=provider))
 
 
 @never_cache
@@ -81,7 +110,7 @@ def accounts_callback(request):
             code=request.GET.get("code"), error=request.GET.get("error"), issuer=request.GET.get("iss"))
     except ServiceError as exc:
         return render(request, "console/upstream_account_failed.html", {"error": exc.message}, status=400)
-    messages.success(request, f"Your account at {connected.account.mcp_server.name} is connected.")
+    messages.success(request, f"Your account at {connected.account.upstream.name} is connected.")
     return HttpResponseRedirect(reverse("console:upstream_accounts", kwargs={"tenant": connected.tenant_slug}))
 
 

@@ -1,5 +1,8 @@
-"""The token vault (docs/accounts.md): each person's own tokens at an upstream server, how they are connected,
-used, refreshed and ended.
+"""The token vault (docs/accounts.md): each person's own tokens at an upstream, how they are connected, used,
+refreshed and ended. An upstream is an MCP server (`accounts: person`) or an HTTP tools' OAuth provider
+(`tools.accounts.providers`): its `person` accounts are connected as a server's are, from the operator's
+configuration instead of discovery; its `service` account is the provider's client's own, got by client
+credentials when a call first needs it and again when it expires, under the same one-refresh-in-flight rule.
 
 - **Connecting** is two steps of the person's browser: `connect_start` discovers the server's authorization
   server, picks the client (`tools.accounts.oauth.client_for`) and says where to go; what the callback needs
@@ -33,7 +36,7 @@ from common.errors import ServiceError
 from common.secrets import SecretUnreadable
 from tenancy.models import Membership, Role
 from tools.accounts import oauth
-from tools.models import AccountMode, McpServer, McpTransport, UpstreamAccount
+from tools.models import AccountMode, McpServer, McpTransport, OAuthProvider, UpstreamAccount
 
 logger = logging.getLogger("toolkeeper.accounts")
 
@@ -43,6 +46,8 @@ REFRESH_WAIT_S = 15.0  # how long a call waits for another process's refresh
 PENDING_MAX_AGE_S = 600  # the person has this long at the authorization server
 PENDING_KEY = "toolkeeper.upstream_connect"
 LISTING_ROLES = (Role.ADMIN, Role.OPERATOR)
+ACCOUNT_RELATED = ("mcp_server__tenant", "oauth_provider__tenant", "user")
+UPSTREAM_KINDS = {"mcp": McpServer, "http": OAuthProvider}
 
 
 class AccountNeeded(Exception):
@@ -54,15 +59,27 @@ class AccountNeeded(Exception):
         self.connect_url = connect_url
 
 
-def connect_url(server: McpServer) -> str:
-    """The page where a person connects their account at `server` (absolute: it goes into error texts)."""
-    path = reverse("console:upstream_accounts", kwargs={"tenant": server.tenant.slug})
-    return f"{settings.TOOLKEEPER_PUBLIC_URL.rstrip('/')}{path}?{urlencode({'connect': server.name})}"
+def _kind(upstream) -> str:
+    return "mcp" if isinstance(upstream, McpServer) else "http"
 
 
-def person_servers(tenant) -> list[McpServer]:
-    """The tenant's servers whose calls act as each person's own account."""
-    return list(McpServer.objects.for_tenant(tenant).filter(accounts=AccountMode.PERSON).order_by("name"))
+def upstream_named(upstream) -> str:
+    """The upstream as people read it in a message."""
+    return f"the MCP server {upstream.name!r}" if isinstance(upstream, McpServer) else \
+        f"the HTTP API of OAuth provider {upstream.name!r}"
+
+
+def connect_url(upstream) -> str:
+    """The page where a person connects their account at `upstream` (absolute: it goes into error texts)."""
+    path = reverse("console:upstream_accounts", kwargs={"tenant": upstream.tenant.slug})
+    marked = upstream.name if isinstance(upstream, McpServer) else f"http:{upstream.name}"
+    return f"{settings.TOOLKEEPER_PUBLIC_URL.rstrip('/')}{path}?{urlencode({'connect': marked})}"
+
+
+def person_upstreams(tenant) -> list:
+    """The tenant's MCP servers and HTTP tools' providers whose calls act as each person's own account."""
+    return [*McpServer.objects.for_tenant(tenant).filter(accounts=AccountMode.PERSON).order_by("name"),
+            *OAuthProvider.objects.for_tenant(tenant).filter(accounts=AccountMode.PERSON).order_by("name")]
 
 
 def _is_member(tenant_id: int, user_id: int | None) -> bool:
@@ -72,51 +89,75 @@ def _is_member(tenant_id: int, user_id: int | None) -> bool:
 
 # --- connecting ------------------------------------------------------------------------------------
 
-def _oauth_server(server: McpServer) -> None:
-    if server.accounts != AccountMode.PERSON:
-        raise ServiceError("this server's calls use the tenant's credential: there is no account of yours to "
+def _connectable(upstream) -> None:
+    if upstream.accounts != AccountMode.PERSON:
+        whose = "a service account" if upstream.accounts == AccountMode.SERVICE else "the tenant's credential"
+        raise ServiceError(f"{upstream_named(upstream)} is called with {whose}: there is no account of yours to "
                            "connect")
-    if not server.enabled:
-        raise ServiceError("the server is disabled")
-    if server.transport not in (McpTransport.STREAMABLE_HTTP, McpTransport.SSE):
-        raise ServiceError("only an HTTP server can take each person's own account")
+    if isinstance(upstream, McpServer):
+        if not upstream.enabled:
+            raise ServiceError("the server is disabled")
+        if upstream.transport not in (McpTransport.STREAMABLE_HTTP, McpTransport.SSE):
+            raise ServiceError("only an HTTP server can take each person's own account")
 
 
-def _stored_client(server: McpServer) -> dict | None:
+def _stored_client(upstream) -> dict | None:
     try:
-        stored = server.oauth_client
+        stored = upstream.oauth_client if isinstance(upstream, McpServer) else upstream.client
     except SecretUnreadable:
         return None  # registered again (or the operator enters it again)
     return dict(stored) if stored else None
 
 
-def _failed(server: McpServer, user, stage: str, exc: Exception) -> ServiceError:
-    audit_record(tenant=server.tenant, actor=user, verb="upstream_account.failed", target=_target(server),
+def _failed(upstream, user, stage: str, exc: Exception) -> ServiceError:
+    audit_record(tenant=upstream.tenant, actor=user, verb="upstream_account.failed", target=_target(upstream),
                  data={"stage": stage, "error": str(exc)[:300]})
-    return ServiceError(f"connecting to {server.name} failed: {exc}")
+    return ServiceError(f"connecting to {upstream.name} failed: {exc}")
 
 
-def _target(server: McpServer) -> str:
-    return f"mcp_server:{server.name}"
+def _target(upstream) -> str:
+    return f"{'mcp_server' if isinstance(upstream, McpServer) else 'oauth_provider'}:{upstream.name}"
 
 
-def connect_start(*, server: McpServer, user, session_store) -> str:
-    """Begin connecting `user`'s account at `server`: the authorization URL to send their browser to. What the
-    callback needs is kept in `session_store` (the person's console session)."""
-    _oauth_server(server)
+def _configured(provider: OAuthProvider) -> oauth.AuthServer:
+    """An HTTP tools' provider as discovery would have found it: what the operator entered."""
+    return oauth.AuthServer(
+        issuer=provider.issuer, authorization_endpoint=provider.authorization_endpoint,
+        token_endpoint=provider.token_endpoint, registration_endpoint="",
+        revocation_endpoint=provider.revocation_endpoint, resource=provider.resource, scopes=provider.scopes,
+        client_id_documents=False, issuer_in_response=False)
+
+
+def _authorization_server(upstream, user) -> tuple[oauth.AuthServer, dict]:
+    if isinstance(upstream, OAuthProvider):
+        client = _stored_client(upstream)
+        if client is None:
+            raise _failed(upstream, user, "client", oauth.OAuthFailed("its client cannot be read with the platform's "
+                                                                      "keys: an operator enters it again"))
+        return _configured(upstream), client
     try:
-        auth = oauth.discover(server.url, transport=server.transport)
-        client, registered = oauth.client_for(auth, _stored_client(server))
+        auth = oauth.discover(upstream.url, transport=upstream.transport)
+        client, registered = oauth.client_for(auth, _stored_client(upstream))
     except oauth.OAuthFailed as exc:
-        raise _failed(server, user, "discovery", exc) from None
+        raise _failed(upstream, user, "discovery", exc) from None
     if registered is not None:  # kept for the next person: one registration per server and issuer
-        server.oauth_client = registered
-        McpServer.objects.for_tenant(server.tenant_id).filter(pk=server.pk).update(oauth_client=registered)
-    authorization = oauth.authorization_start(auth, client, scopes=server.oauth_scopes or auth.scopes)
+        upstream.oauth_client = registered
+        McpServer.objects.for_tenant(upstream.tenant_id).filter(pk=upstream.pk).update(oauth_client=registered)
+    return auth, client
+
+
+def connect_start(*, upstream, user, session_store) -> str:
+    """Begin connecting `user`'s account at `upstream`: the authorization URL to send their browser to. What the
+    callback needs is kept in `session_store` (the person's console session)."""
+    _connectable(upstream)
+    auth, client = _authorization_server(upstream, user)
+    scopes = (upstream.oauth_scopes or auth.scopes) if isinstance(upstream, McpServer) else upstream.scopes
+    authorization = oauth.authorization_start(auth, client, scopes=scopes)
     pending = dict(session_store.get(PENDING_KEY) or {})
     now = time.time()
     pending = {state: entry for state, entry in pending.items() if now - entry["at"] < PENDING_MAX_AGE_S}
-    pending[authorization.state] = {"at": now, "tenant": server.tenant_id, "server": server.pk, "user": user.pk,
+    pending[authorization.state] = {"at": now, "tenant": upstream.tenant_id, "kind": _kind(upstream),
+                                    "upstream": upstream.pk, "user": user.pk,
                                     "verifier": authorization.verifier, "client_id": client["client_id"],
                                     "auth": auth.to_json()}
     session_store[PENDING_KEY] = dict(list(pending.items())[-5:])  # a few connections under way at most
@@ -145,42 +186,54 @@ def connect_finish(*, user, session_store, state: str, code: str | None, error: 
                    issuer: str | None) -> Connected:
     """The authorization server's answer at the callback: the tokens stored for the person who started it."""
     entry = _pending(session_store, state, user)
-    server = McpServer.objects.select_related("tenant").filter(pk=entry["server"], tenant_id=entry["tenant"]).first()
-    if server is None or not _is_member(entry["tenant"], user.pk):
-        raise ServiceError("the server or your membership of its tenant is gone")
-    _oauth_server(server)
+    model = UPSTREAM_KINDS.get(entry.get("kind"), McpServer)
+    upstream = model.objects.select_related("tenant").filter(pk=entry["upstream"], tenant_id=entry["tenant"]).first()
+    if upstream is None or not _is_member(entry["tenant"], user.pk):
+        raise ServiceError("the upstream or your membership of its tenant is gone")
+    _connectable(upstream)
+    server = upstream if isinstance(upstream, McpServer) else None
     auth = oauth.AuthServer.from_json(entry["auth"])
+    if server is None and upstream.token_endpoint != auth.token_endpoint:
+        raise ServiceError("the provider was changed meanwhile: connect again")
     if error or not code:
         refused = "you declined" if error == "access_denied" else "the authorization server gave no code"
-        raise _failed(server, user, "authorization", oauth.OAuthFailed(refused))
-    if (issuer is not None and issuer != auth.issuer) or (issuer is None and auth.issuer_in_response):
-        raise _failed(server, user, "authorization", oauth.OAuthFailed("the answer came from another issuer"))
-    stored = _stored_client(server) or {}
+        raise _failed(upstream, user, "authorization", oauth.OAuthFailed(refused))
+    # An operator's provider without an issuer cannot check one (RFC 9207 is then the provider's to ignore).
+    if auth.issuer and ((issuer is not None and issuer != auth.issuer) or (issuer is None and auth.issuer_in_response)):
+        raise _failed(upstream, user, "authorization", oauth.OAuthFailed("the answer came from another issuer"))
+    stored = _stored_client(upstream) or {}
     client = stored if stored.get("client_id") == entry["client_id"] else {"client_id": entry["client_id"]}
     try:
         tokens = oauth.code_exchange(token_endpoint=auth.token_endpoint, client=client, code=code,
                                      verifier=entry["verifier"], resource=auth.resource)
     except oauth.OAuthFailed as exc:
-        raise _failed(server, user, "token", exc) from None
+        raise _failed(upstream, user, "token", exc) from None
     with transaction.atomic():
-        previous = UpstreamAccount.objects.for_tenant(server.tenant_id).filter(mcp_server=server, user=user).first()
+        previous = _accounts_at(upstream).filter(user=user).first()
         if previous is not None:
             previous.delete()  # connecting again replaces the grant (the old one is revoked below)
         account = UpstreamAccount.objects.create(
-            tenant=server.tenant, user=user, mcp_server=server, issuer=auth.issuer,
+            tenant=upstream.tenant, user=user, mcp_server=server,
+            oauth_provider=upstream if server is None else None, issuer=auth.issuer,
             tokens={"access_token": tokens.access_token, "refresh_token": tokens.refresh_token},
             token_endpoint=auth.token_endpoint, revocation_endpoint=auth.revocation_endpoint,
             client_id=client["client_id"], resource=auth.resource, scope=tokens.scope, expires_at=_expiry(tokens))
-        listing = server.listing_account_id is None and Membership.objects.filter(
+        listing = server is not None and server.listing_account_id is None and Membership.objects.filter(
             tenant_id=server.tenant_id, user=user, role__in=LISTING_ROLES).exists()
         if listing:  # an operator's connection lists the tools until another operator's takes over
             McpServer.objects.for_tenant(server.tenant_id).filter(pk=server.pk).update(listing_account=account)
-        audit_record(tenant=server.tenant, actor=user, verb="upstream_account.connected", target=_target(server),
-                     data={"issuer": auth.issuer, "scope": tokens.scope, "lists_tools": listing,
-                           "replaced": previous is not None})
+        audit_record(tenant=upstream.tenant, actor=user, verb="upstream_account.connected",
+                     target=_target(upstream), data={"issuer": auth.issuer, "scope": tokens.scope,
+                                                     "lists_tools": listing, "replaced": previous is not None})
     if previous is not None:
         _revoke_upstream(previous)
-    return Connected(account=account, tenant_slug=server.tenant.slug)
+    return Connected(account=account, tenant_slug=upstream.tenant.slug)
+
+
+def _accounts_at(upstream):
+    field = "mcp_server" if isinstance(upstream, McpServer) else "oauth_provider"
+    return UpstreamAccount.objects.for_tenant(upstream.tenant_id).select_related(*ACCOUNT_RELATED).filter(
+        **{field: upstream})
 
 
 def _expiry(tokens: oauth.Tokens):
@@ -198,35 +251,50 @@ def _needs_refresh(account: UpstreamAccount) -> bool:
 
 
 def _client_of(account: UpstreamAccount) -> dict:
-    stored = _stored_client(account.mcp_server) or {}
+    stored = _stored_client(account.upstream) or {}
     return stored if stored.get("client_id") == account.client_id else {"client_id": account.client_id}
 
 
 def _reconnect(account: UpstreamAccount, why: str) -> AccountNeeded:
-    server = account.mcp_server
-    return AccountNeeded(f"your account at the MCP server {server.name!r} {why}: connect it again at "
-                         f"{connect_url(server)}", error_type="AccountNotConnected", connect_url=connect_url(server))
+    upstream = account.upstream
+    return AccountNeeded(f"your account at {upstream_named(upstream)} {why}: connect it again at "
+                         f"{connect_url(upstream)}", error_type="AccountNotConnected",
+                         connect_url=connect_url(upstream))
+
+
+def _whose(account: UpstreamAccount) -> str:
+    return account.user.get_username() if account.user_id else "service account"
 
 
 def _refresh(account: UpstreamAccount, started) -> str:
+    """A fresh access token: the refresh token's, or a service account's client credentials'."""
     tokens = account.tokens
+    upstream = account.upstream
     try:
-        fresh = oauth.token_refresh(token_endpoint=account.token_endpoint, client=_client_of(account),
-                                    refresh_token=tokens["refresh_token"], resource=account.resource)
-    except oauth.GrantRefused as exc:
-        with transaction.atomic():
-            account.delete()
-            audit_record(tenant=account.mcp_server.tenant, actor=None, verb="upstream_account.failed",
-                         target=_target(account.mcp_server),
-                         data={"stage": "refresh", "user": account.user.get_username(), "error": str(exc)})
-        raise _reconnect(account, "was ended by its authorization server") from None
-    except oauth.OAuthFailed:
+        if account.user_id is None:
+            fresh = oauth.client_credentials(token_endpoint=account.token_endpoint, client=_client_of(account),
+                                             scopes=upstream.scopes, resource=account.resource)
+        else:
+            fresh = oauth.token_refresh(token_endpoint=account.token_endpoint, client=_client_of(account),
+                                        refresh_token=tokens["refresh_token"], resource=account.resource)
+    except oauth.OAuthFailed as exc:
+        if isinstance(exc, oauth.GrantRefused) and account.user_id is not None:
+            with transaction.atomic():
+                account.delete()
+                audit_record(tenant=upstream.tenant, actor=None, verb="upstream_account.failed",
+                             target=_target(upstream), data={"stage": "refresh", "user": _whose(account),
+                                                             "error": str(exc)})
+            raise _reconnect(account, "was ended by its authorization server") from None
         UpstreamAccount.objects.for_tenant(account.tenant_id).filter(
             pk=account.pk, refresh_started_at=started).update(refresh_started_at=None)
+        if account.user_id is None:  # nobody else would hear of a service account's refusal
+            audit_record(tenant=upstream.tenant, actor=None, verb="upstream_account.failed",
+                         target=_target(upstream), data={"stage": "client_credentials", "user": _whose(account),
+                                                         "error": str(exc)[:300]})
         raise
     now = timezone.now()
     account.tokens = {"access_token": fresh.access_token,
-                      "refresh_token": fresh.refresh_token or tokens["refresh_token"]}
+                      "refresh_token": fresh.refresh_token or tokens.get("refresh_token", "")}
     account.expires_at = _expiry(fresh)
     account.refreshed_at = now
     account.refresh_count += 1
@@ -235,6 +303,10 @@ def _refresh(account: UpstreamAccount, started) -> str:
         account.scope = fresh.scope
     account.save(update_fields=["tokens", "expires_at", "refreshed_at", "refresh_count", "refresh_started_at",
                                 "scope"])
+    if account.user_id is None and account.refresh_count == 1:  # a service account's first token
+        audit_record(tenant=upstream.tenant, actor=None, verb="upstream_account.connected", target=_target(upstream),
+                     data={"user": _whose(account), "issuer": account.issuer, "scope": account.scope,
+                           "lists_tools": False, "replaced": False})
     return fresh.access_token
 
 
@@ -244,7 +316,7 @@ def account_token(account: UpstreamAccount) -> str:
     while True:
         if not _needs_refresh(account):
             return account.tokens["access_token"]
-        if not account.tokens.get("refresh_token"):
+        if account.user_id is not None and not account.tokens.get("refresh_token"):
             if account.expires_at > timezone.now():
                 return account.tokens["access_token"]
             raise _reconnect(account, "has expired")
@@ -258,25 +330,41 @@ def account_token(account: UpstreamAccount) -> str:
             raise oauth.OAuthFailed("another process's refresh of the token did not finish")
         time.sleep(0.1)
         account = (UpstreamAccount.objects.for_tenant(account.tenant_id)
-                   .select_related("mcp_server__tenant", "user").filter(pk=account.pk).first())
+                   .select_related(*ACCOUNT_RELATED).filter(pk=account.pk).first())
         if account is None:
             raise AccountNeeded("your account was disconnected meanwhile", error_type="AccountNotConnected")
 
 
-def call_token(*, server: McpServer, session) -> str:
-    """The access token a call of `session` sends to `server`: its verified person's own (AccountNeeded when
-    there is none, with what to do)."""
+def _service_account(provider: OAuthProvider) -> UpstreamAccount:
+    """The provider's service account, made (without a token yet: due at once) when a call first needs it."""
+    account, _ = UpstreamAccount.objects.for_tenant(provider.tenant_id).select_related(*ACCOUNT_RELATED).get_or_create(
+        oauth_provider=provider, user=None,
+        defaults={"tenant_id": provider.tenant_id, "tokens": {"access_token": ""}, "expires_at": timezone.now(),
+                  "issuer": provider.issuer, "token_endpoint": provider.token_endpoint,
+                  "revocation_endpoint": provider.revocation_endpoint, "resource": provider.resource,
+                  "client_id": (_stored_client(provider) or {}).get("client_id", ""), "scope": provider.scopes})
+    return account
+
+
+def call_token(*, upstream, session) -> str:
+    """The access token a call of `session` sends to `upstream`: a provider's service account's, or the call's
+    verified person's own (AccountNeeded when there is none, with what to do)."""
+    if isinstance(upstream, OAuthProvider) and upstream.accounts == AccountMode.SERVICE:
+        try:
+            return account_token(_service_account(upstream))
+        except SecretUnreadable:
+            raise oauth.OAuthFailed("the provider's client cannot be read with the platform's keys: an operator "
+                                    "enters it again") from None
     person_id = session.person_id if session.user_verified else None
     if not _is_member(session.tenant_id, person_id):
         raise AccountNeeded(
-            f"the MCP server {server.name!r} acts as each person's own account, and this session's user is not a "
+            f"{upstream_named(upstream)} acts as each person's own account, and this session's user is not a "
             "verified person of the tenant (sign in through an OAuth client, or pass the user's ID token)",
             error_type="VerifiedUserRequired")
-    account = (UpstreamAccount.objects.for_tenant(session.tenant_id).select_related("mcp_server__tenant", "user")
-               .filter(mcp_server=server, user_id=person_id).first())
+    account = _accounts_at(upstream).filter(user_id=person_id).first()
     if account is None:
-        url = connect_url(server)
-        raise AccountNeeded(f"the MCP server {server.name!r} acts as your own account there, which you have not "
+        url = connect_url(upstream)
+        raise AccountNeeded(f"{upstream_named(upstream)} acts as your own account there, which you have not "
                             f"connected: connect it at {url}", error_type="AccountNotConnected", connect_url=url)
     try:
         return account_token(account)
@@ -286,7 +374,7 @@ def call_token(*, server: McpServer, session) -> str:
 
 def listing_token(server: McpServer) -> str:
     """The token a sync lists the server's tools with: the listing account's (an operator's connection)."""
-    account = (UpstreamAccount.objects.for_tenant(server.tenant_id).select_related("mcp_server__tenant", "user")
+    account = (UpstreamAccount.objects.for_tenant(server.tenant_id).select_related(*ACCOUNT_RELATED)
                .filter(pk=server.listing_account_id).first() if server.listing_account_id else None)
     if account is None:
         raise oauth.OAuthFailed("each person connects their own account to this server, and no operator has "
@@ -308,8 +396,7 @@ def _revoke_upstream(account: UpstreamAccount) -> bool:
     revoked = oauth.token_revoke(revocation_endpoint=account.revocation_endpoint, client=_client_of(account),
                                  token=token, hint=hint)
     if not revoked:
-        logger.info("the authorization server of MCP server %s did not revoke account %s", account.mcp_server_id,
-                    account.pk)
+        logger.info("the authorization server of %s did not revoke account %s", _target(account.upstream), account.pk)
     return revoked
 
 
@@ -319,9 +406,9 @@ def account_disconnect(*, account: UpstreamAccount, actor=None, reason: str = "d
     with transaction.atomic():
         deleted, _ = UpstreamAccount.objects.for_tenant(account.tenant_id).filter(pk=account.pk).delete()
         if deleted:
-            audit_record(tenant=account.mcp_server.tenant, actor=actor, verb="upstream_account.disconnected",
-                         target=_target(account.mcp_server),
-                         data={"user": account.user.get_username(), "reason": reason, "revoked": revoked,
+            audit_record(tenant=account.upstream.tenant, actor=actor, verb="upstream_account.disconnected",
+                         target=_target(account.upstream),
+                         data={"user": _whose(account), "reason": reason, "revoked": revoked,
                                "refreshes": account.refresh_count})
     return revoked
 
@@ -330,9 +417,9 @@ def _accounts_end(accounts, *, reason: str) -> int:
     """Deleted in the caller's transaction, revoked upstream once it commits; how many."""
     for account in accounts:
         UpstreamAccount.objects.for_tenant(account.tenant_id).filter(pk=account.pk).delete()
-        audit_record(tenant=account.mcp_server.tenant, actor=None, verb="upstream_account.disconnected",
-                     target=_target(account.mcp_server),
-                     data={"user": account.user.get_username(), "reason": reason,
+        audit_record(tenant=account.upstream.tenant, actor=None, verb="upstream_account.disconnected",
+                     target=_target(account.upstream),
+                     data={"user": _whose(account), "reason": reason,
                            "revoked": bool(account.revocation_endpoint), "refreshes": account.refresh_count})
         transaction.on_commit(lambda account=account: _revoke_upstream(account))
     return len(accounts)
@@ -340,14 +427,13 @@ def _accounts_end(accounts, *, reason: str) -> int:
 
 def accounts_end_for(*, tenant, user, reason: str) -> int:
     """End every account `user` connected in `tenant` (they left it)."""
-    return _accounts_end(UpstreamAccount.objects.for_tenant(tenant).select_related("mcp_server__tenant", "user")
+    return _accounts_end(UpstreamAccount.objects.for_tenant(tenant).select_related(*ACCOUNT_RELATED)
                          .filter(user=user), reason=reason)
 
 
-def server_accounts_end(*, server: McpServer, reason: str) -> int:
-    """End every account connected at `server` (it goes, or its address or mode changed)."""
-    return _accounts_end(UpstreamAccount.objects.for_tenant(server.tenant_id)
-                         .select_related("mcp_server__tenant", "user").filter(mcp_server=server), reason=reason)
+def upstream_accounts_end(*, upstream, reason: str) -> int:
+    """End every account connected at `upstream` (it goes, or what its grants were for changed)."""
+    return _accounts_end(list(_accounts_at(upstream)), reason=reason)
 
 
 def member_accounts_end(sender, *, tenant, user, **kwargs) -> None:

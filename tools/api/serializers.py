@@ -13,7 +13,6 @@ from tools.catalog.declared import DECLARED_MAX, DESCRIPTION_MAX
 from tools.catalog.registry import annotate_calls, calls_annotated
 from tools.catalog.selectors import FORMATS
 from tools.models import (
-    AccountMode,
     AgentSession,
     BoundArgument,
     CallEvent,
@@ -27,6 +26,7 @@ from tools.upstream.servers import (
     HEADERS_MAX,
     NAME_LENGTH_MAX,
     NAMES_MAX,
+    SERVER_ACCOUNT_MODES,
     SERVER_NAME,
     SERVER_NAME_RULE,
     TIMEOUT_RANGE,
@@ -537,7 +537,7 @@ class McpServerSerializer(strict.ModelSerializer):
     trusted = serializers.BooleanField(required=False, help_text="its tools' annotations (readOnlyHint, "
                                        "destructiveHint, idempotentHint) become their flags")
     accounts = serializers.ChoiceField(
-        choices=AccountMode.values, required=False,
+        choices=SERVER_ACCOUNT_MODES, required=False,
         help_text="`tenant`: every call uses the server's own credentials (headers); `person`: each call carries "
                   "its verified person's own OAuth token, which they connect on the console's accounts page")
     oauth_client = CredentialsField(help_text="`person` servers: a client registered at the server's authorization "

@@ -1,6 +1,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
+from tools.accounts.api import OAuthProviderViewSet
 from tools.api import views
 from tools.http_tools import api as http_tools
 from tools.redaction.api import RedactionRuleViewSet
@@ -12,6 +13,7 @@ router.register("bindings", views.BindingViewSet, basename="binding")
 router.register("mcp-servers", views.McpServerViewSet, basename="mcp-server")
 router.register("redaction-rules", RedactionRuleViewSet, basename="redaction-rule")
 router.register("http-tools", http_tools.HttpToolViewSet, basename="http-tool")
+router.register("oauth-providers", OAuthProviderViewSet, basename="oauth-provider")
 
 urlpatterns = [
     path("sessions", views.SessionCreateView.as_view(), name="session-create"),

@@ -51,7 +51,7 @@ from tools.catalog.registry import resource_providers
 from tools.catalog.selectors import MCP_PRESENCE_S, mcp_presence_key, session_tools, visible_tool
 from tools.catalog.services import session_create
 from tools.catalog.snapshot import ExposedTool
-from tools.models import TERMINAL_STATUSES, AgentSession, CallStatus, Tool, ToolCall
+from tools.models import TERMINAL_STATUSES, AgentSession, CallStatus, HttpEndpoint, Tool, ToolCall
 
 logger = logging.getLogger("toolkeeper.mcp")
 
@@ -325,11 +325,18 @@ def _account_to_connect(call: ToolCall) -> types.ElicitRequestURLParams | None:
     """The person's own account a call that failed `AccountNotConnected` needs (tools.accounts), as a URL for the
     client to open; the call made again after they connected it runs."""
     tool = Tool.objects.for_tenant(call.tenant_id).select_related("mcp_server__tenant").filter(pk=call.tool_id).first()
-    if tool is None or tool.mcp_server is None:
+    if tool is None:
+        return None
+    upstream = tool.mcp_server
+    if upstream is None:  # an HTTP tool of an OAuth provider
+        endpoint = (HttpEndpoint.objects.for_tenant(call.tenant_id).select_related("oauth_provider__tenant")
+                    .filter(tool_id=tool.pk).first())
+        upstream = endpoint.oauth_provider if endpoint is not None else None
+    if upstream is None:
         return None
     return types.ElicitRequestURLParams(
-        message=f"{tool.name} acts as your own account at {tool.mcp_server.name}: connect it, then call again.",
-        url=connect_url(tool.mcp_server), elicitation_id=str(call.pk))
+        message=f"{tool.name} acts as your own account at {upstream.name}: connect it, then call again.",
+        url=connect_url(upstream), elicitation_id=str(call.pk))
 
 
 async def _surface_changed(ctx) -> None:

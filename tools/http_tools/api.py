@@ -57,6 +57,10 @@ class HttpToolSerializer(strict.Serializer):
     secret_names = serializers.SerializerMethodField(help_text="the names of the stored secrets (never their values)")
     response = serializers.DictField(
         required=False, help_text='e.g. {"pointer": "/data"}: the part of a JSON answer that is the result')
+    oauth_provider = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, max_length=24,
+        help_text="the name of an OAuth provider (/api/v1/oauth-providers): each call sends its token (the caller's "
+                  "own, or its service account's) as the Authorization. Null: the tenant's credential")
     source_ref = serializers.CharField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
     updated_at = serializers.DateTimeField(read_only=True)
@@ -71,7 +75,9 @@ class HttpToolSerializer(strict.Serializer):
         return {"id": endpoint.pk, "tool_id": tool.pk, **{name: getattr(tool, name) for name in http_tools.TOOL_FIELDS},
                 "method": endpoint.method, "url": endpoint.url_template, "query": endpoint.query, "body": endpoint.body,
                 "headers": endpoint.headers, "secret_names": self.get_secret_names(endpoint),
-                "response": endpoint.response, "source_ref": tool.source_ref, "created_at": stamp(tool.created_at),
+                "response": endpoint.response,
+                "oauth_provider": endpoint.oauth_provider.name if endpoint.oauth_provider_id else None,
+                "source_ref": tool.source_ref, "created_at": stamp(tool.created_at),
                 "updated_at": stamp(max(tool.updated_at, endpoint.updated_at))}
 
 
@@ -90,6 +96,8 @@ class HttpToolImportSerializer(strict.Serializer):
                                                  "empty: all")
     headers = templates_field("headers of every tool made, as for one HTTP tool")
     secrets = SecretsField(help_text="write-only: the secrets of every tool made")
+    oauth_provider = serializers.CharField(required=False, allow_null=True, max_length=24,
+                                           help_text="the OAuth provider every tool made calls with")
     timeout_s = serializers.FloatField(required=False, min_value=http_tools.TIMEOUT_RANGE[0],
                                        max_value=http_tools.TIMEOUT_RANGE[1])
 
@@ -114,7 +122,8 @@ class HttpToolViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
     model = HttpEndpoint
 
     def safely_get_queryset(self, queryset):
-        return queryset.filter(tool__source=ToolSource.HTTP).select_related("tool").order_by("tool__name")
+        return (queryset.filter(tool__source=ToolSource.HTTP).select_related("tool", "oauth_provider")
+                .order_by("tool__name"))
 
     def represent(self, tool, status: int = 200) -> Response:
         return Response(self.get_serializer(self.get_queryset().get(tool=tool)).data, status=status)

@@ -7,6 +7,7 @@ from common.json_values import JSONValueField
 from tenancy.editing import ObjectDeleteView, ObjectFormView, SecretTextarea, credentials_from_text, credentials_stored
 from tenancy.web import TenantForm, acting_user
 from tools.http_tools import services as http_tools
+from tools.models import OAuthProvider
 
 JSON_AREA = {"rows": 4, "spellcheck": "false"}
 
@@ -36,6 +37,11 @@ class HttpToolForm(TenantForm):
                                         "named; the others stay.")
     remove_secrets = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
                                                label="Remove secrets")
+    oauth_provider = forms.ChoiceField(
+        required=False, label="Calls act as",
+        help_text="The tenant's credential (the headers and secrets above), or a token of one of the tenant's OAuth "
+                  "providers (Tools → OAuth providers): each person's own, or its service account's, sent as the "
+                  "Authorization header.")
     pointer = forms.CharField(required=False, max_length=http_tools.POINTER_MAX, label="Result pointer",
                               help_text="A JSON pointer (/data/items) to the part of a JSON answer that is the "
                                         "result. Empty: the whole answer.")
@@ -55,6 +61,9 @@ class HttpToolForm(TenantForm):
             self.fields["secrets"].help_text = f"{shown} {self.fields['secrets'].help_text}"
         if not stored:
             del self.fields["remove_secrets"]
+        self.fields["oauth_provider"].choices = [("", "the tenant's credential"), *(
+            (provider.name, f"OAuth provider {provider.name} ({provider.get_accounts_display()})")
+            for provider in OAuthProvider.objects.for_tenant(self.tenant))]
 
     def initial_for(self, endpoint) -> dict:
         tool = endpoint.tool
@@ -63,7 +72,8 @@ class HttpToolForm(TenantForm):
                 "body": endpoint.body, "headers": "\n".join(f"{k}: {v}" for k, v in (endpoint.headers or {}).items()),
                 "pointer": (endpoint.response or {}).get("pointer", ""), "timeout_s": tool.timeout_s,
                 "read_only": tool.read_only, "destructive": tool.destructive, "idempotent": tool.idempotent,
-                "enabled": tool.enabled}
+                "enabled": tool.enabled,
+                "oauth_provider": endpoint.oauth_provider.name if endpoint.oauth_provider_id else ""}
 
     def clean_headers(self):
         text = self.cleaned_data["headers"]
@@ -79,6 +89,7 @@ class HttpToolForm(TenantForm):
                                                 "timeout_s", "read_only", "destructive", "idempotent", "enabled")}
         values["query"] = data["query"] if data["query"] is not None else {}
         values["body"] = data["body"]
+        values["oauth_provider"] = data["oauth_provider"] or None
         values["response"] = {"pointer": data["pointer"]} if data["pointer"] else {}
         secrets = dict(data["secrets"])
         secrets.update({name: None for name in data.get("remove_secrets") or ()})

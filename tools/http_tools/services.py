@@ -13,6 +13,9 @@ How a call becomes a request:
   the arguments that the URL and the query did not use. GET and DELETE send no body.
 - **Headers** are plain values in which `{secret:NAME}` stands for the endpoint's stored secret NAME
   (`"Authorization": "Bearer {secret:token}"`). Secrets are usable in headers only, and arguments are not.
+- **OAuth.** A tool that names an OAuth provider (`oauth_provider`, tools.accounts.providers) sends a token of
+  that provider as its `Authorization`: the call's verified person's own, or the provider's service account's
+  (docs/accounts.md). Its headers then hold no `Authorization` of their own.
 - **Response.** A JSON answer is the result's structure and text (`response.pointer`, a JSON pointer, picks
   a part of it); any other answer is text, and so is a JSON answer over ANSWER_JSON_MAX_BYTES or of more than
   ANSWER_JSON_MAX_NODES values (bounds on the work of reading it; the transport refuses an answer over
@@ -45,9 +48,11 @@ from common.errors import ServiceError
 from common.json_values import flags_check, json_parse, json_problem, seconds_check
 from common.outbound import OutboundRefused, ResponseTooLarge, check_url, http_client
 from common.secrets import SecretUnreadable
+from tools.accounts import vault
+from tools.accounts.oauth import OAuthFailed
 from tools.catalog.registry import register_source
 from tools.catalog.schemas import declared_object_schema, tool_name_reserved
-from tools.models import HttpEndpoint, Tool, ToolSource
+from tools.models import HttpEndpoint, OAuthProvider, Tool, ToolSource
 from tools.python.decorators import CallCancelled, ToolError
 from tools.python.results import tool_result
 from tools.upstream.servers import HEADER_VALUE
@@ -76,7 +81,7 @@ HIDDEN = "[hidden]"
 SECRET_SHOWN_MIN = 4  # shorter values are not searched for in answers (every "a" would go)
 TOOL_FIELDS = ("name", "description", "input_schema", "read_only", "destructive", "idempotent", "timeout_s",
                "enabled")
-ENDPOINT_FIELDS = ("method", "url", "query", "body", "headers", "response")
+ENDPOINT_FIELDS = ("method", "url", "query", "body", "headers", "response", "oauth_provider")
 FIELDS = (*TOOL_FIELDS, *ENDPOINT_FIELDS, "secrets")
 
 
@@ -324,6 +329,18 @@ def _failure(exc: Exception, forms: list[str]) -> ToolError:
     raise exc
 
 
+def _provider_token(endpoint: HttpEndpoint, ctx) -> str:
+    """The token of the tool's OAuth provider for this call (the caller's own, or the service account's)."""
+    provider = endpoint.oauth_provider
+    try:
+        return vault.call_token(upstream=provider, session=ctx.session)
+    except vault.AccountNeeded as exc:
+        raise ToolError(str(exc), error_type=exc.error_type) from None
+    except OAuthFailed as exc:
+        raise ToolError(f"no token could be got from the OAuth provider {provider.name!r}: {exc}",
+                        error_type="UpstreamUnavailable") from None
+
+
 class HttpSource:
     kinds = ("http",)
 
@@ -331,7 +348,8 @@ class HttpSource:
         return ()  # HTTP tools are rows operators create (http_tool_create), not offered by code
 
     def invoke(self, tool, arguments, ctx):
-        endpoint = HttpEndpoint.objects.for_tenant(tool.tenant_id).filter(tool_id=tool.pk).first()
+        endpoint = (HttpEndpoint.objects.for_tenant(tool.tenant_id).select_related("oauth_provider__tenant")
+                    .filter(tool_id=tool.pk).first())
         if endpoint is None:
             raise ToolError(f"{tool.name} has no endpoint configured", error_type="ToolNotAvailable")
         try:
@@ -339,8 +357,12 @@ class HttpSource:
         except SecretUnreadable:
             raise ToolError("the endpoint's stored secrets cannot be read with the platform's keys; an operator "
                             "must enter them again", error_type="ToolNotAvailable") from None
-        forms = _secret_forms(secrets)
         request = request_of(endpoint, arguments if isinstance(arguments, dict) else {}, secrets)
+        if endpoint.oauth_provider_id is not None:
+            token = _provider_token(endpoint, ctx)
+            request["headers"]["Authorization"] = f"Bearer {token}"
+            secrets["Authorization"] = token  # hidden from answers that echo it, as a stored secret is
+        forms = _secret_forms(secrets)
         try:
             check_url(request["url"])
             status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
@@ -490,6 +512,20 @@ def _check_response(response, errors: dict) -> None:
         errors["response"] = [f"pointer: a JSON pointer (\"/data/items\") of at most {POINTER_MAX} characters"]
 
 
+def _check_provider(tenant, values: dict, errors: dict) -> OAuthProvider | None:
+    """The OAuth provider the tool names (its name, or null for the tenant's credential)."""
+    name = values["oauth_provider"]
+    if name is None or name == "":
+        return None
+    provider = OAuthProvider.objects.for_tenant(tenant).filter(name=name).first() if isinstance(name, str) else None
+    if provider is None:
+        errors["oauth_provider"] = ["the name of one of the tenant's OAuth providers, or null"]
+        return None
+    if any(str(header).lower() == "authorization" for header in (values["headers"] or {})):
+        errors["headers"] = ["the OAuth provider's token is the Authorization header: leave it out of the headers"]
+    return provider
+
+
 def http_tool_check(tenant, changes: dict, tool: Tool | None = None) -> tuple[dict, dict, dict]:
     """The tool's and the endpoint's fields after `changes`, and the secrets, checked whole; ServiceError
     naming each refused field."""
@@ -500,13 +536,14 @@ def http_tool_check(tenant, changes: dict, tool: Tool | None = None) -> tuple[di
         current = {"name": "", "description": "", "input_schema": {"type": "object", "properties": {}},
                    "read_only": False, "destructive": False, "idempotent": False, "timeout_s": 30.0,
                    "enabled": True, "method": "POST", "url": "", "query": {}, "body": None, "headers": {},
-                   "response": {}}
+                   "response": {}, "oauth_provider": None}
         stored = {}
     else:
         endpoint = tool.http
         current = {**{name: getattr(tool, name) for name in TOOL_FIELDS}, "method": endpoint.method,
                    "url": endpoint.url_template, "query": endpoint.query, "body": endpoint.body,
-                   "headers": endpoint.headers, "response": endpoint.response}
+                   "headers": endpoint.headers, "response": endpoint.response,
+                   "oauth_provider": endpoint.oauth_provider.name if endpoint.oauth_provider_id else None}
         try:
             stored = dict(endpoint.secrets or {})
         except SecretUnreadable:
@@ -530,6 +567,7 @@ def http_tool_check(tenant, changes: dict, tool: Tool | None = None) -> tuple[di
         _check_body(values, properties, errors)
     _check_headers(values["headers"], secrets, errors)
     _check_response(values["response"], errors)
+    provider = _check_provider(tenant, values, errors)
     if tool is not None and "url" not in errors and _origin(values["url"]) != _origin(tool.http.url_template):
         kept = sorted(name for name in stored if name in secrets and name not in (changes.get("secrets") or {}))
         if kept:
@@ -540,7 +578,8 @@ def http_tool_check(tenant, changes: dict, tool: Tool | None = None) -> tuple[di
         raise ServiceError(errors)
     tool_values = {name: values[name] for name in TOOL_FIELDS}
     endpoint_values = {"method": values["method"], "url_template": values["url"], "query": values["query"],
-                       "body": values["body"], "headers": values["headers"], "response": values["response"]}
+                       "body": values["body"], "headers": values["headers"], "response": values["response"],
+                       "oauth_provider": provider}
     return tool_values, endpoint_values, secrets
 
 
@@ -552,7 +591,8 @@ def _described(tool_values: dict, endpoint_values: dict, secrets: dict) -> dict:
     """What the audit log may hold: never a secret's value, nor a header's."""
     return {"source": ToolSource.HTTP, "method": endpoint_values["method"], "url": endpoint_values["url_template"],
             "query": sorted(endpoint_values["query"]), "header_names": sorted(endpoint_values["headers"]),
-            "secret_names": sorted(secrets), "enabled": tool_values["enabled"]}
+            "secret_names": sorted(secrets), "enabled": tool_values["enabled"],
+            "oauth_provider": endpoint_values["oauth_provider"].name if endpoint_values["oauth_provider"] else None}
 
 
 @transaction.atomic
@@ -793,11 +833,12 @@ def _messages(exc: ServiceError) -> str:
 
 
 def http_tools_import(*, tenant, document: str, prefix: str = "", base_url: str = "", operations=None,
-                      headers=None, secrets=None, timeout_s: float = 30.0, actor=None) -> list[dict]:
+                      headers=None, secrets=None, oauth_provider=None, timeout_s: float = 30.0,
+                      actor=None) -> list[dict]:
     """One HTTP tool per operation of an OpenAPI 3 document (those in `operations`, by operationId or
     "METHOD /path", or all): its path and query parameters and the properties of its JSON body are the
-    arguments. Each is created as `http_tool_create` would, or reported with why not; `headers` and
-    `secrets` go to every tool made. Returns one entry per operation looked at."""
+    arguments. Each is created as `http_tool_create` would, or reported with why not; `headers`, `secrets` and
+    `oauth_provider` go to every tool made. Returns one entry per operation looked at."""
     if not isinstance(prefix, str) or not PREFIX.fullmatch(prefix):
         raise _refused("prefix", "0-32 letters, digits, '_' or '-'")
     parsed = openapi_parse(document)
@@ -828,7 +869,8 @@ def http_tools_import(*, tenant, document: str, prefix: str = "", base_url: str 
                 try:
                     with transaction.atomic():
                         tool = http_tool_create(tenant=tenant, actor=actor, timeout_s=timeout_s,
-                                                headers=headers or {}, secrets=secrets or {}, **fields)
+                                                headers=headers or {}, secrets=secrets or {},
+                                                oauth_provider=oauth_provider, **fields)
                 except ServiceError as exc:
                     reason = _messages(exc)
                 else:

@@ -21,7 +21,7 @@ from tools.catalog.pages import GroupAddForm, tools_to_group
 from tools.catalog.selectors import exposed_schema
 from tools.models import AccountMode, BoundArgument, McpServer, McpTransport, Tool, ToolGroup
 from tools.upstream import servers as mcp_servers
-from tools.upstream.servers import SERVER_NAME_RULE, TIMEOUT_RANGE, stdio_servers
+from tools.upstream.servers import SERVER_ACCOUNT_MODES, SERVER_NAME_RULE, TIMEOUT_RANGE, stdio_servers
 
 
 class McpServerForm(TenantForm):
@@ -41,8 +41,8 @@ class McpServerForm(TenantForm):
     env = forms.CharField(required=False, widget=SecretTextarea(attrs={"rows": 2, "autocomplete": "off"}),
                           label="Environment", help_text="stdio: one per line, NAME=value (or a JSON object).")
     clear_env = forms.BooleanField(required=False, label="Remove the stored environment")
-    accounts = forms.ChoiceField(choices=AccountMode.choices, initial=AccountMode.TENANT, label="Calls act as",
-                                 required=False,
+    accounts = forms.ChoiceField(choices=[(mode, AccountMode(mode).label) for mode in SERVER_ACCOUNT_MODES],
+                                 initial=AccountMode.TENANT, label="Calls act as", required=False,
                                  help_text="HTTP servers that follow the MCP authorization specification can act as "
                                            "each person's own account: every member connects theirs on the "
                                            "\"Your accounts\" page, and a call carries its verified person's "

@@ -36,7 +36,7 @@ from common.errors import ServiceError
 from common.json_values import flags_check, json_problem, seconds_check
 from common.outbound import OutboundRefused, check_url
 from common.secrets import SecretUnreadable, secret_readable
-from tools.accounts import vault
+from tools.accounts import oauth, vault
 from tools.accounts.oauth import OAuthFailed
 from tools.accounts.vault import AccountNeeded
 from tools.catalog.schemas import SchemaProblem, schema_check, tool_name_reserved
@@ -70,10 +70,6 @@ FIELDS = ("name", "transport", "url", "headers", "command", "env", "enabled", "t
           "trusted", "accounts", "oauth_client", "oauth_scopes")
 SECRET_FIELDS = ("headers", "env", "oauth_client")
 SECRET_WORDS = {"headers": "headers", "env": "environment", "oauth_client": "OAuth client"}
-OAUTH_CLIENT_KEYS = frozenset({"client_id", "client_secret"})
-OAUTH_VALUE_MAX = 2000
-SCOPES = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+(?: [\x21\x23-\x5b\x5d-\x7e]+)*")  # RFC 6749 scope-tokens
-SCOPES_MAX = 500
 ERROR_MAX = 500
 UNEXPECTED = "the server's answer could not be used"  # a failure the client did not report as such
 SKIPPED_IN_AUDIT = 50
@@ -488,10 +484,13 @@ def _check_http(values: dict, changes: dict, instance, errors: dict) -> None:
                              "are only sent where they were entered for), or {} to send none"]
 
 
+SERVER_ACCOUNT_MODES = (AccountMode.TENANT, AccountMode.PERSON)  # a service account is an HTTP tools' provider's
+
+
 def _check_accounts(values: dict, changes: dict, instance, errors: dict) -> None:
     """Whose account the calls act as, and the OAuth client and scopes for each person's own (docs/accounts.md)."""
-    if values["accounts"] not in AccountMode.values:
-        errors["accounts"] = [f"one of: {', '.join(AccountMode.values)}"]
+    if values["accounts"] not in SERVER_ACCOUNT_MODES:
+        errors["accounts"] = [f"one of: {', '.join(SERVER_ACCOUNT_MODES)}"]
         return
     person = values["accounts"] == AccountMode.PERSON
     if person and values["transport"] not in HTTP_TRANSPORTS:
@@ -504,17 +503,11 @@ def _check_accounts(values: dict, changes: dict, instance, errors: dict) -> None
             errors["oauth_client"] = ["only a server where each person connects their own account has an OAuth "
                                       "client"]
         # "issuer" marks Toolkeeper's own registration, stored; an operator sends client_id and client_secret only
-        elif not isinstance(client, dict) or set(client) - OAUTH_CLIENT_KEYS - (
-                set() if "oauth_client" in changes else {"issuer"}):
-            errors["oauth_client"] = ["an object with client_id and, for a confidential client, client_secret"]
-        elif not all(isinstance(client.get(key), str) and 0 < len(client[key]) <= OAUTH_VALUE_MAX
-                     and HEADER_VALUE.fullmatch(client[key]) for key in client):
-            errors["oauth_client"] = [f"client_id and client_secret: 1-{OAUTH_VALUE_MAX} visible characters each"]
-        elif "client_id" not in client:
-            errors["oauth_client"] = ["client_id is required"]
-    scopes = values["oauth_scopes"]
-    if not isinstance(scopes, str) or len(scopes) > SCOPES_MAX or (scopes and not SCOPES.fullmatch(scopes)):
-        errors["oauth_scopes"] = [f"scope names separated by single spaces, at most {SCOPES_MAX} characters"]
+        elif problem := oauth.client_problem(
+                client, stored_keys=frozenset() if "oauth_client" in changes else frozenset({"issuer"})):
+            errors["oauth_client"] = [problem]
+    if problem := oauth.scopes_problem(values["oauth_scopes"]):
+        errors["oauth_scopes"] = [problem]
     if (instance is not None and "oauth_client" not in changes and client and "issuer" in client
             and "url" in changes and _origin(values["url"]) != _origin(instance.url)):
         values["oauth_client"] = None  # a registration at the old server's authorization server: made again
@@ -587,7 +580,7 @@ def mcp_server_update(*, server: McpServer, actor=None, join_group=_UNSET, **cha
         server.listing_account = None
     server.save()
     if {"url", "accounts", "oauth_client"} & set(changed):  # the people's grants were for what it was
-        vault.server_accounts_end(server=server, reason="server_changed")
+        vault.upstream_accounts_end(upstream=server, reason="server_changed")
     disabled = _detach_all(server) if "enabled" in changed and not server.enabled else 0
     if {"timeout_s", "trusted"} & set(changed):
         _restamp_tools(server)
@@ -632,5 +625,5 @@ def mcp_server_delete(*, server: McpServer, actor=None) -> None:
     disabled = _detach_all(server)
     audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.deleted", target=_target(server),
                  data={"tools_disabled": disabled})
-    vault.server_accounts_end(server=server, reason="server_deleted")
+    vault.upstream_accounts_end(upstream=server, reason="server_deleted")
     server.delete()

@@ -68,7 +68,7 @@ def _endpoint_for_call(server: McpServer, ctx: ToolContext):
     if server.accounts != AccountMode.PERSON:
         return endpoint_of(server)
     try:
-        token = vault.call_token(server=server, session=ctx.session)
+        token = vault.call_token(upstream=server, session=ctx.session)
     except vault.AccountNeeded as exc:
         raise ToolError(str(exc), error_type=exc.error_type) from None
     except OAuthFailed as exc:
