@@ -3,6 +3,8 @@ before Toolkeeper trusts them (a stand-in on 127.0.0.1 that answers as the MCP a
 server answer, with one thing wrong at a time), the callback bound to the person who started it, the checks of a
 server's settings, and what a call without a usable account is told. The whole flow against a real upstream and
 authorization server is tests/accounts/test_upstream_accounts_live.py."""
+import base64
+
 import pytest
 from django.test import override_settings
 
@@ -238,6 +240,10 @@ def test_moving_a_server_ends_the_accounts_and_needs_its_client_again(world, per
         mcp_server_update(server=person_server, oauth_client={"client_id": "operators-client"})
     assert not UpstreamAccount.objects.for_tenant(world.a.tenant).filter(pk=account.pk).exists()
     assert [path for _, path, _ in stand_in.requests if path == "/revoke"] == ["/revoke"]  # after the commit
+    revoked_with = [h for (_, path, _), h in zip(stand_in.requests, stand_in.headers, strict=True)
+                    if path == "/revoke"][0]["Authorization"]
+    # with the client the grant was made with (its registration, and its secret), not the one replacing it
+    assert revoked_with == "Basic " + base64.b64encode(b"registered-client:s3cret-of-the-client").decode()
     other = StandIn()
     try:
         with LOCAL, pytest.raises(ServiceError) as refused:

@@ -2,6 +2,7 @@
 client credentials (got once, again on expiry, hidden from answers), each person's own account connected through
 the operator's endpoints, what changing or deleting a provider does, and the API and pages. The same against a
 real authorization server: tests/accounts/test_upstream_accounts_live.py."""
+import base64
 import json
 from types import SimpleNamespace
 from urllib.parse import parse_qs, urlsplit
@@ -118,6 +119,29 @@ def test_a_service_account_gets_its_token_once_and_again_on_expiry(world, stand_
     assert len(token_requests(stand_in)) == 2
 
 
+def test_a_token_the_api_refuses_before_its_end_is_renewed_once_and_the_request_sent_again(world, stand_in, api):
+    provider = provider_of(world, stand_in)
+    tool = http_tool_create(tenant=world.a.tenant, name="crm_items", method="GET", url=api.url + "/bearer/service-2",
+                            oauth_provider=provider.name)
+    session = session_create(tenant=world.a.tenant, agent="bot")
+    stand_in.documents["/token"] = (200, {"access_token": "service-1", "token_type": "Bearer", "expires_in": 600}, {})
+    with LOCAL:
+        vault.call_token(upstream=provider, session=session)  # the token the vault holds: revoked at the API
+    stand_in.documents["/token"] = (200, {"access_token": "service-2", "token_type": "Bearer", "expires_in": 600}, {})
+    with LOCAL:
+        result = invoke(tool, session)
+    assert result["structured"] == {"taken": True}
+    assert [sent.headers["Authorization"] for sent in api.received] == ["Bearer service-1", "Bearer service-2"]
+    assert len(token_requests(stand_in)) == 2
+    # a token refused again after its renewal is not renewed a second time: the call fails with the API's answer
+    stand_in.documents["/token"] = (200, {"access_token": "service-3", "token_type": "Bearer", "expires_in": 600}, {})
+    http_tool_update(tool=tool, url=api.url + "/bearer/never")
+    with LOCAL, pytest.raises(ToolError) as failed:
+        invoke(tool, session)
+    assert "401" in str(failed.value) and len(token_requests(stand_in)) == 3
+    assert [sent.headers["Authorization"] for sent in api.received][-2:] == ["Bearer service-2", "Bearer service-3"]
+
+
 def test_a_refused_client_fails_the_call_and_is_audited_without_its_secret(world, stand_in, api):
     provider = provider_of(world, stand_in)
     tool = tool_of(world, api, provider)
@@ -134,8 +158,9 @@ def test_a_refused_client_fails_the_call_and_is_audited_without_its_secret(world
 # --- each person's own account -------------------------------------------------------------------------
 
 def person_provider(world, stand_in, **fields):
-    return provider_of(world, stand_in, accounts="person", authorization_endpoint=f"{stand_in.url}/authorize",
-                       client={"client_id": "toolkeeper"}, scopes="items:read offline_access", **fields)
+    values = {"accounts": "person", "authorization_endpoint": f"{stand_in.url}/authorize",
+              "client": {"client_id": "toolkeeper"}, "scopes": "items:read offline_access", **fields}
+    return provider_of(world, stand_in, **values)
 
 
 def connect(world, provider, stand_in, role: str, code: str = "c"):
@@ -183,7 +208,7 @@ def test_each_person_connects_through_the_operators_endpoints_and_calls_with_the
 
 def test_changing_what_the_grants_were_for_ends_the_accounts(world, stand_in, api,
                                                               django_capture_on_commit_callbacks):
-    provider = person_provider(world, stand_in)
+    provider = person_provider(world, stand_in, client={"client_id": "toolkeeper", "client_secret": CLIENT_SECRET})
     connect(world, provider, stand_in, "reviewer")
     with LOCAL, django_capture_on_commit_callbacks(execute=True):
         providers.provider_update(provider=provider, scopes="items:read")  # a person's grant keeps its scopes
@@ -192,7 +217,10 @@ def test_changing_what_the_grants_were_for_ends_the_accounts(world, stand_in, ap
         providers.provider_update(provider=provider, client={"client_id": "another"})
     assert UpstreamAccount.objects.for_tenant(world.a.tenant).count() == 0
     revocation = [parse_qs(body.decode()) for _, path, body in stand_in.requests if path == "/revoke"]
-    assert revocation[-1]["token"] == ["refresh-1"] and revocation[-1]["client_id"] == ["toolkeeper"]
+    assert revocation[-1]["token"] == ["refresh-1"]
+    revoked_with = [h for (_, path, _), h in zip(stand_in.requests, stand_in.headers, strict=True)
+                    if path == "/revoke"][-1]["Authorization"]
+    assert revoked_with == "Basic " + base64.b64encode(f"toolkeeper:{CLIENT_SECRET}".encode()).decode()  # the old
     updated = Event.objects.for_tenant(world.a.tenant).filter(verb="oauth_provider.updated").latest("pk")
     assert updated.data["fields"] == ["client"] and updated.data["accounts_ended"] == 1
 
@@ -242,3 +270,21 @@ def test_the_console_form_keeps_the_stored_client_and_never_shows_it(world, stan
     provider.refresh_from_db()
     assert provider.scopes == "items:write" and provider.client["client_secret"] == CLIENT_SECRET
     assert world.a.console("operator").get(f"/t/{world.a.tenant.slug}/oauth-providers/new/").status_code == 403
+
+
+def test_a_persons_token_the_api_refuses_is_refreshed_with_their_refresh_token(world, stand_in, api):
+    provider = person_provider(world, stand_in)
+    tool = http_tool_create(tenant=world.a.tenant, name="crm_items", method="GET", url=api.url + "/bearer/access-2",
+                            oauth_provider=provider.name)
+    reviewer = world.a.users["reviewer"]
+    verified = session_create(tenant=world.a.tenant, agent="bot", user=reviewer.username, user_verified=True,
+                              person=reviewer)
+    connect(world, provider, stand_in, "reviewer")
+    stand_in.documents["/token"] = (200, {"access_token": "access-2", "token_type": "Bearer", "expires_in": 600,
+                                          "refresh_token": "refresh-2"}, {})
+    with LOCAL:
+        assert invoke(tool, verified)["structured"] == {"taken": True}
+    renewal = token_requests(stand_in)[-1]
+    assert renewal["grant_type"] == ["refresh_token"] and renewal["refresh_token"] == ["refresh-1"]
+    account = UpstreamAccount.objects.for_tenant(world.a.tenant).get(oauth_provider=provider, user=reviewer)
+    assert account.tokens == {"access_token": "access-2", "refresh_token": "refresh-2"} and account.refresh_count == 1

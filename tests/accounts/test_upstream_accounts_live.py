@@ -233,6 +233,24 @@ def test_an_expired_token_is_refreshed_once_for_calls_at_once(connected):
     assert refreshed == [(0,)]  # counted on the account, not recorded one by one
 
 
+def test_a_token_the_upstream_refuses_before_its_end_is_refreshed_and_the_call_runs(connected):
+    server, upstream, tokens = connected["server"], connected["upstream"], connected["tokens"]
+    operator = server.credentials["operator"]["username"]
+    # The access token stops being honoured upstream while Toolkeeper still takes it for valid (as a revocation
+    # at the authorization server, or a key rotation, would do): the vault holds one the upstream refuses.
+    script = ("from tools.models import UpstreamAccount\n"
+              f"account = UpstreamAccount.all_tenants.get(user__username={operator!r}, mcp_server__name='files')\n"
+              "account.tokens = {**account.tokens, 'access_token': 'no-longer-honoured'}\naccount.save()\n")
+    server.manage("shell", "-c", script)
+    count = "SELECT a.refresh_count FROM tools_upstreamaccount a JOIN auth_user u ON u.id = a.user_id " \
+            "WHERE u.username = ? AND a.mcp_server_id IS NOT NULL"
+    (before,), = rows(server, count, operator)
+    result = call(server, tokens["operator"])
+    assert not result.is_error, result.content
+    assert upstream_saw(result)["sub"] == "alice" and upstream.calls()[-1]["sub"] == "alice"
+    assert rows(server, count, operator) == [(before + 1,)]  # refreshed once, then sent again
+
+
 def test_a_person_without_a_connection_is_asked_to_connect_then_the_call_runs(connected):
     server, tokens = connected["server"], connected["tokens"]
     # a client that cannot open URLs gets the link in the error

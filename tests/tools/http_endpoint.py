@@ -1,6 +1,7 @@
 """A real HTTP server on 127.0.0.1 for the tests of HTTP tools: it records every request and answers by path.
 
 - `/echo/...`: 200, JSON of what it received (method, path, query, headers, body), Authorization included
+- `/bearer/TOKEN`: 200 to `Authorization: Bearer TOKEN`, 401 to anything else
 - `/text`: 200, text/plain
 - `/bare`: 200, without a Content-Type
 - `/fail`: 500, a text body that repeats the Authorization header
@@ -57,6 +58,12 @@ def _handler(endpoint: Endpoint):
                           "authorization": self.headers.get("Authorization"),
                           "body": json.loads(body) if body else None, "items": [{"id": 7}, {"id": 8}]}
                 self._answer(200, json.dumps(echoed).encode(), "application/json")
+            elif split.path.startswith("/bearer/"):  # only this bearer token is taken; any other is a 401
+                wanted = "Bearer " + split.path.removeprefix("/bearer/")
+                if self.headers.get("Authorization") == wanted:
+                    self._answer(200, json.dumps({"taken": True}).encode(), "application/json")
+                else:
+                    self._answer(401, json.dumps({"error": "invalid_token"}).encode(), "application/json")
             elif split.path == "/text":
                 self._answer(200, b"plain words", "text/plain; charset=utf-8")
             elif split.path == "/fail":

@@ -1,11 +1,14 @@
 """`/api/v1/oauth-providers`: HTTP tools' OAuth providers, for admin keys and admins (docs/accounts.md). The client
 is write-only: answers say whether one is stored, and its id."""
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers
 
 from common import serializers as strict
 from common.secrets import secret_readable
 from tenancy.api.base import TenantModelViewSet
 from tenancy.web import acting_user
+from toolkeeper.openapi import CONFLICT
 from tools.accounts import providers
 from tools.models import OAuthProvider
 
@@ -16,7 +19,8 @@ def _address(help_text: str) -> serializers.CharField:
 
 
 class OAuthProviderSerializer(strict.ModelSerializer):
-    name = serializers.CharField(max_length=24, help_text=providers.NAME_RULE)
+    name = serializers.CharField(max_length=24, help_text=providers.NAME_RULE, validators=[
+        RegexValidator(r"^(?:" + providers.NAME.pattern + r")\Z", providers.NAME_RULE)])
     accounts = serializers.ChoiceField(
         choices=providers.MODES, required=False,
         help_text="`person`: each person connects their own account (authorization code with PKCE) on the "
@@ -46,6 +50,7 @@ class OAuthProviderSerializer(strict.ModelSerializer):
         return (secret_readable(provider, "client") or {}).get("client_id")
 
 
+@extend_schema_view(destroy=extend_schema(responses={204: None, 409: CONFLICT}))
 class OAuthProviderViewSet(TenantModelViewSet):
     """A tenant's OAuth providers of HTTP tools. Changing what grants were made for ends the accounts connected
     through it; one that HTTP tools name cannot be deleted (409)."""

@@ -69,7 +69,7 @@ def provider_check(tenant, changes: dict, provider: OAuthProvider | None = None)
         errors["name"] = [NAME_RULE]
     elif OAuthProvider.objects.for_tenant(tenant).filter(name=name).exclude(
             pk=provider.pk if provider else None).exists():
-        errors["name"] = ["the tenant has an OAuth provider of this name"]
+        errors["name"] = ["an OAuth provider of this name exists"]
     if values["accounts"] not in MODES:
         errors["accounts"] = [f"one of: {', '.join(MODES)}"]
     for field in ("issuer", *ENDPOINT_FIELDS, "resource"):
@@ -123,10 +123,11 @@ def provider_update(*, provider: OAuthProvider, actor=None, **changes) -> OAuthP
     ending = [name for name in changed if name in GRANT_FIELDS
               or (name == "scopes" and values["accounts"] == AccountMode.SERVICE)]
     old_name = provider.name
+    # ended before the change is saved: a revocation after the commit uses the client the grants were made with
+    ended = vault.upstream_accounts_end(upstream=provider, reason="provider_changed") if ending else 0
     for name, value in values.items():
         setattr(provider, name, value)
     provider.save()
-    ended = vault.upstream_accounts_end(upstream=provider, reason="provider_changed") if ending else 0
     audit_record(tenant=provider.tenant, actor=actor, verb="oauth_provider.updated",
                  target=f"oauth_provider:{old_name}",
                  data={"fields": changed, "accounts_ended": ended, **_described(values)})

@@ -9,7 +9,8 @@ credentials when a call first needs it and again when it expires, under the same
   (the state, the PKCE verifier, who started it and where) stays in the person's own console session, so the
   callback (`connect_finish`) completes only for the same person, the same tenant and the same server.
 - **Using**: `call_token` gives a call its verified person's access token, refreshed first when it is close to
-  its expiry. One refresh is in flight per account across processes: a conditional update of
+  its expiry, or when the upstream refused it before (`token_refused`). One refresh is in flight per account
+  across processes: a conditional update of
   `refresh_started_at` elects the process that refreshes; the others wait for its result. A refresh the
   authorization server refuses ends the account (the person connects again).
 - **Ending**: a disconnect, a member leaving the tenant or the server going away revokes the grant upstream
@@ -370,6 +371,24 @@ def call_token(*, upstream, session) -> str:
         return account_token(account)
     except SecretUnreadable:
         raise _reconnect(account, "cannot be read with the platform's keys") from None
+
+
+def token_refused(*, upstream, session, token: str) -> str:
+    """The upstream refused `token` before its recorded end (revoked or replaced at its authorization server):
+    the account's token is taken as ended, so that one caller renews it as on expiry, and the call gets the new
+    one. A caller whose token was renewed meanwhile by another gets that one without a second renewal."""
+    service = isinstance(upstream, OAuthProvider) and upstream.accounts == AccountMode.SERVICE
+    person_id = session.person_id if session.user_verified else None
+    if service or person_id is not None:
+        account = _accounts_at(upstream).filter(user_id=None if service else person_id).first()
+        try:
+            current = account.tokens.get("access_token") if account is not None else None
+        except SecretUnreadable:
+            current = None
+        if current == token:  # conditional: a renewal since it was read is kept
+            UpstreamAccount.objects.for_tenant(account.tenant_id).filter(
+                pk=account.pk, refreshed_at=account.refreshed_at).update(expires_at=timezone.now())
+    return call_token(upstream=upstream, session=session)
 
 
 def listing_token(server: McpServer) -> str:

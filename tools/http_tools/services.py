@@ -15,7 +15,8 @@ How a call becomes a request:
   (`"Authorization": "Bearer {secret:token}"`). Secrets are usable in headers only, and arguments are not.
 - **OAuth.** A tool that names an OAuth provider (`oauth_provider`, tools.accounts.providers) sends a token of
   that provider as its `Authorization`: the call's verified person's own, or the provider's service account's
-  (docs/accounts.md). Its headers then hold no `Authorization` of their own.
+  (docs/accounts.md). Its headers then hold no `Authorization` of their own. A 401 answer renews the token once
+  and sends the request again (the API did nothing with it).
 - **Response.** A JSON answer is the result's structure and text (`response.pointer`, a JSON pointer, picks
   a part of it); any other answer is text, and so is a JSON answer over ANSWER_JSON_MAX_BYTES or of more than
   ANSWER_JSON_MAX_NODES values (bounds on the work of reading it; the transport refuses an answer over
@@ -329,10 +330,13 @@ def _failure(exc: Exception, forms: list[str]) -> ToolError:
     raise exc
 
 
-def _provider_token(endpoint: HttpEndpoint, ctx) -> str:
-    """The token of the tool's OAuth provider for this call (the caller's own, or the service account's)."""
+def _provider_token(endpoint: HttpEndpoint, ctx, refused: str | None = None) -> str:
+    """The token of the tool's OAuth provider for this call (the caller's own, or the service account's); a new
+    one when the API `refused` the one sent."""
     provider = endpoint.oauth_provider
     try:
+        if refused is not None:
+            return vault.token_refused(upstream=provider, session=ctx.session, token=refused)
         return vault.call_token(upstream=provider, session=ctx.session)
     except vault.AccountNeeded as exc:
         raise ToolError(str(exc), error_type=exc.error_type) from None
@@ -358,6 +362,7 @@ class HttpSource:
             raise ToolError("the endpoint's stored secrets cannot be read with the platform's keys; an operator "
                             "must enter them again", error_type="ToolNotAvailable") from None
         request = request_of(endpoint, arguments if isinstance(arguments, dict) else {}, secrets)
+        token = None
         if endpoint.oauth_provider_id is not None:
             token = _provider_token(endpoint, ctx)
             request["headers"]["Authorization"] = f"Bearer {token}"
@@ -367,6 +372,14 @@ class HttpSource:
             check_url(request["url"])
             status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
                                                cancelled=getattr(ctx, "cancel_signal", None))
+            if status == 401 and token is not None:
+                # Refused before its recorded end (revoked or replaced at the authorization server): renewed once
+                # and sent again. A 401 means the API did nothing with the request, so sending it again is safe.
+                token = _provider_token(endpoint, ctx, refused=token)
+                request["headers"]["Authorization"] = f"Bearer {token}"
+                forms = _secret_forms({**secrets, "Renewed": token})
+                status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
+                                                   cancelled=getattr(ctx, "cancel_signal", None))
         except ToolError:
             raise
         except Exception as exc:

@@ -144,6 +144,11 @@ class UpstreamRefused(UpstreamUnavailable):
     not in the allow-list. Trying again cannot help."""
 
 
+class UpstreamUnauthorized(UpstreamUnavailable):
+    """The server refused the credentials (HTTP 401): it did nothing with the request. With a person's own token,
+    the token is renewed and the request sent again (tools.upstream.source)."""
+
+
 class UpstreamToolError(Exception):
     """The server ran the tool and answered `isError`; the message is the upstream text."""
 
@@ -291,7 +296,8 @@ def unavailable(exc: BaseException | None, endpoint: McpEndpoint,
                 http_status: int | None = None) -> UpstreamUnavailable:
     """The exception for a server that could not be reached: UpstreamRefused when the guard refused it."""
     refused = exc is not None and any(isinstance(leaf, OutboundRefused) for leaf in _leaves(exc))
-    return (UpstreamRefused if refused else UpstreamUnavailable)(describe_failure(exc, endpoint, http_status))
+    cls = UpstreamRefused if refused else UpstreamUnauthorized if http_status == 401 else UpstreamUnavailable
+    return cls(describe_failure(exc, endpoint, http_status))
 
 
 def _bounded(text: str, limit: int = MAX_ERROR_CHARS) -> str:
@@ -732,6 +738,8 @@ def _unavailable(exc: MCPError, session: _Session) -> UpstreamUnavailable:
     endpoint = session.endpoint
     if session.connection.too_large:
         return UpstreamUnavailable(f"{_who(endpoint)} sent an answer too large to take: {session.connection.too_large}")
+    if session.connection.http_status == 401:
+        return UpstreamUnauthorized(describe_failure(exc, endpoint, 401))
     if exc.code == types.CONNECTION_CLOSED:
         return UpstreamUnavailable(f"{_who(endpoint)} closed the connection during the request")
     if _session_lost(exc):
@@ -1003,8 +1011,8 @@ def _wait_stopped(inbox: queue.SimpleQueue, timeout_s: float = 5.0) -> None:
 HOST_SETTINGS = ("TOOLKEEPER_MCP_STDIO_SERVERS", "TOOLKEEPER_MCP_SESSION_IDLE_S", "TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS",
                  "TOOLKEEPER_OUTBOUND_MAX_MESSAGE_BYTES")
 HOST_MAIN = "import sys; from tools.upstream.client import host_main; host_main(int(sys.argv[1]))"
-_ERRORS = {cls.__name__: cls for cls in (UpstreamUnavailable, UpstreamTimedOut, UpstreamRefused, UpstreamToolError,
-                                         UpstreamCancelled)}
+_ERRORS = {cls.__name__: cls for cls in (UpstreamUnavailable, UpstreamTimedOut, UpstreamRefused,
+                                         UpstreamUnauthorized, UpstreamToolError, UpstreamCancelled)}
 
 
 def _endpoint_json(endpoint: McpEndpoint) -> dict:

@@ -576,11 +576,11 @@ def mcp_server_update(*, server: McpServer, actor=None, join_group=_UNSET, **cha
             setattr(server, name, values[name])
     if {"url", "headers", "command", "env", "transport"} & set(changed):
         server.status, server.last_error = McpStatus.NEW, ""  # what was learnt of the old connection is moot
-    if ({"url", "accounts"} & set(changed)) and server.listing_account_id is not None:
+    if {"url", "accounts", "oauth_client"} & set(changed):  # the people's grants were for what it was
+        # ended before the change is saved: a revocation after the commit uses the client they were made with
+        vault.upstream_accounts_end(upstream=server, reason="server_changed")
         server.listing_account = None
     server.save()
-    if {"url", "accounts", "oauth_client"} & set(changed):  # the people's grants were for what it was
-        vault.upstream_accounts_end(upstream=server, reason="server_changed")
     disabled = _detach_all(server) if "enabled" in changed and not server.enabled else 0
     if {"timeout_s", "trusted"} & set(changed):
         _restamp_tools(server)

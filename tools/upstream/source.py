@@ -36,6 +36,7 @@ from tools.upstream.client import (
     UpstreamRefused,
     UpstreamTimedOut,
     UpstreamToolError,
+    UpstreamUnauthorized,
     UpstreamUnavailable,
     endpoint_of,
     endpoint_server_id,
@@ -62,19 +63,21 @@ def progress_relay(ctx: ToolContext) -> Callable[[float, float | None, str | Non
     return relay
 
 
-def _endpoint_for_call(server: McpServer, ctx: ToolContext):
+def _endpoint_for_call(server: McpServer, ctx: ToolContext, refused: str | None = None):
     """The tenant's endpoint, or, for a server where each person connects their own account, the call's person's
-    (their token, refreshed when due; a call without one fails saying what to do)."""
+    (their token, refreshed when due, or when the server `refused` the one sent; a call without one fails saying
+    what to do), and that token."""
     if server.accounts != AccountMode.PERSON:
-        return endpoint_of(server)
+        return endpoint_of(server), None
     try:
-        token = vault.call_token(upstream=server, session=ctx.session)
+        token = (vault.token_refused(upstream=server, session=ctx.session, token=refused) if refused is not None
+                 else vault.call_token(upstream=server, session=ctx.session))
     except vault.AccountNeeded as exc:
         raise ToolError(str(exc), error_type=exc.error_type) from None
     except OAuthFailed as exc:
         raise ToolError(f"your account at {server.name!r} could not be refreshed: {exc}",
                         error_type="UpstreamUnavailable") from None
-    return endpoint_of(server, bearer=token, account=f"user:{ctx.session.person_id}")
+    return endpoint_of(server, bearer=token, account=f"user:{ctx.session.person_id}"), token
 
 
 class McpSource:
@@ -89,16 +92,24 @@ class McpSource:
             state = "disabled" if server is not None else "removed"
             raise ToolError(f"{tool.name} is not available: its MCP server was {state}", error_type="ToolNotAvailable")
         try:
-            endpoint = _endpoint_for_call(server, ctx)
+            endpoint, token = _endpoint_for_call(server, ctx)
         except UpstreamUnavailable as exc:
             raise ToolError(str(exc), error_type="UpstreamUnavailable") from None
         deadline = time.monotonic() + tool.timeout_s
         relay = progress_relay(ctx)
+        renewed = False
         for attempt in range(len(RETRY_PAUSES_S) + 1):
             try:
                 return mcp_call_tool(endpoint, tool.source_ref, arguments,
                                      timeout_s=max(0.1, deadline - time.monotonic()) + BACKSTOP_S,
                                      on_progress=relay, cancelled=ctx.cancel_signal)
+            except UpstreamUnauthorized as exc:
+                # A person's token refused before its recorded end (revoked or replaced upstream): renewed once
+                # and the call sent again, which is safe whatever the tool: a 401 means the server did nothing.
+                if token is None or renewed:
+                    raise ToolError(str(exc), error_type="UpstreamUnavailable") from None
+                endpoint, token = _endpoint_for_call(server, ctx, refused=token)
+                renewed = True
             except UpstreamCancelled:
                 raise CallCancelled("the call was cancelled") from None
             except UpstreamToolError as exc:
