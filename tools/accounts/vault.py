@@ -231,10 +231,26 @@ def connect_finish(*, user, session_store, state: str, code: str | None, error: 
     return Connected(account=account, tenant_slug=upstream.tenant.slug)
 
 
+def _upstream_field(upstream) -> str:
+    return "mcp_server" if isinstance(upstream, McpServer) else "oauth_provider"
+
+
 def _accounts_at(upstream):
-    field = "mcp_server" if isinstance(upstream, McpServer) else "oauth_provider"
     return UpstreamAccount.objects.for_tenant(upstream.tenant_id).select_related(*ACCOUNT_RELATED).filter(
-        **{field: upstream})
+        **{_upstream_field(upstream): upstream})
+
+
+def _account_at(upstream, **filters) -> UpstreamAccount | None:
+    """One account at `upstream`, which it is given as its upstream: a call's path joins nothing (compiling the
+    joins of every relation cost more than the query itself)."""
+    field = _upstream_field(upstream)
+    # at most one row (the constraints): no ordering to compile
+    found = list(UpstreamAccount.objects.for_tenant(upstream.tenant_id)
+                 .filter(**{f"{field}_id": upstream.pk}, **filters).order_by()[:1])
+    if not found:
+        return None
+    setattr(found[0], field, upstream)
+    return found[0]
 
 
 def _expiry(tokens: oauth.Tokens):
@@ -338,12 +354,16 @@ def account_token(account: UpstreamAccount) -> str:
 
 def _service_account(provider: OAuthProvider) -> UpstreamAccount:
     """The provider's service account, made (without a token yet: due at once) when a call first needs it."""
-    account, _ = UpstreamAccount.objects.for_tenant(provider.tenant_id).select_related(*ACCOUNT_RELATED).get_or_create(
+    account = _account_at(provider, user=None)
+    if account is not None:
+        return account
+    account, _ = UpstreamAccount.objects.for_tenant(provider.tenant_id).get_or_create(
         oauth_provider=provider, user=None,
         defaults={"tenant_id": provider.tenant_id, "tokens": {"access_token": ""}, "expires_at": timezone.now(),
                   "issuer": provider.issuer, "token_endpoint": provider.token_endpoint,
                   "revocation_endpoint": provider.revocation_endpoint, "resource": provider.resource,
                   "client_id": (_stored_client(provider) or {}).get("client_id", ""), "scope": provider.scopes})
+    account.oauth_provider = provider
     return account
 
 
@@ -362,7 +382,7 @@ def call_token(*, upstream, session) -> str:
             f"{upstream_named(upstream)} acts as each person's own account, and this session's user is not a "
             "verified person of the tenant (sign in through an OAuth client, or pass the user's ID token)",
             error_type="VerifiedUserRequired")
-    account = _accounts_at(upstream).filter(user_id=person_id).first()
+    account = _account_at(upstream, user_id=person_id)
     if account is None:
         url = connect_url(upstream)
         raise AccountNeeded(f"{upstream_named(upstream)} acts as your own account there, which you have not "
@@ -380,7 +400,7 @@ def token_refused(*, upstream, session, token: str) -> str:
     service = isinstance(upstream, OAuthProvider) and upstream.accounts == AccountMode.SERVICE
     person_id = session.person_id if session.user_verified else None
     if service or person_id is not None:
-        account = _accounts_at(upstream).filter(user_id=None if service else person_id).first()
+        account = _account_at(upstream, user_id=None if service else person_id)
         try:
             current = account.tokens.get("access_token") if account is not None else None
         except SecretUnreadable:
