@@ -59,7 +59,7 @@ def world():
     providers = {}
     for mode in ("service", "person"):
         provider = OAuthProvider.objects.create(
-            tenant=tenant, name=mode, accounts=mode, token_endpoint=AS + "/token",
+            tenant=tenant, name=mode, accounts=mode, api_url=AS + "/x", token_endpoint=AS + "/token",
             authorization_endpoint=AS + "/authorize" if mode == "person" else "",
             client={"client_id": "bench", "client_secret": "s" * 32})
         UpstreamAccount.objects.create(

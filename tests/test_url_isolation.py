@@ -178,7 +178,8 @@ def _http_rows(tw, marker: str) -> None:
     http_tool_create(tenant=tw.tenant, name="walk_http", description=f"{marker} http tool",
                      url="https://93.184.215.14/walk", headers={"Authorization": "Bearer {secret:token}"},
                      secrets={"token": f"{marker}-http-token"})
-    provider_create(tenant=tw.tenant, name="walk", token_endpoint="https://93.184.215.14/token",
+    provider_create(tenant=tw.tenant, name="walk", api_url="https://93.184.215.14/walk",
+                    token_endpoint="https://93.184.215.14/token",
                     authorization_endpoint="https://93.184.215.14/authorize", scopes=f"{marker}-scope",
                     client={"client_id": f"{marker}-client", "client_secret": f"{marker}-client-secret"})
 

@@ -154,6 +154,9 @@ class OAuthProvider(TenantOwned):
 
     name = models.CharField(max_length=24)
     accounts = models.CharField(max_length=8, choices=AccountMode.choices, default=AccountMode.PERSON)
+    # Where its tokens may go: an HTTP tool that names the provider calls URLs under this one only, so whoever
+    # edits a tool cannot send people's tokens elsewhere.
+    api_url = models.CharField(max_length=2000)
     issuer = models.CharField(max_length=2000, blank=True, default="")
     authorization_endpoint = models.CharField(max_length=2000, blank=True, default="")
     token_endpoint = models.CharField(max_length=2000)
@@ -186,7 +189,7 @@ class HttpEndpoint(TenantOwned):
     secrets = EncryptedJSONField(null=True, blank=True)
     # Set: each call carries a token of this provider as its Authorization (the caller's own, or the service
     # account's); unset: the headers and secrets are the tenant's one credential.
-    oauth_provider = models.ForeignKey(OAuthProvider, null=True, blank=True, on_delete=models.PROTECT,
+    oauth_provider = models.ForeignKey(OAuthProvider, null=True, blank=True, on_delete=models.RESTRICT,
                                        related_name="endpoints")
     response = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -240,7 +240,8 @@ def test_a_token_the_upstream_refuses_before_its_end_is_refreshed_and_the_call_r
     # at the authorization server, or a key rotation, would do): the vault holds one the upstream refuses.
     script = ("from tools.models import UpstreamAccount\n"
               f"account = UpstreamAccount.all_tenants.get(user__username={operator!r}, mcp_server__name='files')\n"
-              "account.tokens = {**account.tokens, 'access_token': 'no-longer-honoured'}\naccount.save()\n")
+              "account.tokens = {**account.tokens, 'access_token': 'no-longer-honoured'}\n"
+              "account.refreshed_at = None\naccount.save()\n")  # not renewed moments ago (those are not again)
     server.manage("shell", "-c", script)
     count = "SELECT a.refresh_count FROM tools_upstreamaccount a JOIN auth_user u ON u.id = a.user_id " \
             "WHERE u.username = ? AND a.mcp_server_id IS NOT NULL"
@@ -344,7 +345,8 @@ def http_apis(connected):
     person = register_client(provider, grant_types=["authorization_code", "refresh_token"], response_types=["code"],
                              redirect_uris=[f"{server.url}/account/upstream/callback/"],
                              token_endpoint_auth_method="none")
-    common = {"token_endpoint": metadata["token_endpoint"], "resource": upstream.api_url, "scopes": "items",
+    common = {"api_url": upstream.api_url, "token_endpoint": metadata["token_endpoint"],
+              "resource": upstream.api_url, "scopes": "items",
               "revocation_endpoint": metadata["revocation_endpoint"]}
     for body in ({"name": "crm-service", "accounts": "service", **common,
                   "client": {"client_id": service["client_id"], "client_secret": service["client_secret"]}},

@@ -34,7 +34,8 @@ def oauth_provider_of(tenant_world):
     from tools.models import OAuthProvider
 
     provider, _ = OAuthProvider.objects.get_or_create(tenant=tenant_world.tenant, name="pages", defaults={
-        "authorization_endpoint": "https://93.184.215.14/authorize", "token_endpoint": "https://93.184.215.14/token",
+        "api_url": "https://93.184.215.14/api", "authorization_endpoint": "https://93.184.215.14/authorize",
+        "token_endpoint": "https://93.184.215.14/token",
         "client": {"client_id": "pages"}})
     return provider
 

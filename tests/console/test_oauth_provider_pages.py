@@ -14,13 +14,14 @@ SECRET = "pr0vider-client-5ecret"  # noqa: S105
 
 
 def _provider(tw, name="crm", **fields) -> OAuthProvider:
-    values = {"accounts": "person", "authorization_endpoint": AS + "/authorize", "token_endpoint": AS + "/token",
+    values = {"accounts": "person", "api_url": AS, "authorization_endpoint": AS + "/authorize",
+              "token_endpoint": AS + "/token",
               "client": {"client_id": "toolkeeper", "client_secret": SECRET}, **fields}
     return provider_create(tenant=tw.tenant, name=name, **values)
 
 
 def _form(**fields) -> dict:
-    return {"name": "crm", "accounts": "person", "authorization_endpoint": AS + "/authorize",
+    return {"name": "crm", "accounts": "person", "api_url": AS, "authorization_endpoint": AS + "/authorize",
             "token_endpoint": AS + "/token", "scopes": "items:read", "client_id": "toolkeeper", **fields}
 
 
@@ -42,6 +43,7 @@ class TestOAuthProviderCreate(CreateCases):
             (_form(accounts="service", authorization_endpoint=""), "client_secret"),
             (_form(client_id=""), "the client registered for Toolkeeper"),
             (_form(client_id="", client_secret=SECRET), "a client secret needs its client id"),
+            (_form(api_url="http://93.184.215.14/api"), "not an HTTPS address"),
         ]
 
 

@@ -25,6 +25,9 @@ class OAuthProviderSerializer(strict.ModelSerializer):
         choices=providers.MODES, required=False,
         help_text="`person`: each person connects their own account (authorization code with PKCE) on the "
                   "console's accounts page; `service`: one service account (client credentials)")
+    api_url = serializers.CharField(max_length=providers.URL_MAX, trim_whitespace=False,
+                                    help_text="the API's base URL (https): HTTP tools that name the provider must "
+                                              "call under it, and its tokens go nowhere else")
     issuer = _address("optional: an authorization answer naming another issuer is refused")
     authorization_endpoint = _address("`person`: where people sign in (https)")
     token_endpoint = serializers.CharField(max_length=providers.URL_MAX, trim_whitespace=False,
@@ -41,7 +44,7 @@ class OAuthProviderSerializer(strict.ModelSerializer):
 
     class Meta:
         model = OAuthProvider
-        fields = ["id", "name", "accounts", "issuer", "authorization_endpoint", "token_endpoint",
+        fields = ["id", "name", "accounts", "api_url", "issuer", "authorization_endpoint", "token_endpoint",
                   "revocation_endpoint", "resource", "scopes", "client", "client_id", "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
         validators = []  # the service checks the name's uniqueness in the tenant

@@ -21,6 +21,9 @@ class OAuthProviderForm(TenantForm):
         help_text="Each person's own account: every member connects theirs on the \"Your accounts\" page, and a "
                   "call carries its verified person's token (never a reviewer's). A service account: Toolkeeper "
                   "gets the client's own token (client credentials) and every call carries it.")
+    api_url = forms.CharField(max_length=providers.URL_MAX, label="API URL",
+                              help_text="The API's base URL. HTTP tools that use this provider must call under it: "
+                                        "its tokens go nowhere else.")
     issuer = _address("Issuer", "Optional. When set, an answer that names another issuer is refused (RFC 9207).")
     authorization_endpoint = _address("Authorization endpoint", "Each person's own account: where they sign in.")
     token_endpoint = _address("Token endpoint", "Required.")

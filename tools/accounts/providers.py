@@ -3,7 +3,10 @@ HTTP API publishes no MCP discovery), the client Toolkeeper is registered as the
 tools that name the provider act as: each person's own (`person`: authorization code with PKCE, connected on the
 "Your accounts" page) or one service account (`service`: client credentials).
 
-Every address is a tenant's input: checked by the outbound guard when saved (and at every connection), HTTPS
+Its tokens go only to URLs under its `api_url` (`url_under`): an HTTP tool that names it must call there, checked
+when the tool is saved and again at every call, so whoever may edit a tool (an operator) cannot send people's
+tokens, or the service account's, to another host; only an admin sets where they may go. Every address is a
+tenant's input: checked by the outbound guard when saved (and at every connection), HTTPS
 unless its host is one the platform admin opened. The client is write-only and encrypted. Changing what a grant
 was made for (the endpoints, the issuer, the resource, the client, the mode; the scopes, for a service account)
 ends the provider's accounts, revoked upstream where it offers revocation. A provider named by HTTP tools cannot
@@ -12,8 +15,10 @@ be deleted.
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from django.db import transaction
+from django.db.models import RestrictedError
 
 from audit.services import audit_record
 from common.errors import Conflict, ServiceError
@@ -27,9 +32,21 @@ NAME_RULE = "1-24 lowercase letters, digits or '-', starting and ending with a l
 MODES = (AccountMode.PERSON, AccountMode.SERVICE)
 URL_MAX = 2000
 ENDPOINT_FIELDS = ("authorization_endpoint", "token_endpoint", "revocation_endpoint")
-FIELDS = ("name", "accounts", "issuer", *ENDPOINT_FIELDS, "resource", "scopes", "client")
+FIELDS = ("name", "accounts", "api_url", "issuer", *ENDPOINT_FIELDS, "resource", "scopes", "client")
 # A change of these ends the accounts: the grants were made for what the provider was.
-GRANT_FIELDS = ("accounts", "issuer", "authorization_endpoint", "token_endpoint", "resource", "client")
+GRANT_FIELDS = ("accounts", "issuer", *ENDPOINT_FIELDS, "resource", "client")
+
+
+def url_under(url: str, base: str) -> bool:
+    """Whether `url` is `base` or below it: the same scheme and host (case aside), and a path that continues
+    `base`'s at a segment boundary (`https://api.example/v1` covers `/v1/items`, not `/v1x`)."""
+    if not base:
+        return False
+    split, root = urlsplit(url), urlsplit(base)
+    if (split.scheme.lower(), split.netloc.lower()) != (root.scheme.lower(), root.netloc.lower()):
+        return False
+    prefix = root.path.rstrip("/")
+    return split.path == prefix or split.path.startswith(prefix + "/") or (not prefix and not split.path)
 
 
 def _address_problem(url: str, what: str) -> str | None:
@@ -60,7 +77,7 @@ def provider_check(tenant, changes: dict, provider: OAuthProvider | None = None)
     if unknown:
         raise ServiceError({name: ["not a field of an OAuth provider"] for name in sorted(unknown)})
     current = ({name: getattr(provider, name) for name in FIELDS if name != "client"} if provider is not None else
-               {"name": "", "accounts": AccountMode.PERSON, "issuer": "", "authorization_endpoint": "",
+               {"name": "", "accounts": AccountMode.PERSON, "api_url": "", "issuer": "", "authorization_endpoint": "",
                 "token_endpoint": "", "revocation_endpoint": "", "resource": "", "scopes": ""})
     values = {**current, "client": _stored_client(provider), **changes}
     errors: dict = {}
@@ -72,14 +89,21 @@ def provider_check(tenant, changes: dict, provider: OAuthProvider | None = None)
         errors["name"] = ["an OAuth provider of this name exists"]
     if values["accounts"] not in MODES:
         errors["accounts"] = [f"one of: {', '.join(MODES)}"]
-    for field in ("issuer", *ENDPOINT_FIELDS, "resource"):
+    for field in ("api_url", "issuer", *ENDPOINT_FIELDS, "resource"):
         value = values[field]
         if not isinstance(value, str):
             errors[field] = ["a URL, or empty"]
         elif value and (problem := _address_problem(value, field.replace("_", " "))):
             errors[field] = [problem]
-    if not values["token_endpoint"] and "token_endpoint" not in errors:
-        errors["token_endpoint"] = ["required"]
+    for field in ("api_url", "token_endpoint"):
+        if not values[field] and field not in errors:
+            errors[field] = ["required"]
+    if provider is not None and "api_url" not in errors and values["api_url"] != provider.api_url:
+        outside = sorted(endpoint.tool.name for endpoint in provider.endpoints.select_related("tool")
+                         if not url_under(endpoint.url_template, values["api_url"]))
+        if outside:
+            errors["api_url"] = [f"HTTP tools that use it call outside it ({', '.join(outside[:10])}): change "
+                                 "their URLs first"]
     person = values["accounts"] == AccountMode.PERSON
     if person and not values["authorization_endpoint"] and "authorization_endpoint" not in errors:
         errors["authorization_endpoint"] = ["each person's own account is authorized there: required"]
@@ -140,8 +164,12 @@ def provider_delete(*, provider: OAuthProvider, actor=None) -> None:
     tools = sorted(provider.endpoints.values_list("tool__name", flat=True))
     if tools:
         raise Conflict(f"HTTP tools call with it ({', '.join(tools[:10])}{', …' if len(tools) > 10 else ''}): "
-                           "give them another provider or none first")
+                       "give them another provider or none first")
     ended = vault.upstream_accounts_end(upstream=provider, reason="provider_deleted")
     audit_record(tenant=provider.tenant, actor=actor, verb="oauth_provider.deleted",
                  target=f"oauth_provider:{provider.name}", data={"accounts_ended": ended})
-    provider.delete()
+    try:
+        provider.delete()
+    except RestrictedError:  # a tool was given it meanwhile
+        raise Conflict("an HTTP tool was given this provider meanwhile: give it another provider or none "
+                       "first") from None

@@ -44,6 +44,9 @@ logger = logging.getLogger("toolkeeper.accounts")
 REFRESH_MARGIN_S = 60.0  # refresh this long before expiry (at most half of the token's life)
 REFRESH_LEASE_S = 30.0  # a refresh started longer ago than this is taken for dead, and another may start
 REFRESH_WAIT_S = 15.0  # how long a call waits for another process's refresh
+# A token refused upstream is renewed only if it is older than this: an agent that steers a call at a route that
+# always answers 401 cannot make every call a round trip to the authorization server.
+REFUSED_RENEWAL_AFTER_S = 30.0
 PENDING_MAX_AGE_S = 600  # the person has this long at the authorization server
 PENDING_KEY = "toolkeeper.upstream_connect"
 LISTING_ROLES = (Role.ADMIN, Role.OPERATOR)
@@ -120,6 +123,12 @@ def _target(upstream) -> str:
     return f"{'mcp_server' if isinstance(upstream, McpServer) else 'oauth_provider'}:{upstream.name}"
 
 
+def _version(upstream) -> str:
+    """What a connection under way was started against: a provider's last change (a server's discovery is its
+    own: what changes it ends the accounts, and a sync must not stop a person connecting)."""
+    return upstream.updated_at.isoformat() if isinstance(upstream, OAuthProvider) else ""
+
+
 def _configured(provider: OAuthProvider) -> oauth.AuthServer:
     """An HTTP tools' provider as discovery would have found it: what the operator entered."""
     return oauth.AuthServer(
@@ -158,7 +167,7 @@ def connect_start(*, upstream, user, session_store) -> str:
     now = time.time()
     pending = {state: entry for state, entry in pending.items() if now - entry["at"] < PENDING_MAX_AGE_S}
     pending[authorization.state] = {"at": now, "tenant": upstream.tenant_id, "kind": _kind(upstream),
-                                    "upstream": upstream.pk, "user": user.pk,
+                                    "upstream": upstream.pk, "user": user.pk, "version": _version(upstream),
                                     "verifier": authorization.verifier, "client_id": client["client_id"],
                                     "auth": auth.to_json()}
     session_store[PENDING_KEY] = dict(list(pending.items())[-5:])  # a few connections under way at most
@@ -194,7 +203,7 @@ def connect_finish(*, user, session_store, state: str, code: str | None, error: 
     _connectable(upstream)
     server = upstream if isinstance(upstream, McpServer) else None
     auth = oauth.AuthServer.from_json(entry["auth"])
-    if server is None and upstream.token_endpoint != auth.token_endpoint:
+    if entry.get("version") != _version(upstream):  # its accounts ended with the change: this grant would too
         raise ServiceError("the provider was changed meanwhile: connect again")
     if error or not code:
         refused = "you declined" if error == "access_denied" else "the authorization server gave no code"
@@ -318,8 +327,12 @@ def _refresh(account: UpstreamAccount, started) -> str:
     account.refresh_started_at = None
     if fresh.scope:
         account.scope = fresh.scope
-    account.save(update_fields=["tokens", "expires_at", "refreshed_at", "refresh_count", "refresh_started_at",
-                                "scope"])
+    saved = UpstreamAccount.objects.for_tenant(account.tenant_id).filter(pk=account.pk).update(
+        tokens=account.tokens, expires_at=account.expires_at, refreshed_at=now, refresh_count=account.refresh_count,
+        refresh_started_at=None, scope=account.scope)
+    if not saved:  # ended meanwhile (a disconnect, the provider changed): its new token is not to be used
+        raise AccountNeeded("the account was ended while its token was being renewed: try again",
+                            error_type="AccountNotConnected", connect_url=connect_url(upstream))
     if account.user_id is None and account.refresh_count == 1:  # a service account's first token
         audit_record(tenant=upstream.tenant, actor=None, verb="upstream_account.connected", target=_target(upstream),
                      data={"user": _whose(account), "issuer": account.issuer, "scope": account.scope,
@@ -405,7 +418,9 @@ def token_refused(*, upstream, session, token: str) -> str:
             current = account.tokens.get("access_token") if account is not None else None
         except SecretUnreadable:
             current = None
-        if current == token:  # conditional: a renewal since it was read is kept
+        recent = account is not None and account.refreshed_at is not None and (
+            timezone.now() - account.refreshed_at).total_seconds() < REFUSED_RENEWAL_AFTER_S
+        if current == token and not recent:  # conditional: a renewal since it was read is kept
             UpstreamAccount.objects.for_tenant(account.tenant_id).filter(
                 pk=account.pk, refreshed_at=account.refreshed_at).update(expires_at=timezone.now())
     return call_token(upstream=upstream, session=session)

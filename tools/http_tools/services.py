@@ -15,7 +15,8 @@ How a call becomes a request:
   (`"Authorization": "Bearer {secret:token}"`). Secrets are usable in headers only, and arguments are not.
 - **OAuth.** A tool that names an OAuth provider (`oauth_provider`, tools.accounts.providers) sends a token of
   that provider as its `Authorization`: the call's verified person's own, or the provider's service account's
-  (docs/accounts.md). Its headers then hold no `Authorization` of their own. A 401 answer renews the token once
+  (docs/accounts.md), and only to URLs under the provider's `api_url`. Its headers then hold no `Authorization`
+  of their own. A 401 answer renews the token once
   and sends the request again (the API did nothing with it).
 - **Response.** A JSON answer is the result's structure and text (`response.pointer`, a JSON pointer, picks
   a part of it); any other answer is text, and so is a JSON answer over ANSWER_JSON_MAX_BYTES or of more than
@@ -49,7 +50,7 @@ from common.errors import ServiceError
 from common.json_values import flags_check, json_parse, json_problem, seconds_check
 from common.outbound import OutboundRefused, ResponseTooLarge, check_url, http_client
 from common.secrets import SecretUnreadable
-from tools.accounts import vault
+from tools.accounts import providers, vault
 from tools.accounts.oauth import OAuthFailed
 from tools.catalog.registry import register_source
 from tools.catalog.schemas import declared_object_schema, tool_name_reserved
@@ -364,6 +365,10 @@ class HttpSource:
         request = request_of(endpoint, arguments if isinstance(arguments, dict) else {}, secrets)
         token = None
         if endpoint.oauth_provider_id is not None:
+            if not providers.url_under(request["url"], endpoint.oauth_provider.api_url):  # it moved since
+                raise ToolError(f"the OAuth provider {endpoint.oauth_provider.name!r} sends its tokens under "
+                                f"{endpoint.oauth_provider.api_url} only, and this tool's URL is elsewhere",
+                                error_type="OutboundRefused")
             token = _provider_token(endpoint, ctx)
             request["headers"]["Authorization"] = f"Bearer {token}"
             secrets["Authorization"] = token  # hidden from answers that echo it, as a stored secret is
@@ -375,11 +380,12 @@ class HttpSource:
             if status == 401 and token is not None:
                 # Refused before its recorded end (revoked or replaced at the authorization server): renewed once
                 # and sent again. A 401 means the API did nothing with the request, so sending it again is safe.
-                token = _provider_token(endpoint, ctx, refused=token)
-                request["headers"]["Authorization"] = f"Bearer {token}"
-                forms = _secret_forms({**secrets, "Renewed": token})
-                status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
-                                                   cancelled=getattr(ctx, "cancel_signal", None))
+                renewed = _provider_token(endpoint, ctx, refused=token)
+                if renewed != token:  # the same one again (renewed moments ago): the API's 401 stands
+                    request["headers"]["Authorization"] = f"Bearer {renewed}"
+                    forms = _secret_forms({**secrets, "Renewed": renewed})
+                    status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
+                                                       cancelled=getattr(ctx, "cancel_signal", None))
         except ToolError:
             raise
         except Exception as exc:
@@ -536,6 +542,9 @@ def _check_provider(tenant, values: dict, errors: dict) -> OAuthProvider | None:
         return None
     if any(str(header).lower() == "authorization" for header in (values["headers"] or {})):
         errors["headers"] = ["the OAuth provider's token is the Authorization header: leave it out of the headers"]
+    if isinstance(values["url"], str) and not providers.url_under(values["url"], provider.api_url):
+        errors["oauth_provider"] = [f"its tokens go to URLs under {provider.api_url} only: this tool's URL is "
+                                    "elsewhere"]
     return provider
 
 

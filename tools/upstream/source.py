@@ -98,7 +98,8 @@ class McpSource:
         deadline = time.monotonic() + tool.timeout_s
         relay = progress_relay(ctx)
         renewed = False
-        for attempt in range(len(RETRY_PAUSES_S) + 1):
+        attempt = 0  # transient failures so far (a renewed token is not one)
+        while True:
             try:
                 return mcp_call_tool(endpoint, tool.source_ref, arguments,
                                      timeout_s=max(0.1, deadline - time.monotonic()) + BACKSTOP_S,
@@ -108,8 +109,10 @@ class McpSource:
                 # and the call sent again, which is safe whatever the tool: a 401 means the server did nothing.
                 if token is None or renewed:
                     raise ToolError(str(exc), error_type="UpstreamUnavailable") from None
-                endpoint, token = _endpoint_for_call(server, ctx, refused=token)
-                renewed = True
+                endpoint, fresh = _endpoint_for_call(server, ctx, refused=token)
+                if fresh == token:  # not renewed (it was, moments ago): the server's refusal stands
+                    raise ToolError(str(exc), error_type="UpstreamUnavailable") from None
+                token, renewed = fresh, True
             except UpstreamCancelled:
                 raise CallCancelled("the call was cancelled") from None
             except UpstreamToolError as exc:
@@ -124,7 +127,7 @@ class McpSource:
                     raise ToolError(str(exc), error_type="UpstreamUnavailable") from None
                 logger.info("call %s: %s; trying again (idempotent tool)", ctx.call_id, exc)
                 ctx.sleep(pause)  # raises CallCancelled when the call is stopped meanwhile
-        raise AssertionError("unreachable")
+                attempt += 1
 
 
 register_source(McpSource())
