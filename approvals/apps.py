@@ -10,7 +10,14 @@ class ApprovalsConfig(AppConfig):
         from approvals.channel_kinds import register_channel_kind
         from approvals.exposure import tools_always_denied
         from approvals.models import Vote
-        from approvals.notifications import BUILT_IN_KINDS, DELIVER_JOB, DIGEST_JOB, deliveries_send, expiry_digest
+        from approvals.notifications import (
+            BUILT_IN_KINDS,
+            DELIVER_JOB,
+            DIGEST_JOB,
+            deliveries_send,
+            expiry_digest,
+            notify_definition_proposed,
+        )
         from approvals.pipeline import External, Permission
         from approvals.selectors import approvals_for_calls, ever_asked
         from approvals.services import default_queue, request_cancel_for_call, requests_expire_due
@@ -24,7 +31,7 @@ class ApprovalsConfig(AppConfig):
             register_exposure_filter,
             register_periodic,
         )
-        from tools.signals import call_cancelled
+        from tools.signals import call_cancelled, tool_definition_proposed
 
         for kind in BUILT_IN_KINDS:
             register_channel_kind(kind)
@@ -39,6 +46,7 @@ class ApprovalsConfig(AppConfig):
         register_periodic(DELIVER_JOB, lambda: runtime().run_soon(DELIVER_JOB), every_s=5)
         register_periodic(DIGEST_JOB, lambda: expiry_digest(), every_s=60)
         call_cancelled.connect(request_cancel_for_call, dispatch_uid="approvals.cancel_request")
+        tool_definition_proposed.connect(notify_definition_proposed, dispatch_uid="approvals.definition_proposed")
         post_save.connect(vote_on_timeline, sender=Vote, dispatch_uid="approvals.vote_on_timeline")
         tenant_created.connect(lambda sender, tenant, **kw: default_queue(tenant), weak=False,
                                dispatch_uid="approvals.default_queue")

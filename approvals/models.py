@@ -149,6 +149,7 @@ class NotifyEvent(models.TextChoices):
     EXPIRING = "expiring", "expiry soon (digest)"
     DECIDED = "decided", "decided"
     EXTERNAL = "external", "external task waiting"
+    DEFINITION = "definition", "a tool's definition changed (for operators)"
     TEST = "test", "test notification"
 
 

@@ -73,6 +73,7 @@ EXPIRING_WITHIN = timedelta(minutes=15)  # the digest lists pending requests tha
 LINK_MAX_AGE_S = 7 * 24 * 3600  # a decision link of a request without an expiry still ends
 LINK_SALT = "toolkeeper.decision-link"
 CHANNEL_EVENTS = [event for event in NotifyEvent.values if event != NotifyEvent.TEST]
+OPERATOR_EVENTS = (NotifyEvent.DEFINITION,)
 MIN_SECRET_CHARS = 16
 
 
@@ -200,12 +201,22 @@ def _reviewers(queue: Queue, *, escalation: bool) -> list:
     return list(users.exclude(email="").order_by("pk").distinct())
 
 
-def _recipients(channel: NotificationChannel, *, escalation: bool) -> list:
-    """(user, address) pairs of an email channel, without those who muted it or muted everything."""
+def _operators(tenant_id) -> list:
+    """Who can accept a tool's changed definition: the tenant's admins and operators."""
+    return list(get_user_model().objects.filter(memberships__tenant_id=tenant_id,
+                                                memberships__role__in=[Role.ADMIN, Role.OPERATOR])
+                .exclude(email="").order_by("pk").distinct())
+
+
+def _recipients(channel: NotificationChannel, *, escalation: bool, event: str = "") -> list:
+    """(user, address) pairs of an email channel, without those who muted it or muted everything. News for
+    operators goes to them, not to the queue's reviewers."""
     quiet = ReviewerNotifySetting.objects.for_tenant(channel.tenant_id).filter(
         Q(muted=True) | Q(excluded=channel)).values_list("user_id", flat=True)
     silent = set(quiet)
-    return [(user, user.email) for user in _reviewers(channel.queue, escalation=escalation) if user.pk not in silent]
+    users = (_operators(channel.tenant_id) if event in OPERATOR_EVENTS
+             else _reviewers(channel.queue, escalation=escalation))
+    return [(user, user.email) for user in users if user.pk not in silent]
 
 
 def _links(request: ApprovalRequest, user) -> dict:
@@ -222,7 +233,7 @@ def _write(channel: NotificationChannel, *, event: str, key: str, body: dict, re
     now = now or timezone.now()
     kind = channel_kind(channel.kind)
     to_reviewers = kind is not None and kind.to_reviewers
-    targets = _recipients(channel, escalation=escalation) if to_reviewers else [(None, "")]
+    targets = _recipients(channel, escalation=escalation, event=event) if to_reviewers else [(None, "")]
     rows = []
     for user, address in targets:
         payload = dict(body)
@@ -281,6 +292,23 @@ def notify_external_task(call: ToolCall) -> int:
     for channel in NotificationChannel.objects.for_tenant(call.tenant_id).filter(queue=queue, enabled=True):
         if NotifyEvent.EXTERNAL in channel.events:
             written += _write(channel, event=NotifyEvent.EXTERNAL, key=f"external:{call.pk}", body=body)
+    _kick(written)
+    return written
+
+
+def notify_definition_proposed(sender=None, *, tool, server, new: bool, **kwargs) -> int:
+    """In the sync's transaction that withholds a tool for review (tools.upstream.definitions): the messages of
+    every channel of the tenant that takes `definition` events, once per proposal."""
+    slug = server.tenant.slug
+    body = {"event": NotifyEvent.DEFINITION, "tenant": slug, "definition": {
+        "tool": tool.name, "server": server.name, "new": new, "hash": tool.proposed_hash,
+        "url": _absolute(reverse("console:mcp_server_detail", kwargs={"tenant": slug, "server_id": server.pk})),
+    }}
+    written = 0
+    for channel in NotificationChannel.objects.for_tenant(server.tenant_id).filter(enabled=True):
+        if NotifyEvent.DEFINITION in channel.events:
+            written += _write(channel, event=NotifyEvent.DEFINITION,
+                              key=f"definition:{tool.pk}:{tool.proposed_hash[:16]}", body=body)
     _kick(written)
     return written
 
@@ -544,6 +572,13 @@ def _message(payload: dict) -> tuple[list, list[list]]:
         lines += [["- ", Shown(r["tool"]), " by ", _value_or(r["agent"], "an agent"), f", expires {r['expires_at']}: ",
                    Linked(r["url"])] for r in payload["requests"]]
         return ["Requests expiring soon in ", queue], lines
+    if event == NotifyEvent.DEFINITION:
+        change = payload["definition"]
+        what = "New tool waiting for review" if change["new"] else "Tool definition changed"
+        return ([f"{what}: ", Shown(change["tool"])],
+                [["MCP server ", Shown(change["server"]), " offers ", Shown(change["tool"]),
+                  " with a definition no operator has accepted. The tool is withheld from every agent until one "
+                  "reviews the change and accepts it."], [Linked(change["url"])]])
     if event == NotifyEvent.EXTERNAL:
         task = payload["task"]
         return (["External task waiting: ", Shown(task["tool"])],

@@ -106,7 +106,8 @@ class ToolAdmin(PlatformAdminMixin, admin.ModelAdmin):
     list_filter = ("source", "enabled", "read_only", "destructive")
     search_fields = ("name", "tenant__slug", "source_ref")
     list_select_related = ("tenant",)
-    readonly_fields = ("created_at", "updated_at")
+    # a definition is accepted on the server's page (audited), never by editing these
+    readonly_fields = ("pinned", "pinned_hash", "proposed", "proposed_hash", "proposed_at", "created_at", "updated_at")
 
 
 @admin.register(ToolGroup)

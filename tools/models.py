@@ -72,6 +72,8 @@ class McpServer(TenantOwned):
     include = models.JSONField(default=list, blank=True, help_text="upstream tool names to take; empty: all")
     exclude = models.JSONField(default=list, blank=True, help_text="upstream tool names to leave out")
     trusted = models.BooleanField(default=False, help_text="its tools' annotations become their flags")
+    accept_changes = models.BooleanField(default=False, help_text="a sync applies changed tool definitions and "
+                                                                  "takes new tools without an operator's review")
     join_group = models.ForeignKey("ToolGroup", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
                                    help_text="the group each tool a sync adds joins")
     status = models.CharField(max_length=8, choices=McpStatus.choices, default=McpStatus.NEW)
@@ -113,6 +115,13 @@ class Tool(TenantOwned):
     retry_max = models.PositiveSmallIntegerField(default=0)
     retry_backoff_s = models.FloatField(default=0.5)
     max_result_chars = models.PositiveIntegerField(null=True, blank=True)
+    # An upstream tool's definition as an operator last accepted it (tools.upstream.definitions), and the one a
+    # sync found since that differs from it: while `proposed_hash` is set the tool is withheld from every session.
+    pinned = models.JSONField(null=True, blank=True)
+    pinned_hash = models.CharField(max_length=64, blank=True, default="")
+    proposed = models.JSONField(null=True, blank=True)
+    proposed_hash = models.CharField(max_length=64, blank=True, default="")
+    proposed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -79,6 +79,8 @@ tenant_pages = [
     path("mcp-servers/<int:server_id>/add-to-group/", upstream_pages.mcp_server_group_add,
          name="mcp_server_group_add"),
     path("mcp-servers/<int:server_id>/test/", upstream_pages.mcp_server_test, name="mcp_server_test"),
+    path("tools/<int:tool_id>/definition/accept/", upstream_pages.tool_definition_accept,
+         name="tool_definition_accept"),
     path("accounts/", account_pages.upstream_accounts, name="upstream_accounts"),
     path("accounts/<int:server_id>/connect/", account_pages.upstream_account_connect, name="upstream_account_connect"),
     path("accounts/<int:server_id>/disconnect/", account_pages.upstream_account_disconnect,

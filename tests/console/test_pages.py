@@ -19,7 +19,8 @@ ADMIN_PAGES = ["apikey_create", "apikey_created", "apikey_revoke", "redaction_ru
                "oauth_provider_create", "oauth_provider_edit", "oauth_provider_delete"]
 POST_ONLY = ["mcp_server_sync", "mcp_server_test", "member_role", "invitation_revoke", "tool_group_add",
              "mcp_server_group_add", "client_disconnect", "upstream_account_connect", "upstream_account_disconnect",
-             "upstream_account_list_tools", "provider_account_connect", "provider_account_disconnect"]
+             "upstream_account_list_tools", "provider_account_connect", "provider_account_disconnect",
+             "tool_definition_accept"]
 
 
 def test_the_page_lists_cover_every_console_route(routes):

@@ -4,6 +4,7 @@ part (a real server listing them) is tested with the MCP client."""
 import re
 
 import pytest
+from django.utils import timezone
 
 from approvals.selectors import simulate
 from approvals.services import rule_create
@@ -90,7 +91,7 @@ def test_listed_tools_enter_the_catalog_with_their_upstream_names(world):
     server = server_of(world.a.tenant, timeout_s=12.5)
     counts = mcp_tools_reconcile(server=server, listed=[
         upstream("search", description="Search code."), upstream("repo.get"), upstream("z" * 90)])
-    assert counts == {"added": 3, "updated": 0, "disabled": 0, "skipped": []}
+    assert counts == {"added": 3, "updated": 0, "disabled": 0, "held": 0, "skipped": []}
     tools = tools_of(server)
     assert set(tools) == {"search", "repo.get", "z" * 90}
     search = tools["search"]
@@ -107,13 +108,14 @@ def test_a_second_sync_keeps_the_same_rows_and_names(world):
     first = {ref: (t.pk, t.name) for ref, t in tools_of(server).items()}
     assert len({name for _, name in first.values()}) == 3
     counts = mcp_tools_reconcile(server=server, listed=list(reversed(listed)))
-    assert counts == {"added": 0, "updated": 0, "disabled": 0, "skipped": []}
+    assert counts == {"added": 0, "updated": 0, "disabled": 0, "held": 0, "skipped": []}
     assert {ref: (t.pk, t.name) for ref, t in tools_of(server).items()} == first
 
 
-def test_changes_upstream_update_the_tool(world):
-    server = server_of(world.a.tenant)
+def test_changes_upstream_update_the_tool_of_a_server_that_accepts_them(world):
+    server = server_of(world.a.tenant, accept_changes=True)
     mcp_tools_reconcile(server=server, listed=[upstream("search")])
+    server.last_synced_at = timezone.now()  # past its first listing: only `accept_changes` applies changes now
     new_schema = {"type": "object", "properties": {"q": {"type": "string"}}}
     counts = mcp_tools_reconcile(server=server, listed=[upstream("search", schema=new_schema, description="New.")])
     assert counts["updated"] == 1
@@ -146,14 +148,14 @@ def test_a_tool_that_disappears_is_disabled_and_comes_back_enabled(world):
     binding = binding_set(tenant=tenant, tool=tool, name="repo", value="acme/site")
 
     counts = mcp_tools_reconcile(server=server, listed=[upstream("search")])
-    assert counts == {"added": 0, "updated": 0, "disabled": 1, "skipped": []}
+    assert counts == {"added": 0, "updated": 0, "disabled": 1, "held": 0, "skipped": []}
     gone = Tool.objects.for_tenant(tenant).get(pk=tool.pk)  # kept, never deleted
     assert gone.enabled is False and gone.mcp_server_id is None
     assert gone.name not in catalog_snapshot(tenant.pk).tools
     assert mcp_tools_by_server(tenant, [server])[server.pk] == [gone, tools_of(server)["search"]]
 
     counts = mcp_tools_reconcile(server=server, listed=[upstream("search"), upstream("issues.list")])
-    assert counts == {"added": 0, "updated": 1, "disabled": 0, "skipped": []}
+    assert counts == {"added": 0, "updated": 1, "disabled": 0, "held": 0, "skipped": []}
     back = Tool.objects.for_tenant(tenant).get(pk=tool.pk)
     assert back.enabled and back.mcp_server_id == server.pk and back.name == tool.name
     assert list(back.groups.all()) == [group] and back.bindings.get() == binding  # its governance kept

@@ -14,6 +14,7 @@ from common.secrets import SecretUnreadable
 from tools.models import McpServer, McpStatus, Tool
 from tools.upstream import servers as mcp_servers
 from tools.upstream.client import UpstreamTool, UpstreamUnavailable
+from tools.upstream.definitions import tool_flags
 from tools.upstream.servers import mcp_server_create, mcp_server_delete, mcp_server_sync, mcp_server_update
 
 pytestmark = pytest.mark.django_db
@@ -384,7 +385,7 @@ def test_a_failed_sync_is_answered_recorded_audited_and_logged(world, monkeypatc
     with caplog.at_level(logging.INFO, logger="tools.upstream.servers"):
         answer = mcp_server_sync(server=server, actor=world.a.users["admin"])
     assert answer == {"status": McpStatus.ERROR, "error": "connection refused", "added": 0, "updated": 0,
-                      "disabled": 0, "skipped": []}
+                      "disabled": 0, "held": 0, "skipped": []}
     event = Event.objects.for_tenant(world.a.tenant).get(verb="mcp_server.synced")
     assert (event.actor, event.target, event.data) == (world.a.users["admin"], "mcp_server:github",
                                                        {"status": "error", "error": "connection refused"})
@@ -414,12 +415,13 @@ def test_a_sync_is_audited_with_its_counts_and_the_first_skipped_names(world, mo
     monkeypatch.setattr(mcp_servers.mcp_client, "mcp_list_tools", lambda endpoint: [
         UpstreamTool("search", "Search, better", schema), *twice])
     answer = mcp_server_sync(server=server, actor=admin)
-    assert (answer["added"], answer["updated"], answer["disabled"]) == (1, 1, 1)
+    # after the first sync, a changed definition and a new tool both wait for review (docs/mcp.md)
+    assert (answer["added"], answer["updated"], answer["disabled"], answer["held"]) == (1, 0, 1, 2)
     assert len(answer["skipped"]) == mcp_servers.SKIPPED_IN_AUDIT + 1  # the first "dup" was added
     events = list(Event.objects.for_tenant(world.a.tenant).filter(verb="mcp_server.synced").order_by("id"))
     assert [(e.actor, e.target) for e in events] == [(admin, "mcp_server:github")] * 2
-    assert events[0].data == {"status": "ok", "added": 2, "updated": 0, "disabled": 0, "skipped": []}
-    assert events[1].data == {"status": "ok", "added": 1, "updated": 1, "disabled": 1,
+    assert events[0].data == {"status": "ok", "added": 2, "updated": 0, "disabled": 0, "held": 0, "skipped": []}
+    assert events[1].data == {"status": "ok", "added": 1, "updated": 0, "disabled": 1, "held": 2,
                               "skipped": ["dup"] * mcp_servers.SKIPPED_IN_AUDIT}
 
 
@@ -503,7 +505,7 @@ def test_headers_refusals_in_exact_words_and_at_their_bounds(world):
     (False, {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True}, (False, True, False)),
 ])
 def test_the_flags_of_a_synced_tool_follow_its_hints_when_trusted(trusted, annotations, flags):
-    values = mcp_servers._flags(McpServer(trusted=trusted), annotations)
+    values = tool_flags(McpServer(trusted=trusted), annotations)
     assert (values["read_only"], values["destructive"], values["idempotent"]) == flags
     assert values["concurrency_safe"] is flags[0] and values["trusted"] is trusted
 
@@ -514,8 +516,12 @@ def test_a_synced_definition_keeps_the_upstream_schema_and_reads_only_text_and_o
                           output_schema={"type": "object"}, annotations={"readOnlyHint": True})
     values, reason = mcp_servers._definition(server, listed)
     assert reason == "" and list(values["input_schema"]) == ["properties", "type"]  # kept as the server sent it
-    assert (values["description"], values["output_schema"], values["source_ref"], values["timeout_s"]) == (
-        "", {"type": "object"}, "find", 12.0)
+    assert (values["name"], values["description"], values["output_schema"], values["annotations"]) == (
+        "find", "", {"type": "object"}, {"readOnlyHint": True})
+    hints = {"readOnlyHint": "yes", "title": "Find\x00", "openWorldHint": False, "other": {"deep": 1}}
+    odd, _ = mcp_servers._definition(server, UpstreamTool(name="n", description="", input_schema={"type": "object"},
+                                                           annotations=hints))
+    assert odd["annotations"] == {"openWorldHint": False}  # only MCP's hints as booleans and a storable title
     untyped, _ = mcp_servers._definition(server, UpstreamTool(name="n", description=7, input_schema={"properties": {}},
                                                                output_schema=["not", "a", "schema"]))
     assert untyped["input_schema"] == {"type": "object", "properties": {}} and untyped["output_schema"] is None
@@ -560,10 +566,10 @@ def test_a_servers_audit_record_holds_its_fields_by_name(world):
     assert created == {
         "mcp_server:github": {"transport": "streamable_http", "header_names": ["Authorization", "X-B"],
                               "env_names": [], "command": "", "enabled": True, "trusted": True, "join_group": None,
-                              "accounts": "tenant", "oauth_client": False, "oauth_scopes": ""},
+                              "accept_changes": False, "accounts": "tenant", "oauth_client": False, "oauth_scopes": ""},
         "mcp_server:files": {"transport": "stdio", "header_names": [], "env_names": ["API_TOKEN"],
                              "command": "files", "enabled": False, "trusted": False, "join_group": None,
-                             "accounts": "tenant", "oauth_client": False, "oauth_scopes": ""}}
+                             "accept_changes": False, "accounts": "tenant", "oauth_client": False, "oauth_scopes": ""}}
 
 
 def test_an_http_servers_url_is_needed_and_bounded(world):

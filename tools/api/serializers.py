@@ -498,13 +498,37 @@ class McpServerToolSerializer(serializers.ModelSerializer):
     offered = serializers.SerializerMethodField(help_text="false when the server no longer offers it (it is then "
                                                 "disabled and taken back, enabled, when offered again)")
 
+    review = serializers.SerializerMethodField(help_text="\"new\" or \"changed\": the server offers it with a "
+                                               "definition no operator has accepted, and it is withheld from every "
+                                               "session until one does; null otherwise")
+
     class Meta:
         model = Tool
-        fields = ["id", "name", "upstream_name", "enabled", "offered"]
+        fields = ["id", "name", "upstream_name", "enabled", "offered", "review"]
         read_only_fields = fields
 
     def get_offered(self, tool) -> bool:
         return tool.mcp_server_id is not None
+
+    def get_review(self, tool) -> str | None:
+        if not tool.proposed_hash:
+            return None
+        return "changed" if tool.pinned_hash else "new"
+
+
+class McpDefinitionChangeSerializer(serializers.Serializer):
+    tool = serializers.CharField(help_text="the tool's name in the catalog")
+    review = serializers.ChoiceField(choices=["new", "changed"])
+    hash = serializers.CharField(help_text="the proposed definition's SHA-256: send it back to accept this one")
+    since = serializers.DateTimeField()
+    pinned = serializers.JSONField(help_text="the accepted definition (null for a new tool): name, description, "
+                                   "input_schema, output_schema, annotations")
+    proposed = serializers.JSONField(help_text="the definition the server offers now")
+
+
+class McpDefinitionAcceptSerializer(strict.Serializer):
+    tool = serializers.CharField(max_length=128, help_text="the tool's name in the catalog")
+    hash = serializers.CharField(max_length=64, help_text="the proposed definition's hash, as the review showed it")
 
 
 def upstream_names_field(help_text: str) -> serializers.ListField:
@@ -536,6 +560,10 @@ class McpServerSerializer(strict.ModelSerializer):
     exclude = upstream_names_field("upstream tool names to leave out")
     trusted = serializers.BooleanField(required=False, help_text="its tools' annotations (readOnlyHint, "
                                        "destructiveHint, idempotentHint) become their flags")
+    accept_changes = serializers.BooleanField(
+        required=False, help_text="false (the default): a tool whose definition the server changes, or a new tool "
+                                  "after the first sync, is withheld until an operator accepts it; true: each sync "
+                                  "applies the server's definitions itself (audited)")
     accounts = serializers.ChoiceField(
         choices=SERVER_ACCOUNT_MODES, required=False,
         help_text="`tenant`: every call uses the server's own credentials (headers); `person`: each call carries "
@@ -553,7 +581,7 @@ class McpServerSerializer(strict.ModelSerializer):
     class Meta:
         model = McpServer
         fields = ["id", "name", "transport", "url", "headers", "header_names", "command", "env", "env_names",
-                  "enabled", "timeout_s", "include", "exclude", "trusted", "accounts", "oauth_client",
+                  "enabled", "timeout_s", "include", "exclude", "trusted", "accept_changes", "accounts", "oauth_client",
                   "oauth_client_set", "oauth_scopes", "status", "last_error", "last_synced_at",
                   "tools", "created_at", "updated_at"]
         read_only_fields = ["status", "last_error", "last_synced_at", "created_at", "updated_at"]
@@ -586,6 +614,7 @@ class McpSyncSerializer(serializers.Serializer):
     added = serializers.IntegerField()
     updated = serializers.IntegerField()
     disabled = serializers.IntegerField(help_text="tools the server no longer offers")
+    held = serializers.IntegerField(help_text="tools whose new or changed definition this sync withheld for review")
     skipped = McpSkippedSerializer(many=True, help_text="tools left out, with the reason")
 
 

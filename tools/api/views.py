@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from common.api import exception_handler
+from common.errors import ServiceError
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
 from tenancy.grants import Grant, grant_of
 from tenancy.models import ApiKey, Scope
@@ -31,7 +32,8 @@ from tools.calls import submit as tool_calls
 from tools.calls.runtime import runtime
 from tools.calls.waiting import WaitPlan, run_db
 from tools.catalog import declared, selectors, services
-from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, ToolCall
+from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, AgentSession, Tool, ToolCall
+from tools.upstream import definitions
 from tools.upstream import servers as mcp_servers
 
 
@@ -361,6 +363,29 @@ class McpServerViewSet(TenantModelViewSet):
         result = mcp_servers.mcp_server_sync(server=server, actor=acting_user(request))
         result = {**result, "skipped": [{"name": name, "reason": reason} for name, reason in result["skipped"]]}
         return Response({"server": self.represent(server), "sync": result})
+
+    @extend_schema(request=None, responses=s.McpDefinitionChangeSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def changes(self, request, pk=None):
+        """The server's tools withheld for review: each with the accepted and the proposed definition."""
+        return Response(s.McpDefinitionChangeSerializer([
+            {"tool": tool.name, "review": "changed" if tool.pinned_hash else "new", "hash": tool.proposed_hash,
+             "since": tool.proposed_at, "pinned": tool.pinned, "proposed": tool.proposed}
+            for tool in definitions.withheld_tools(self.get_object())], many=True).data)
+
+    @extend_schema(request=s.McpDefinitionAcceptSerializer, responses={200: s.McpServerSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def accept(self, request, pk=None):
+        """Accept a tool's proposed definition, named by its hash (a newer proposal is a 409: review it first)."""
+        server = self.get_object()
+        body = s.McpDefinitionAcceptSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        tool = Tool.objects.for_tenant(self.tenant).filter(mcp_server=server, name=body.validated_data["tool"]).first()
+        if tool is None:
+            raise ServiceError({"tool": ["no tool of this server has that name"]})
+        definitions.tool_definition_accept(tool=tool, expected_hash=body.validated_data["hash"],
+                                           actor=acting_user(request))
+        return Response(self.represent(server))
 
     @extend_schema(request=None, responses=s.McpTestResultSerializer)
     @action(detail=True, methods=["post"])

@@ -16,7 +16,7 @@ from tools.calls.events import call_failure, call_transition
 from tools.catalog.declared import call_exposed
 from tools.catalog.registry import StepChain
 from tools.catalog.schemas import ToolMisconfigured, bound_overrides, with_bound
-from tools.catalog.selectors import DeclaredTool, visible_tool
+from tools.catalog.selectors import DeclaredTool, visible_tool, withheld_from
 from tools.catalog.snapshot import ExposedTool
 from tools.models import AgentSession, CallStatus, ToolCall, ToolSource
 
@@ -89,13 +89,21 @@ class Step:
         raise NotImplementedError
 
 
+def not_available(ctx: CallContext, message: str) -> bool:
+    """Settle a call whose tool is not on the session's surface; one withheld for review says so."""
+    if ctx.call.declared_tool is None and withheld_from(ctx.session, ctx.call.tool_name):
+        return ctx.fail("ToolDefinitionChanged", f"{ctx.call.tool_name} cannot be called now: its MCP server changed "
+                        "its definition (or offered it anew), and an operator must review the change first")
+    return ctx.fail("ToolNotAvailable", message)
+
+
 class Normalize(Step):
     name = "normalize"
 
     def process(self, ctx):
         ctx.exposed = call_exposed(ctx.session, ctx.call, ctx.declared)
         if ctx.exposed is None:
-            return ctx.fail("ToolNotAvailable", f"no tool named {ctx.call.tool_name!r} is available in this session")
+            return not_available(ctx, f"no tool named {ctx.call.tool_name!r} is available in this session")
         if isinstance(ctx.exposed, DeclaredTool):  # no catalog row: the call keeps the declaration instead
             if ctx.call.declared_tool is None:
                 ctx.set(declared_tool=ctx.exposed.declaration)
@@ -169,7 +177,7 @@ def pipeline_run(ctx: CallContext, *, resume_after: str | None = None, rerun: tu
         if ctx.exposed is None:
             ctx.exposed = call_exposed(ctx.session, ctx.call)
             if ctx.exposed is None:
-                ctx.fail("ToolNotAvailable", f"{ctx.call.tool_name!r} is no longer available in this session")
+                not_available(ctx, f"{ctx.call.tool_name!r} is no longer available in this session")
                 return
     with transaction.atomic(savepoint=False):
         for step in steps:

@@ -173,6 +173,20 @@ def visible_tool(session: AgentSession, name: str) -> ExposedTool | None:
     return _expose(catalog, tool, session.agent)
 
 
+WITHHELD_WHY = "withheld: its MCP server changed its definition, which waits for an operator's review"
+
+
+def withheld_from(session: AgentSession, name: str) -> bool:
+    """Whether the session would see this tool but for its changed definition, which waits for an operator's review
+    (so a call to it is told why, and a tool the session could never see stays unmentioned)."""
+    catalog = catalog_snapshot(session.tenant_id)
+    groups = catalog.withheld.get(name)
+    if not groups or not active_group_names(session, groups):
+        return False
+    return name not in exposure_hidden(tenant=session.tenant, agent=session.agent, user=session.user,
+                                       user_verified=session.user_verified, names=[name])
+
+
 @dataclass(frozen=True)
 class SurfacePreview:
     """The surface a new session of an agent (and user) is shown, and why each other enabled tool is not."""
@@ -216,6 +230,7 @@ def surface_preview(tenant, agent: str, user: str = "") -> SurfacePreview:
     denied = exposure_hidden(tenant=tenant, agent=agent, user=user, names=in_active)
     hidden = [(name, denied.get(name) or _not_listed_why(catalog.groups_of_tool.get(name, []), agent))
               for name in sorted(catalog.tools) if name not in shown]
+    hidden = sorted(hidden + [(name, WITHHELD_WHY) for name in catalog.withheld])
     return SurfacePreview(agent=agent, user=user, active_groups=[g.name for g in catalog.groups if g.name in active],
                           shown=shown, hidden=hidden)
 

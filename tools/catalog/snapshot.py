@@ -58,6 +58,8 @@ class CatalogSnapshot:
     version: int
     groups: list[GroupView] = field(default_factory=list)
     tools: dict[str, Tool] = field(default_factory=dict)  # enabled tools by name
+    # enabled tools withheld while their changed definition waits for review, with the groups that hold them
+    withheld: dict[str, list[GroupView]] = field(default_factory=dict)
     groups_of_tool: dict[str, list[GroupView]] = field(default_factory=dict)
     bindings: dict[int, list[tuple[str, str, object]]] = field(default_factory=dict)  # tool id → (agent, name, value)
     validators: dict[tuple, InputValidator] = field(default_factory=dict)
@@ -104,9 +106,12 @@ def _load(tenant_id: int, version: int) -> CatalogSnapshot:
     snapshot = CatalogSnapshot(version=version)
     # The tools of a disabled MCP server leave the surface with it (their rows stay as they are). A tool whose
     # server was deleted is disabled by the sync side; if one is not, its source refuses the call.
+    # A tool whose changed definition waits for review is withheld (tools.upstream.definitions).
     tools = {tool.pk: tool for tool in Tool.objects.for_tenant(tenant_id).filter(enabled=True).exclude(
-        source=ToolSource.MCP, mcp_server__enabled=False)}
+        source=ToolSource.MCP, mcp_server__enabled=False).defer("pinned", "proposed")}
+    withheld = {pk: tools.pop(pk) for pk in [pk for pk, tool in tools.items() if tool.proposed_hash]}
     snapshot.tools = {tool.name: tool for tool in tools.values()}
+    snapshot.withheld = {tool.name: [] for tool in withheld.values()}
     members = ToolGroup.tools.through.objects.filter(toolgroup__tenant_id=tenant_id).values_list(
         "toolgroup_id", "tool_id")
     tool_ids_of_group: dict[int, list[int]] = {}
@@ -120,6 +125,9 @@ def _load(tenant_id: int, version: int) -> CatalogSnapshot:
         snapshot.groups.append(view)
         for name in names:
             snapshot.groups_of_tool.setdefault(name, []).append(view)
+        for tool_id in tool_ids_of_group.get(group.pk, ()):
+            if tool_id in withheld:
+                snapshot.withheld[withheld[tool_id].name].append(view)
     for binding in BoundArgument.objects.for_tenant(tenant_id).filter(tool_id__in=list(tools)):
         snapshot.bindings.setdefault(binding.tool_id, []).append((binding.agent, binding.name, binding.value))
     return snapshot

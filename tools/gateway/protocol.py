@@ -48,7 +48,7 @@ from tools.calls.statements import session_calls_awaiting_approval
 from tools.calls.submit import call_cancel, calls_submit
 from tools.calls.waiting import WaitPlan, run_db
 from tools.catalog.registry import resource_providers
-from tools.catalog.selectors import MCP_PRESENCE_S, mcp_presence_key, session_tools, visible_tool
+from tools.catalog.selectors import MCP_PRESENCE_S, mcp_presence_key, session_tools, visible_tool, withheld_from
 from tools.catalog.services import session_create
 from tools.catalog.snapshot import ExposedTool
 from tools.models import TERMINAL_STATUSES, AgentSession, CallStatus, HttpEndpoint, Tool, ToolCall
@@ -223,8 +223,10 @@ def _submitted(caller: McpCaller, spec: dict, request_key: str | None) -> tuple[
     or a new one; (None, []) when the session has no such tool. One trip to the database pool. With a
     `request_key`, the call is remembered under it for a cancel of the request that may come."""
     exposed = visible_tool(caller.session, spec["name"])
-    if exposed is None:
-        return None, []
+    if exposed is None:  # a tool withheld for review gets a call, which fails saying so (ToolDefinitionChanged)
+        if not withheld_from(caller.session, spec["name"]):
+            return None, []
+        return None, calls_submit(session=caller.session, calls=[spec], api_key=caller.api_key)
     twin = pending_approval_twin(caller.session, spec["name"], spec["input"])
     calls = [twin] if twin is not None else calls_submit(session=caller.session, calls=[spec],
                                                          api_key=caller.api_key)
@@ -287,7 +289,7 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
     async with _ProgressFeed(session, wanted=_progress_token(ctx) is not None) as feed:
         with waiter.watching(session.pk) as watch:
             exposed, calls = await run_db(_submitted, caller, spec, request_key)
-            if exposed is None:
+            if not calls:
                 raise MCPError(code=types.INVALID_PARAMS,
                                message=f"no tool named {params.name!r} is available in this session")
             plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls,
@@ -312,7 +314,7 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
                 if answer.refused:
                     raise MCPError(code=types.INVALID_REQUEST, message="the API key of this request was revoked")
                 calls = answer.payload
-    if exposed.is_meta and calls[0].status == CallStatus.SUCCEEDED:
+    if exposed is not None and exposed.is_meta and calls[0].status == CallStatus.SUCCEEDED:
         await _surface_changed(ctx)
     if (calls[0].status == CallStatus.FAILED and (calls[0].error or {}).get("errorType") == "AccountNotConnected"
             and _client_elicits_urls(ctx, session)

@@ -16,10 +16,11 @@ from tenancy.editing import (
     credentials_stored,
     text_lines,
 )
-from tenancy.web import SERVICE_REFUSALS, TenantForm, acting_user, tenant_view
+from tenancy.web import SERVICE_REFUSALS, TenantForm, acting_user, service_messages, tenant_view
 from tools.catalog.pages import GroupAddForm, tools_to_group
 from tools.catalog.selectors import exposed_schema
 from tools.models import AccountMode, BoundArgument, McpServer, McpTransport, Tool, ToolGroup
+from tools.upstream import definitions
 from tools.upstream import servers as mcp_servers
 from tools.upstream.servers import SERVER_ACCOUNT_MODES, SERVER_NAME_RULE, TIMEOUT_RANGE, stdio_servers
 
@@ -69,6 +70,11 @@ class McpServerForm(TenantForm):
                   "tools join no group until you add them (from this server's page or the group's).")
     trusted = forms.BooleanField(required=False, help_text="Its tools' annotations (read-only, destructive, "
                                  "idempotent) become their flags. Otherwise they are treated as destructive.")
+    accept_changes = forms.BooleanField(
+        required=False, label="Accept definition changes without review",
+        help_text="Off (recommended): when the server changes a tool's description or schemas, or offers a new "
+                  "tool, the tool is withheld from every agent until an operator reads the change here and accepts "
+                  "it. On: each sync applies what the server says (each change is still recorded).")
     enabled = forms.BooleanField(required=False, initial=True, help_text="Off: its tools are disabled.")
 
     def __init__(self, *args, **kwargs):
@@ -94,7 +100,8 @@ class McpServerForm(TenantForm):
         return {"name": server.name, "transport": server.transport, "url": server.url, "command": server.command,
                 "timeout_s": server.timeout_s, "include": "\n".join(server.include),
                 "exclude": "\n".join(server.exclude), "trusted": server.trusted, "enabled": server.enabled,
-                "join_group": server.join_group_id, "accounts": server.accounts, "oauth_scopes": server.oauth_scopes}
+                "accept_changes": server.accept_changes, "join_group": server.join_group_id,
+                "accounts": server.accounts, "oauth_scopes": server.oauth_scopes}
 
     def clean_headers(self):
         text = self.cleaned_data["headers"]
@@ -141,7 +148,7 @@ class McpServerForm(TenantForm):
     def service_values(self) -> dict:
         data = dict(self.cleaned_data)
         values = {name: data[name] for name in ("transport", "url", "command", "timeout_s", "trusted", "enabled",
-                                                "join_group", "accounts", "oauth_scopes")}
+                                                "accept_changes", "join_group", "accounts", "oauth_scopes")}
         if (client := self._oauth_client(data)) is not None:
             values["oauth_client"] = client
         values["include"], values["exclude"] = text_lines(data["include"]), text_lines(data["exclude"])
@@ -179,11 +186,29 @@ def mcp_server_detail(request, server):
             bound.setdefault(tool_id, []).append(name)
     rows = [(tool, exposed_schema(tool.input_schema, bound.get(tool.pk, [])), sorted(agents.get(tool.pk, ())))
             for tool in tools]
+    waiting = [(tool, definitions.definition_diff(tool)) for tool in tools if tool.proposed_hash and tool.mcp_server_id]
     return render(request, "console/mcp_server_detail.html", {
-        "server": server, "rows": rows, "group_add_form": GroupAddForm(tenant=request.tenant),
+        "server": server, "rows": rows, "waiting": waiting, "group_add_form": GroupAddForm(tenant=request.tenant),
         "header_names": secret_names(server, "headers"), "env_names": secret_names(server, "env"),
         "connected": server.accounts_connected.count(),
     })
+
+
+@tenant_view(methods=("POST",))
+def tool_definition_accept(request, tool):
+    """An operator accepts the definition whose diff they read (`hash` names it: a newer one is refused)."""
+    slug = request.tenant.slug
+    target = (reverse("console:mcp_server_detail", kwargs={"tenant": slug, "server_id": tool.mcp_server_id})
+              if tool.mcp_server_id else reverse("console:tool_detail", kwargs={"tenant": slug, "tool_id": tool.pk}))
+    try:
+        definitions.tool_definition_accept(tool=tool, expected_hash=request.POST.get("hash", ""),
+                                           actor=acting_user(request))
+    except SERVICE_REFUSALS as exc:
+        for text in service_messages(exc):
+            messages.error(request, text)
+    else:
+        messages.success(request, f"The new definition of {tool.name} is accepted: agents see it from now on.")
+    return HttpResponseRedirect(target + "#waiting")
 
 
 mcp_server_create = ObjectFormView.as_view(
@@ -218,8 +243,10 @@ class McpServerSync(ObjectActionView):
             return self.refused(exc)
         if result["status"] == "ok":
             skipped = "; ".join(f"{name}: {reason}" for name, reason in result["skipped"][:5])
+            held = f", {result['held']} waiting for review" if result["held"] else ""
             messages.success(request, f"Synced: {result['added']} added, {result['updated']} updated, "
-                                      f"{result['disabled']} disabled" + (f". Skipped: {skipped}" if skipped else "."))
+                                      f"{result['disabled']} disabled{held}"
+                                      + (f". Skipped: {skipped}" if skipped else "."))
         else:
             messages.error(request, f"The sync failed: {result['error']}")
         return HttpResponseRedirect(self.success(self.object))

@@ -44,6 +44,14 @@ from tools.catalog.services import group_tools_add
 from tools.models import AccountMode, McpServer, McpStatus, McpTransport, Tool, ToolSource
 from tools.upstream import client as mcp_client
 from tools.upstream.client import UpstreamTool, UpstreamUnavailable
+from tools.upstream.definitions import (
+    definition_hash,
+    definition_values,
+    pin,
+    propose,
+    tool_flags,
+    upstream_definition,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +75,7 @@ REFUSED_HEADERS = frozenset({
     "transfer-encoding", "upgrade", "host", "content-length", "mcp-session-id", "mcp-protocol-version",
 })
 FIELDS = ("name", "transport", "url", "headers", "command", "env", "enabled", "timeout_s", "include", "exclude",
-          "trusted", "accounts", "oauth_client", "oauth_scopes")
+          "trusted", "accept_changes", "accounts", "oauth_client", "oauth_scopes")
 SECRET_FIELDS = ("headers", "env", "oauth_client")
 SECRET_WORDS = {"headers": "headers", "env": "environment", "oauth_client": "OAuth client"}
 ERROR_MAX = 500
@@ -116,19 +124,24 @@ def mcp_tools_by_server(tenant, servers) -> dict[int, list[Tool]]:
 
 # --- reconcile ---------------------------------------------------------------------------------
 
-def _flags(server: McpServer, annotations) -> dict:
-    annotations = annotations if isinstance(annotations, dict) else {}
-    if not server.trusted:
-        return {"read_only": False, "destructive": True, "idempotent": False, "concurrency_safe": False,
-                "trusted": False}
-    read_only = annotations.get("readOnlyHint") is True
-    destructive = not read_only and annotations.get("destructiveHint") is not False  # MCP's default: true
-    return {"read_only": read_only, "destructive": destructive, "idempotent": annotations.get("idempotentHint") is True,
-            "concurrency_safe": read_only, "trusted": True}
+ANNOTATION_FLAGS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+ANNOTATION_TITLE_MAX = 200
+
+
+def _annotations(annotations) -> dict:
+    """The annotations worth keeping (and reviewing): MCP's hints as booleans, the title as bounded text."""
+    if not isinstance(annotations, dict):
+        return {}
+    kept = {key: annotations[key] for key in ANNOTATION_FLAGS if isinstance(annotations.get(key), bool)}
+    title = annotations.get("title")
+    if isinstance(title, str) and title and not json_problem(title):
+        kept["title"] = title[:ANNOTATION_TITLE_MAX]
+    return kept
 
 
 def _definition(server: McpServer, upstream: UpstreamTool) -> tuple[dict | None, str]:
-    """The synced values of an upstream tool, or (None, why it cannot enter the catalog)."""
+    """The reviewed definition of an upstream tool as it would be stored (tools.upstream.definitions), or
+    (None, why it cannot enter the catalog)."""
     schema = upstream.input_schema
     if not isinstance(schema, dict):
         return None, 'its input schema is not a JSON Schema of type "object"'
@@ -144,11 +157,8 @@ def _definition(server: McpServer, upstream: UpstreamTool) -> tuple[dict | None,
         return None, f"its input schema {exc}"
     if output is not None and len(repr(output)) > 4 * 64 * 1024:
         output = None  # shown to operators only; a huge one is not worth storing
-    return {
-        "description": description[:DESCRIPTION_MAX], "input_schema": schema, "output_schema": output,
-        "source": ToolSource.MCP, "source_ref": upstream.name, "timeout_s": server.timeout_s,
-        **_flags(server, upstream.annotations),
-    }, ""
+    return upstream_definition(name=upstream.name, description=description[:DESCRIPTION_MAX], input_schema=schema,
+                               output_schema=output, annotations=_annotations(upstream.annotations)), ""
 
 
 def _taken(server: McpServer, name: str) -> bool:
@@ -158,13 +168,16 @@ def _taken(server: McpServer, name: str) -> bool:
 
 @transaction.atomic
 def mcp_tools_reconcile(*, server: McpServer, listed: list[UpstreamTool]) -> dict:
-    """Bring the catalog in line with the tools the server lists (the rules: this module's docstring).
-    Returns {"added", "updated", "disabled": counts, "skipped": [(name, reason)]}."""
+    """Bring the catalog in line with the tools the server lists (the rules: this module's docstring; what a
+    changed definition does: tools.upstream.definitions). Returns {"added", "updated", "disabled", "held":
+    counts, "skipped": [(name, reason)]}; `held`: the tools whose new or changed definition now waits for review."""
     McpServer.objects.for_tenant(server.tenant_id).select_for_update().filter(pk=server.pk).first()  # one at a time
     rows = list(server_tools(server))
     attached = {tool.source_ref: tool for tool in rows if tool.mcp_server_id == server.pk}
     detached = {tool.name: tool for tool in rows if tool.mcp_server_id is None}
-    added = updated = disabled = 0
+    # The first listing pins what it finds, as does a server that accepts changes by itself.
+    pinning = server.accept_changes or server.last_synced_at is None
+    added = updated = disabled = held = 0
     skipped: list[tuple[str, str]] = []
     seen: set[str] = set()
     kept: set[int] = set()
@@ -181,8 +194,8 @@ def mcp_tools_reconcile(*, server: McpServer, listed: list[UpstreamTool]) -> dic
         seen.add(upstream_name)
         if not _taken(server, upstream_name):
             continue
-        values, problem = _definition(server, upstream)
-        if values is None:
+        definition, problem = _definition(server, upstream)
+        if definition is None:
             skipped.append((upstream_name, problem))
             continue
         name = mcp_tool_name(server.name, upstream_name)
@@ -197,22 +210,44 @@ def mcp_tools_reconcile(*, server: McpServer, listed: list[UpstreamTool]) -> dic
                 owner = "another tool of this server" if clash.mcp_server_id == server.pk else f"a {clash.source} tool"
                 skipped.append((upstream_name, f"its name {name} is taken by {owner}"))
                 continue
+        digest = definition_hash(definition)
+        served = definition_values(server, definition)
+        kept_values = {"source": ToolSource.MCP, "source_ref": upstream_name, "timeout_s": server.timeout_s}
         if tool is None:
-            tool = Tool.objects.create(tenant_id=server.tenant_id, name=name, mcp_server=server, enabled=True,
-                                       **values)
+            tool = Tool(tenant_id=server.tenant_id, name=name, mcp_server=server, enabled=True, **served,
+                        **kept_values)
+            if pinning:
+                pin(tool, definition, digest)
+            tool.save()
+            if not pinning:
+                held += propose(tool, definition, digest, server=server)
             added += 1
             joining.append(tool)
-        else:
-            changes = {key: value for key, value in values.items() if getattr(tool, key) != value}
-            if tool.name != name:
-                changes["name"] = name
-            if tool.mcp_server_id is None:  # offered again: taken back, enabled
-                changes.update(mcp_server=server, enabled=True)
-            if changes:
-                for key, value in changes.items():
-                    setattr(tool, key, value)
-                tool.save()
-                updated += 1
+            kept.add(tool.pk)
+            continue
+        # a definition is applied when it is the accepted one, or the tool was never pinned (it was in the
+        # catalog before definitions were), or the server accepts changes; otherwise it waits for review
+        applied = digest == tool.pinned_hash or (tool.pinned is None and not tool.proposed_hash) or pinning
+        changes = {key: value for key, value in {**kept_values, **(served if applied else {})}.items()
+                   if getattr(tool, key) != value}
+        if tool.name != name:
+            changes["name"] = name
+        if tool.mcp_server_id is None:  # offered again: taken back, enabled
+            changes.update(mcp_server=server, enabled=True)
+        repinned = applied and (digest != tool.pinned_hash or bool(tool.proposed_hash))
+        if repinned:
+            if tool.pinned is not None and digest != tool.pinned_hash:  # a change the server's setting accepted
+                audit_record(tenant=server.tenant, actor=None, verb="tool.definition_accepted",
+                             target=f"tool:{name}", data={"server": server.name, "hash": digest,
+                                                          "previous_hash": tool.pinned_hash, "by_server": True})
+            pin(tool, definition, digest)  # also drops a proposal the server has gone back on
+        if changes or repinned:
+            for key, value in changes.items():
+                setattr(tool, key, value)
+            tool.save()
+            updated += 1
+        if not applied:
+            held += propose(tool, definition, digest, server=server)
         kept.add(tool.pk)
     for tool in attached.values():
         if tool.pk not in kept and tool.enabled:
@@ -220,7 +255,7 @@ def mcp_tools_reconcile(*, server: McpServer, listed: list[UpstreamTool]) -> dic
             disabled += 1
     if joining and server.join_group_id:
         group_tools_add(group=server.join_group, tools=joining)
-    return {"added": added, "updated": updated, "disabled": disabled, "skipped": skipped}
+    return {"added": added, "updated": updated, "disabled": disabled, "held": held, "skipped": skipped}
 
 
 def _detach(tool: Tool) -> None:
@@ -292,7 +327,8 @@ def mcp_server_sync(*, server: McpServer, actor=None) -> dict:
             audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.synced", target=_target(server),
                          data={"status": McpStatus.ERROR, "error": error})
         logger.info("MCP server %s of tenant %s not synced: %s", server.pk, server.tenant_id, error)
-        return {"status": McpStatus.ERROR, "error": error, "added": 0, "updated": 0, "disabled": 0, "skipped": []}
+        return {"status": McpStatus.ERROR, "error": error, "added": 0, "updated": 0, "disabled": 0, "held": 0,
+                "skipped": []}
     with transaction.atomic():
         counts = mcp_tools_reconcile(server=server, listed=listed)
         now = timezone.now()
@@ -301,7 +337,7 @@ def mcp_server_sync(*, server: McpServer, actor=None) -> dict:
         server.status, server.last_error, server.last_synced_at = McpStatus.OK, "", now
         audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.synced", target=_target(server),
                      data={"status": McpStatus.OK, "added": counts["added"], "updated": counts["updated"],
-                           "disabled": counts["disabled"],
+                           "disabled": counts["disabled"], "held": counts["held"],
                            "skipped": [name for name, _ in counts["skipped"][:SKIPPED_IN_AUDIT]]})
     return {"status": McpStatus.OK, "error": "", **counts}
 
@@ -418,7 +454,7 @@ def mcp_server_check(tenant, changes: dict, instance: McpServer | None = None) -
     if instance is None:
         current = {"name": "", "transport": "", "url": "", "headers": None, "command": "", "env": None,
                    "enabled": True, "timeout_s": 30.0, "include": [], "exclude": [], "trusted": False,
-                   "accounts": AccountMode.TENANT, "oauth_client": None, "oauth_scopes": ""}
+                   "accept_changes": False, "accounts": AccountMode.TENANT, "oauth_client": None, "oauth_scopes": ""}
     else:
         current = {}
         for name in FIELDS:
@@ -444,7 +480,7 @@ def mcp_server_check(tenant, changes: dict, instance: McpServer | None = None) -
         if name not in changes:
             errors[name] = [f"the stored {SECRET_WORDS[name]} cannot be read with the platform's keys: send it "
                             "again, or {} for none"]
-    flags_check(values, ("enabled", "trusted"), errors)
+    flags_check(values, ("enabled", "trusted", "accept_changes"), errors)
     seconds_check(values, "timeout_s", TIMEOUT_RANGE, errors)
     for name in ("include", "exclude"):
         values[name] = _check_names(values[name], name, errors)
@@ -539,7 +575,7 @@ def _described(values: dict) -> dict:
     """What the audit log may hold of a server's fields: never a credential's value."""
     return {"transport": values["transport"], "header_names": sorted(values["headers"] or {}),
             "env_names": sorted(values["env"] or {}), "command": values["command"], "enabled": values["enabled"],
-            "trusted": values["trusted"], "accounts": values["accounts"],
+            "trusted": values["trusted"], "accept_changes": values["accept_changes"], "accounts": values["accounts"],
             "oauth_client": bool(values["oauth_client"]), "oauth_scopes": values["oauth_scopes"]}
 
 
@@ -608,12 +644,12 @@ def _differs(server: McpServer, name: str, value) -> bool:
 
 
 def _restamp_tools(server: McpServer) -> None:
-    """A new timeout applies to the server's tools at once; a change of trust takes the safe flags now (an
-    untrusted server's) and the annotations again at the next sync."""
+    """A new timeout applies to the server's tools at once, and so does a change of trust: the flags are read again
+    from the accepted annotations (a tool pinned before they were kept gets them at the next sync)."""
     for tool in Tool.objects.for_tenant(server.tenant_id).filter(mcp_server=server):
         tool.timeout_s = server.timeout_s
-        if not server.trusted:
-            for key, value in _flags(server, {}).items():
+        if tool.pinned is not None or not server.trusted:
+            for key, value in tool_flags(server, (tool.pinned or {}).get("annotations")).items():
                 setattr(tool, key, value)
         tool.save()
 
