@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.models import DateTimeField
 
 
 def this_connection():
@@ -170,10 +171,18 @@ def insert_row(model, *, unless_taken: tuple[str, ...] = (), **values) -> int | 
     return row[0] if row else None
 
 
-def insert_instance_statement(instance, *, unless_taken: tuple[str, ...] = ()) -> tuple[str, list]:
+def insert_instance_statement(instance, *, unless_taken: tuple[str, ...] = (), now=None) -> tuple[str, list]:
     """The INSERT … RETURNING id that `insert_instance` runs for a new instance, with its parameters: for a
-    caller that writes more rows in the same statement (then `instance_written` once it is written)."""
-    values = {field.name: field.pre_save(instance, add=True) for field in instance._meta.concrete_fields}
+    caller that writes more rows in the same statement (then `instance_written` once it is written). `now`:
+    the time its `auto_now`/`auto_now_add` fields take (the caller's reading of the clock, so that other times
+    it set from the same reading agree with them); by default the clock is read here, as `save` does."""
+    values = {}
+    for field in instance._meta.concrete_fields:
+        if now is not None and isinstance(field, DateTimeField) and (field.auto_now or field.auto_now_add):
+            setattr(instance, field.attname, now)
+            values[field.name] = now
+        else:
+            values[field.name] = field.pre_save(instance, add=True)
     conn = this_connection()
     sql, fields = _insert_statement(conn, type(instance), tuple(values), unless_taken)
     return sql, [field.get_db_prep_save(value, conn) for field, value in zip(fields, values.values(), strict=True)]
@@ -185,11 +194,12 @@ def instance_written(instance) -> None:
     instance._state.db = DEFAULT_DB_ALIAS
 
 
-def insert_instance(instance, *, unless_taken: tuple[str, ...] = ()) -> bool:
+def insert_instance(instance, *, unless_taken: tuple[str, ...] = (), now=None) -> bool:
     """INSERT a new instance's row as `save(force_insert=True)` would (its defaults were set when it was
     made; `auto_now_add` fields are filled here), without the save machinery: no signals. For a model that
-    nothing listens to, on a hot path. With `unless_taken`, as `insert_row`: False when not written."""
-    sql, params = insert_instance_statement(instance, unless_taken=unless_taken)
+    nothing listens to, on a hot path. With `unless_taken`, as `insert_row`: False when not written; `now` as
+    in `insert_instance_statement`."""
+    sql, params = insert_instance_statement(instance, unless_taken=unless_taken, now=now)
     with this_connection().cursor() as cursor:
         cursor.execute(sql, params)
         if cursor.fetchone() is None:

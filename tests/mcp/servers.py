@@ -24,6 +24,9 @@ Tools:
 - `env(names)`: the values of those environment variables (None when unset)
 - `lookup(key)`: annotated readOnlyHint and idempotentHint
 - `files.read_a_really_long_name_…` (over 64 characters, with a dot): echoes
+
+`/sse?idle_close=S` is an SSE stream that the server cuts once nothing was sent on it for S seconds (as an idle
+timeout of a server or a proxy in front of it does).
 """
 import json
 import os
@@ -164,6 +167,10 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     raise MCPError(code=types.INVALID_PARAMS, message=f"unknown tool {name}")
 
 
+class IdleTimeout(Exception):
+    """Ends an idle SSE stream: uvicorn closes the connection of a response that raised after it started."""
+
+
 def build() -> Server:
     return Server("toolkeeper-test", version="1.2.3", on_list_tools=list_tools, on_call_tool=call_tool,
                   on_subscriptions_listen=listens, get_tool_input_schema=lambda name: None)
@@ -189,10 +196,34 @@ def http_app():
     sse = SseServerTransport("/messages/", security_settings=security)
 
     async def handle_sse(request: Request) -> Response:
-        record("sse_connect", authorization=request.headers.get("authorization"))
+        record("sse_connect", authorization=request.headers.get("authorization"), query=request.url.query)
+        idle_close = float(request.query_params.get("idle_close") or 0)
+        if idle_close:
+            await idle_closing_sse(request, idle_close)
         async with sse.connect_sse(request.scope, request.receive, request._send) as streams:
             await server.run(streams[0], streams[1], options(server))
         return Response()
+
+    async def idle_closing_sse(request: Request, idle_close: float) -> None:
+        """As a proxy or a server with an idle timeout does: the stream is cut (the connection closed, the
+        response unfinished) once nothing was sent on it for `idle_close` seconds."""
+        last_sent = [anyio.current_time()]
+
+        async def send(message) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                last_sent[0] = anyio.current_time()
+            await request._send(message)
+
+        async def serve() -> None:
+            async with sse.connect_sse(request.scope, request.receive, send) as streams:
+                await server.run(streams[0], streams[1], options(server))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve)
+            while anyio.current_time() - last_sent[0] < idle_close:
+                await anyio.sleep(0.05)
+            record("sse_idle_closed", query=request.url.query)
+            raise IdleTimeout(f"nothing sent for {idle_close} s")
 
     async def state(request: Request) -> JSONResponse:
         return JSONResponse({"pid": os.getpid(), "added": [tool.name for tool in added]})

@@ -418,3 +418,25 @@ def test_an_answer_over_the_size_limit_fails_the_call_in_plain_words(endpoint, t
         mcp_call_tool(target, "big", {"size": 1_000_000}, timeout_s=20)
     assert "too large to take" in str(failure.value) and "200000" in str(failure.value)
     assert mcp_call_tool(target, "echo", {"after": 1}, timeout_s=20)["structured"] == {"after": 1}
+
+
+@pytest.mark.parametrize("in_this_process", [False, True], ids=["host-process", "here"])
+def test_an_sse_stream_the_server_cuts_when_idle_is_reopened_quietly(loopback_allowed, http_server, settings, caplog,
+                                                                     in_this_process):
+    """An SSE server (or a proxy before it) that cuts a stream after a while without traffic ends the pooled
+    session: a line in the log, no traceback, and the next call opens a new session (docs/mcp.md)."""
+    settings.TOOLKEEPER_MCP_CLIENT_PROCESS = not in_this_process
+    caplog.set_level(logging.INFO)
+    tag = uuid.uuid4().hex
+    target = endpoint_of(unsaved_server(transport="sse", url=f"{http_server.url('sse')}?idle_close=1&tag={tag}"))
+    assert mcp_call_tool(target, "echo", {"first": tag}, timeout_s=20)["structured"] == {"first": tag}
+    poll(lambda: http_server.log.events("sse_idle_closed", query=f"idle_close=1&tag={tag}"),
+         message="the server to cut the idle stream")
+    poll(lambda: not any(s["alive"] for s in mcp_sessions().values()), message="the session to notice")
+
+    assert mcp_call_tool(target, "echo", {"second": tag}, timeout_s=20)["structured"] == {"second": tag}
+    assert len(http_server.log.events("sse_connect", query=f"idle_close=1&tag={tag}")) == 2
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info or r.exc_text]
+    assert loud == [], [f"{r.name} {r.levelname} {r.getMessage()}" for r in loud]
+    ended = [r for r in caplog.records if r.name.startswith("toolkeeper.mcp") and "ended" in r.getMessage()]
+    assert len(ended) == 1 and "\n" not in ended[0].getMessage()

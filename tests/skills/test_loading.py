@@ -182,3 +182,46 @@ def test_listing_the_skills_files_as_resources_takes_one_query_whatever_the_numb
     assert {r["uri"] for r in one} < {r["uri"] for r in two}
     assert "skill://second-check/notes/checklist.md" in {r["uri"] for r in two}
     assert two_queries == one_queries <= 2  # the catalog version, the files
+
+
+def test_reset_tools_reports_the_groups_a_loaded_skill_keeps_on(world):
+    """A model that switches off a group a loaded skill switched on is told it stays on, and why; the answer's
+    active groups are the ones the session sees (docs/governance.md)."""
+    assert upload(world.a.client("admin"), skill_files()).status_code == 201
+    ToolGroup.objects.for_tenant(world.a.tenant).filter(name="ops").update(skill_ref="launch-check")
+    session = session_create(tenant=world.a.tenant, agent="support-bot")
+    assert load(session, "launch-check", "SKILL.md").status == "succeeded"
+    session.refresh_from_db()
+    assert "countdown" in names(session)
+
+    [call] = calls_submit(session=session, calls=[{"name": "reset_tools", "input": {"ops": False}}])
+    assert call.status == "succeeded", call.error
+    answer = call.result["structured"]
+    session.refresh_from_db()
+    assert "countdown" in names(session)  # the skill's group stays on
+    assert answer["active_groups"] == ["ops"]
+    assert answer["deactivated"] == [] and answer["activated"] == []
+    assert list(answer["kept_on"]) == ["ops"] and "launch-check" in answer["kept_on"]["ops"]
+    assert "launch-check" in call.result["content"][0]["text"]  # what the model reads says so too
+
+    [call] = calls_submit(session=session, calls=[{"name": "reset_tools", "input": {"math": True, "ops": True}}])
+    answer = call.result["structured"]
+    assert answer["active_groups"] == ["math", "ops"]
+    assert answer["activated"] == ["math"] and answer["kept_on"] == {}  # ops was on already; chosen now
+    session.refresh_from_db()
+    assert {"calculate", "countdown"} <= set(names(session))
+
+    [call] = calls_submit(session=session, calls=[{"name": "reset_tools", "input": {}}])
+    answer = call.result["structured"]
+    assert answer["active_groups"] == ["ops"] and answer["deactivated"] == ["math"]
+    assert list(answer["kept_on"]) == ["ops"]
+    session.refresh_from_db()
+    assert "calculate" not in names(session) and "countdown" in names(session)
+
+    other = session_create(tenant=world.a.tenant, agent="support-bot")  # no skill loaded: ops goes off
+    calls_submit(session=other, calls=[{"name": "reset_tools", "input": {"ops": True}}])
+    [call] = calls_submit(session=other, calls=[{"name": "reset_tools", "input": {"ops": False}}])
+    answer = call.result["structured"]
+    assert answer["active_groups"] == [] and answer["deactivated"] == ["ops"] and answer["kept_on"] == {}
+    other.refresh_from_db()
+    assert "countdown" not in names(other)

@@ -112,3 +112,111 @@ def test_decorator_registers_and_syncs(world):
         assert row.input_schema["properties"]["name"]["description"] == "Who to greet."
         assert not Tool.objects.for_tenant(world.b.tenant).filter(name=tool_name).exists()
     assert decorators.python_tool(tool_name) is None
+
+
+class Thermometer:
+    """Tools made from methods: an instance's bound method is a tool; a method decorated in the class body is
+    refused (nothing could give it `self`)."""
+
+    def __init__(self, unit: str):
+        self.unit = unit
+
+    def read(self, room: str, precise: bool = False) -> str:
+        """Read a room's temperature.
+
+        Args:
+            room: The room.
+            precise: Whether to give decimals.
+        """
+        return f"{room}: 21{'.5' if precise else ''} {self.unit}"
+
+    @classmethod
+    def units(cls, system: str = "metric") -> list:
+        """The units of a system."""
+        return [cls.__name__, system]
+
+
+def _refused(make, error=TypeError, match=None):
+    before = decorators.python_tools()
+    with pytest.raises(error, match=match):
+        make()
+    assert decorators.python_tools() == before  # a refusal registers nothing
+
+
+def test_an_instances_method_is_a_tool_without_self(world):
+    thermometer = Thermometer("°C")
+    tool_name = unique_name("read")
+    assert decorators.tool(thermometer.read, name=tool_name) == thermometer.read  # a bound method, as it was
+    try:
+        spec = decorators.python_tool(tool_name)
+        assert spec is not None
+        assert set(spec.input_schema["properties"]) == {"room", "precise"}  # no `self`
+        assert spec.input_schema["required"] == ["room"]
+        assert spec.description == "Read a room's temperature."
+        assert spec({"room": "kitchen", "precise": True}) == "kitchen: 21.5 °C"  # the instance's own state
+        with pytest.raises(ToolError) as raised:
+            spec({"room": "kitchen", "self": "forged"})
+        assert raised.value.error_type == "InvalidInput"
+        assert spec.definition().source_ref.endswith("Thermometer.read")
+
+        from tools.catalog.services import catalog_sync
+        from tools.models import Tool
+
+        catalog_sync(tenant=world.a.tenant)
+        row = Tool.objects.for_tenant(world.a.tenant).get(name=tool_name)
+        assert set(row.input_schema["properties"]) == {"room", "precise"}
+    finally:
+        decorators._registry.pop(tool_name, None)
+
+
+def test_a_classmethod_of_the_class_is_a_tool_without_cls():
+    tool_name = unique_name("units")
+    with registered_tool(Thermometer.units, name=tool_name) as spec:
+        assert set(spec.input_schema["properties"]) == {"system"}
+        assert spec({"system": "imperial"}) == ["Thermometer", "imperial"]
+
+
+def test_a_method_decorated_in_its_class_body_is_refused_and_registers_nothing():
+    tool_name = unique_name("measure")
+
+    def decorate_in_class_body():
+        class Probe:
+            @decorators.tool(name=tool_name)
+            def measure(self, depth: int) -> int:
+                """Measure."""
+                return depth
+
+    _refused(decorate_in_class_body, match=r"Probe\.measure is a method, whose 'self'.*tool\(instance\.measure\)")
+
+    def bare_in_class_body():
+        class Probe:
+            @decorators.tool
+            def measure_again(self, depth: int) -> int:
+                """Measure."""
+                return depth
+
+    _refused(bare_in_class_body, match="is a method")
+    assert decorators.python_tool(tool_name) is None
+
+    class Holder:  # a function that takes no instance may be a tool wherever it is defined
+        @staticmethod
+        def plain(depth: int) -> int:
+            """Plain."""
+            return depth
+
+    with registered_tool(Holder.plain, name=unique_name("plain")) as spec:
+        assert set(spec.input_schema["properties"]) == {"depth"} and spec({"depth": 3}) == 3
+
+
+def test_every_refusal_leaves_the_registry_unchanged():
+    thermometer = Thermometer("K")
+    _refused(lambda: decorators.tool(thermometer.read, name="has space"), ValueError)
+    _refused(lambda: decorators.tool(thermometer.read, name="reset_tools"), ValueError)
+    _refused(lambda: decorators.tool(thermometer.read, name=unique_name("read"), isolation="process"), ValueError,
+             match="a function defined at module level")
+    _refused(lambda: decorators.tool(thermometer.read, name=unique_name("read"), isolation="fibre"), ValueError)
+
+    def variadic(*args: str) -> None:
+        """Nope."""
+
+    _refused(lambda: decorators.tool(variadic, name=unique_name("variadic")))

@@ -82,16 +82,19 @@ def call_record(call: ToolCall, *, status: str | None = None, passing: tuple[str
     with its `call_id`."""
     for name, value in fields.items():
         setattr(call, name, value)
-    if status is None:
-        return insert_instance(call, unless_taken=UNIQUE_CALL_ID)
+    # One reading of the clock for its first events and, for a call that settles at once (denied, failed at
+    # submission), its end; the row is created then, or at a time a step read before (a start), never after.
+    at = timezone.now()
     if status in TERMINAL_STATUSES and call.finished_at is None:
-        call.finished_at = timezone.now()
+        call.finished_at = at
+    created = min([at] + [t for t in (call.started_at, call.finished_at) if t is not None])
+    if status is None:
+        return insert_instance(call, unless_taken=UNIQUE_CALL_ID, now=created)
     events = [("status", {"status": passed}) for passed in passing]
     events.append(("status", {"status": status, **(event_data or {})}))
     call.status, call.event_seq = status, len(events)
-    at = timezone.now()
     with _writing():
-        if not call_insert_with_events(call, events=events, at=at):
+        if not call_insert_with_events(call, events=events, at=at, created=created):
             call.status, call.event_seq = CallStatus.RECEIVED, 0
             return False
         for seq, (kind, data) in enumerate(events, start=1):

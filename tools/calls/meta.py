@@ -3,6 +3,7 @@ dispatch step), so a batch that activates a group and then calls one of its tool
 Where they appear on the surface: `tools.catalog.meta`."""
 from tools.calls.events import call_fail, call_transition
 from tools.catalog.registry import META_RESET_TOOLS, meta_providers
+from tools.catalog.selectors import loaded_skill_names
 from tools.catalog.snapshot import catalog_snapshot, switchable_groups
 from tools.models import AgentSession, CallStatus, ToolCall
 from tools.python.decorators import ToolError
@@ -10,7 +11,9 @@ from tools.python.results import tool_result
 
 
 def session_groups_reset(*, session: AgentSession, choices) -> dict:
-    """reset_tools: the final state of every switchable group open to the session's agent. All or nothing."""
+    """reset_tools: the final state of every switchable group open to the session's agent. All or nothing. The
+    answer's `active_groups` are the switchable groups on afterwards: those chosen, and those a loaded skill
+    keeps on (`kept_on` says which and why, when the choices left them off)."""
     groups = switchable_groups(catalog_snapshot(session.tenant_id).groups, session.agent)
     by_name = {g.name: g for g in groups}
     if not isinstance(choices, dict):
@@ -24,15 +27,22 @@ def session_groups_reset(*, session: AgentSession, choices) -> dict:
         if wrong:
             problems.append(f"not true/false: {', '.join(wrong)}")
         raise ToolError("; ".join(problems) + ". Nothing was changed.", error_type="InvalidInput")
-    before = set(session.active_groups)
-    after = [name for name in by_name if choices.get(name) is True]
-    AgentSession.objects.for_tenant(session.tenant_id).filter(pk=session.pk).update(active_groups=after)
-    session.active_groups = after
+    # A group that a skill loaded in this session switched on stays on for the rest of the session, whatever
+    # the choices say: the answer names it, with the skill, so what it reports is what the session sees.
+    skills = loaded_skill_names(session)
+    by_skill = {name: group.skill_ref for name, group in by_name.items() if group.skill_ref in skills}
+    before = set(session.active_groups) | set(by_skill)
+    chosen = [name for name in by_name if choices.get(name) is True]
+    AgentSession.objects.for_tenant(session.tenant_id).filter(pk=session.pk).update(active_groups=chosen)
+    session.active_groups = chosen
+    after = [name for name in by_name if name in chosen or name in by_skill]
     activated = [name for name in after if name not in before]
     return {
         "active_groups": after,
         "activated": activated,
         "deactivated": sorted(before & set(by_name) - set(after)),
+        "kept_on": {name: f"switched on by the skill {skill}, loaded in this session: it stays on until the "
+                          "session ends" for name, skill in by_skill.items() if name not in chosen},
         "notes": {name: by_name[name].notes for name in activated if by_name[name].notes},
     }
 

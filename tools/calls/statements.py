@@ -117,19 +117,20 @@ def call_update_with_event(call: ToolCall, *, from_statuses=None, fields: dict |
 UNIQUE_CALL_ID = ("session", "call_id")
 
 
-def call_insert_with_events(call: ToolCall, *, events: list[tuple[str, dict]], at) -> bool:
-    """INSERT a new call's row and its first events (kind, data), numbered from 1 (the row's `event_seq` is
-    their count), together; False, nothing written, when the session already has a call with its `call_id`.
+def call_insert_with_events(call: ToolCall, *, events: list[tuple[str, dict]], at, created=None) -> bool:
+    """INSERT a new call's row, created at `created` (by default `at`), and its first events (kind, data) at `at`,
+    numbered from 1 (the row's `event_seq` is their count), together; False, nothing written, when the session
+    already has a call with its `call_id`.
     One statement for the events on SQLite; one for all on PostgreSQL: the events' INSERT reads the call's
     (in a WITH), so a taken id writes neither."""
     conn = this_connection()
     rows = [(seq, kind, data) for seq, (kind, data) in enumerate(events, start=1)]
     if conn.vendor != "postgresql":
-        if not insert_instance(call, unless_taken=UNIQUE_CALL_ID):
+        if not insert_instance(call, unless_taken=UNIQUE_CALL_ID, now=created or at):
             return False
         events_insert(call, rows, at=at)
         return True
-    call_sql, params = insert_instance_statement(call, unless_taken=UNIQUE_CALL_ID)
+    call_sql, params = insert_instance_statement(call, unless_taken=UNIQUE_CALL_ID, now=created or at)
     columns, value_fields = _event_shape(conn)
     quote = conn.ops.quote_name
     written_id = f"written.{quote(ToolCall._meta.pk.column)}"

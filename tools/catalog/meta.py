@@ -12,7 +12,8 @@ from tools.models import AgentSession
 
 RESET_TOOLS_DESCRIPTION = (
     "Choose which optional tool groups are active. Send the complete desired state: "
-    "a group not set to true is deactivated. Returns the notes of newly activated groups."
+    "a group not set to true is deactivated, except one a loaded skill switched on, which stays on for the "
+    "session. Returns the active groups and the notes of newly activated groups."
 )
 
 

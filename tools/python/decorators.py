@@ -318,6 +318,10 @@ def tool(
 ):
     """Register a Python function as a tool. Use bare (`@tool`) or with options.
 
+    A method becomes a tool through an instance: `tool(instance.method, name=...)` (its schema starts after
+    `self`, calls run on that instance). `@tool` on a method in its class body is refused (TypeError), as it
+    would ask the model for `self`; a staticmethod is a plain function. A refused tool is not registered.
+
     What the function may be:
     - a plain function: its return value is the result;
     - an `async def` coroutine function: awaited on an event loop of its own;
@@ -358,8 +362,10 @@ def tool(
             idempotent=idempotent, concurrency_safe=concurrency_safe, timeout=timeout,
             groups=tuple(groups), kind=kind, isolation=isolation,
         )
-        _registry[spec.name] = spec
-        fn.tool = spec
+        if not inspect.ismethod(fn):  # a bound method takes no attributes; its tool is in the registry
+            with contextlib.suppress(AttributeError, TypeError):
+                fn.tool = spec
+        _registry[spec.name] = spec  # last: a refused tool leaves the registry as it was
         return fn
 
     return register(func) if func is not None else register
@@ -373,9 +379,14 @@ def build_python_tool(fn, *, name, read_only=False, destructive=False, idempoten
         raise ValueError(f"tool name {name!r} is reserved for a meta tool of the platform")
     if isolation not in ISOLATIONS:
         raise ValueError(f"tool {name}: isolation must be one of {', '.join(ISOLATIONS)}")
-    if isolation == "process" and ("<locals>" in fn.__qualname__ or fn.__module__ == "__main__"):
-        raise ValueError(f"tool {name}: a tool run in a process must be defined at module level of an importable "
-                         "module, so that the process can import it")
+    if _method_in_class_body(fn):
+        raise TypeError(f"tool {name}: {fn.__qualname__} is a method, whose {_first_parameter(fn)!r} no model can "
+                        f"give; register an instance's method instead (tool(instance.{fn.__name__})), or make it a "
+                        "function or a staticmethod")
+    if isolation == "process" and (inspect.ismethod(fn) or "<locals>" in getattr(fn, "__qualname__", "<locals>")
+                                   or fn.__module__ == "__main__"):
+        raise ValueError(f"tool {name}: a tool run in a process must be a function defined at module level of an "
+                         "importable module, so that the process can import it")
     summary, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
     hints = typing.get_type_hints(fn, include_extras=True)
     fields: dict[str, Any] = {}
@@ -395,6 +406,25 @@ def build_python_tool(fn, *, name, read_only=False, destructive=False, idempoten
         kind=kind, read_only=read_only, destructive=destructive, idempotent=idempotent,
         concurrency_safe=concurrency_safe, timeout_s=float(timeout), default_groups=groups, isolation=isolation,
     )
+
+
+def _first_parameter(fn) -> str | None:
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    return parameters[0].name if parameters and parameters[0].kind in (
+        inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) else None
+
+
+def _method_in_class_body(fn) -> bool:
+    """Whether `fn` is a function decorated in a class body that takes its instance or class first (`self`,
+    `cls`): decorated there, it is not bound yet, and nothing could give it that argument. A bound method
+    (`instance.method`, `Class.classmethod`) is fine: its signature leaves the bound argument out."""
+    if not inspect.isfunction(fn):
+        return False
+    scopes = fn.__qualname__.split(".")
+    return len(scopes) > 1 and scopes[-2] != "<locals>" and _first_parameter(fn) in ("self", "cls")
 
 
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?|Notes?):\s*$")

@@ -82,6 +82,19 @@ from common.secrets import SecretDict
 logger = logging.getLogger("toolkeeper.mcp")
 stderr_logger = logging.getLogger("toolkeeper.mcp.stderr")
 
+
+def _stream_cut(record: logging.LogRecord) -> bool:
+    """A filter of the SDK's SSE client logger: drops its traceback of an event stream that the network ended
+    (the server or a proxy before it cut an idle stream, the read timed out, the connection dropped). That is
+    how an idle SSE session ends; the session's own end is the one line logged for it (`_Session._ended`), and
+    the next use opens a new one. Anything else the SDK logs (a message it could not send included) stays."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return exc is None or record.funcName != "sse_reader" or not any(
+        isinstance(leaf, httpx2.TransportError) for leaf in _leaves(exc))
+
+
+logging.getLogger("mcp.client.sse").addFilter(_stream_cut)
+
 MAX_TOOLS = 1000  # tools taken from one server's listing
 MAX_PAGES = 100  # pages of one listing
 MAX_ERROR_CHARS = 2000  # of an upstream error text
