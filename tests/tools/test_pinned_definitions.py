@@ -282,3 +282,14 @@ def test_a_first_sync_pins_but_a_later_new_tool_waits(world, shifty):
     shifty.offer(lookup(), {"name": "define", "description": "New.", "inputSchema": WORD})
     assert mcp_server_sync(server=server)["held"] == 1
     assert "mcp__dict__define" in catalog_snapshot(world.a.tenant.pk).withheld
+
+
+def test_accepting_changes_is_a_servers_setting_off_by_default_and_its_change_audited(world, shifty):
+    server = registered(world)
+    client = world.a.client("admin")
+    assert client.get(f"{URL}/{server.pk}").json()["accept_changes"] is False
+    response = client.patch(f"{URL}/{server.pk}", {"accept_changes": True}, format="json")
+    assert response.status_code == 200 and response.json()["accept_changes"] is True
+    event = Event.objects.for_tenant(world.a.tenant).filter(verb="mcp_server.updated").latest("id")
+    assert event.data["fields"] == ["accept_changes"] and event.data["accept_changes"] is True
+    assert client.patch(f"{URL}/{server.pk}", {"accept_changes": "sometimes"}, format="json").status_code == 400
