@@ -68,7 +68,7 @@ def test_an_upstream_output_schema_is_listed_and_its_structured_result_reaches_t
 
     async def working(client):
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
-        looked_up = await client.call_tool("mcp__up__lookup", {"key": "colour"})
+        looked_up = await client.call_tool("mcp__up__lookup", {"key": "shade"})
         broken = await client.call_tool("mcp__up__bad_shape", {})
         return listed, looked_up, broken
 
@@ -77,7 +77,7 @@ def test_an_upstream_output_schema_is_listed_and_its_structured_result_reaches_t
     assert listed["mcp__up__echo"].output_schema is None  # the server declares none
     # the SDK's client checked the structured content against the schema it was listed with
     assert looked_up.is_error is False
-    assert looked_up.structured_content == {"key": "colour", "value": "value"}
+    assert looked_up.structured_content == {"key": "shade", "value": "value"}
     # a result that breaks its server's own schema never reaches the client as a result
     assert broken.is_error is True and broken.structured_content["errorType"] == "UpstreamToolError"
 
