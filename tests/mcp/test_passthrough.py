@@ -180,13 +180,18 @@ def test_the_platforms_own_notes_on_a_call_are_log_messages(server):
 
     async def asking(client):
         await client.set_logging_level("notice")
-        return await client.call_tool("mcp__up__echo", {"x": 1})
+        pending = await client.call_tool("mcp__up__echo", {"x": 1})
+        await client.set_logging_level("debug")
+        ran = await client.call_tool("mcp__up__lookup", {"key": "k"})  # no rule asks: it runs
+        return pending, ran
 
     try:
-        pending = connected(server, asking, agent="noted-bot", logs=logs)
+        pending, ran = connected(server, asking, agent="noted-bot", logs=logs)
     finally:
         rest(server, "DELETE", f"/api/v1/rules/{rule['id']}", key=server.admin_api_key)
-    assert pending.structured_content["status"] == "pending_approval"
+    assert pending.structured_content["status"] == "pending_approval" and ran.is_error is False
     call_id = pending.structured_content["call_id"]
-    assert [(params.level, params.data) for params in logs] == [
-        ("notice", f"call {call_id} is waiting for a reviewer's approval")]  # its debug notes are below notice
+    asked = [(params.level, params.data) for params in logs if params.logger == "mcp__up__echo"]
+    assert asked == [("notice", f"call {call_id} is waiting for a reviewer's approval")]  # debug notes: below notice
+    notes = [(params.level, params.data) for params in logs if params.logger == "mcp__up__lookup"]
+    assert ("debug", "call call_2: running") in notes and ("debug", "call call_2: succeeded") in notes

@@ -460,9 +460,8 @@ class _ProgressFeed:
             status = data.get("status")
             if self.log_level is None or not isinstance(status, str):
                 return False
-            note = STATUS_NOTES.get(status)
-            level, text = note if note is not None else ("debug", f"call {call.call_id} is {status}")
-            await self._log(ctx, call, level, text.format(call=call.call_id))
+            level, text = STATUS_NOTES.get(status, ("debug", "call {call}: {status}"))
+            await self._log(ctx, call, level, text.format(call=call.call_id, status=status))
             return True
         if not self.progress:
             return False
