@@ -146,6 +146,7 @@ def test_log_messages_reach_the_client_at_the_level_it_set(server):
     logs: list = []
 
     async def chatting(client):
+        assert client.server_capabilities.logging is not None  # announced at the handshake
         await client.set_logging_level("warning")
         await client.call_tool("mcp__up__chatty", {"tag": f"{tag}-a"})
         await client.set_logging_level("info")
