@@ -24,6 +24,9 @@ Tools:
 - `env(names)`: the values of those environment variables (None when unset)
 - `lookup(key)`: annotated readOnlyHint and idempotentHint
 - `files.read_a_really_long_name_…` (over 64 characters, with a dot): echoes
+- `chatty(tag)`: sends log messages (notifications/message) at debug, info and warning, the last one 10,000
+  characters long, then answers
+- `bad_shape`: declares an output schema (an integer `n`) and answers structuredContent that breaks it
 
 `/sse?idle_close=S` is an SSE stream that the server cuts once nothing was sent on it for S seconds (as an idle
 timeout of a server or a proxy in front of it does).
@@ -80,6 +83,10 @@ BASE_TOOLS = [
     }, output_schema={"type": "object", "properties": {"key": {"type": "string"}, "value": {"type": "string"}}},
         annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True, destructive_hint=False)),
     types.Tool(name=LONG_NAME, description="A long dotted name.", input_schema=OPEN_OBJECT),
+    types.Tool(name="chatty", description="Logs while it works.", input_schema={
+        "type": "object", "properties": {"tag": {"type": "string"}}}),
+    types.Tool(name="bad_shape", description="Breaks its own output schema.", input_schema={"type": "object"},
+               output_schema={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
 ]
 added: list[types.Tool] = []
 bus = InMemorySubscriptionBus()  # tools/list_changed for 2026-era clients (subscriptions/listen)
@@ -164,6 +171,15 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     if name == "lookup":
         key = arguments.get("key", "")
         return types.CallToolResult(content=[text(f"{key}=value")], structured_content={"key": key, "value": "value"})
+    if name == "chatty":
+        tag = arguments.get("tag", "")
+        for level, said in (("debug", f"{tag} debug detail"), ("info", f"{tag} started"),
+                            ("warning", f"{tag} warns " + "w" * 10_000)):
+            await ctx.session.send_log_message(level, said, logger="chatty", related_request_id=ctx.request_id)
+            await anyio.sleep(0.02)
+        return types.CallToolResult(content=[text(f"{tag} chatted")])
+    if name == "bad_shape":
+        return types.CallToolResult(content=[text("n is not a number")], structured_content={"n": "many"})
     raise MCPError(code=types.INVALID_PARAMS, message=f"unknown tool {name}")
 
 

@@ -64,3 +64,10 @@ def crashes() -> None:
 def reads_the_database() -> int:
     """Try to use the database, which a tool process does not have."""
     return Tool.all_tenants.count()
+
+
+def counted(ctx: ToolContext) -> str:
+    """Report progress as counts and log, from a process of its own."""
+    ctx.progress(1, 2, "half")
+    ctx.log("from the child", level="warning")
+    return "counted"

@@ -4,6 +4,7 @@ import asyncio
 import threading
 
 import pytest
+from pydantic import BaseModel
 
 from tests.tools import isolated_tools
 from tests.tools.support import events_of, poll, registered_tool, submit, unique_name, wait_terminal
@@ -288,3 +289,62 @@ def test_a_direct_call_awaits_a_coroutine_and_drains_a_generator():
         assert coroutine_spec({}) == "ok"
     with registered_tool(items, name=unique_name("items")) as generator_spec:
         assert generator_spec({}) == ["a", "b"]
+
+
+class Weather(BaseModel):
+    city: str
+    degrees: int
+
+
+def test_a_pydantic_return_annotation_is_the_tools_output_schema():
+    def forecast(city: str) -> Weather:
+        """Forecast."""
+        return Weather(city=city, degrees=20)
+
+    def plain(city: str) -> dict:
+        """No declared shape."""
+        return {"city": city}
+
+    declared = build_python_tool(forecast, name="forecast").definition()
+    assert declared.output_schema == {"type": "object", "required": ["city", "degrees"], "properties": {
+        "city": {"type": "string"}, "degrees": {"type": "integer"}}}
+    assert build_python_tool(plain, name="plain").definition().output_schema is None
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("drain_calls")
+class TestProgressCountsAndLogs:
+    def test_counts_and_totals_are_kept_beside_the_share_done_and_logs_have_their_level(
+            self, world, make_tool, session):
+        def steps(ctx: ToolContext) -> Weather:
+            """Counts its steps."""
+            ctx.progress(1, 4, "one")
+            ctx.progress(3)  # no total known
+            ctx.progress(2, float("nan"))  # a total that is no number is no total
+            ctx.log("careful", level="warning")
+            ctx.log("x" * 5000, level="shout")  # no such level: info; bounded
+            return Weather(city="Oslo", degrees=3)
+
+        tool_row = make_tool(steps)
+        assert tool_row.output_schema["properties"]["degrees"] == {"type": "integer"}
+        client = world.a.client()
+        [call] = submit(client, session, {"name": tool_row.name, "wait": 10})
+        assert call["status"] == "succeeded", call
+        assert call["result"]["structured"] == {"city": "Oslo", "degrees": 3}
+        events = events_of(client, call["id"])
+        assert [e["data"] for e in events if e["kind"] == "progress"] == [
+            {"text": "one", "progress": 0.25, "completed": 1, "total": 4},
+            {"text": "3", "completed": 3}, {"text": "2", "completed": 2}]
+        logs = [e["data"] for e in events if e["kind"] == "log"]
+        assert logs[0] == {"text": "careful", "level": "warning"}
+        assert logs[1]["level"] == "info" and len(logs[1]["text"]) == 2000
+
+    def test_a_process_run_tool_reports_counts_and_logs_too(self, world, make_tool, session):
+        counted = make_tool(isolated_tools.counted, isolation="process")
+        client = world.a.client()
+        [call] = submit(client, session, {"name": counted.name, "wait": 30})
+        assert call["status"] == "succeeded", call
+        events = events_of(client, call["id"])
+        assert [e["data"] for e in events if e["kind"] in ("progress", "log")] == [
+            {"text": "half", "progress": 0.5, "completed": 1, "total": 2},
+            {"text": "from the child", "level": "warning"}]

@@ -381,6 +381,8 @@ class McpToolSerializer(serializers.Serializer):
     description = serializers.CharField(allow_blank=True)
     inputSchema = serializers.DictField()  # noqa: N815 (MCP's name)
     annotations = serializers.DictField()
+    outputSchema = serializers.DictField(  # noqa: N815 (MCP's name)
+        required=False, help_text="the JSON Schema of the tool's structured result, for a tool that declares one")
 
 
 @extend_schema_field(PolymorphicProxySerializer(

@@ -14,11 +14,13 @@ from tools.calls.events import call_event_append, call_fail, call_transition
 from tools.calls.statements import lease_lapsed_condition
 from tools.catalog.registry import source_for
 from tools.models import AgentSession, CallStatus, EventKind, ToolCall
-from tools.python.decorators import CallCancelled, ToolContext, ToolError
+from tools.python.decorators import LOG_LEVELS, CallCancelled, ToolContext, ToolError, progress_numbers
 from tools.python.results import result_text, tool_result
 
 logger = logging.getLogger("toolkeeper.calls")
 
+MAX_LOG_EVENTS = 200  # log messages a call's run keeps (a tool's `ctx.log`, its MCP server's); the rest are dropped
+MAX_LOG_CHARS = 2000  # of one log message
 MAX_ATTEMPTS = 3  # runs of an idempotent tool's call whose process died, before it fails with WorkerLost
 
 
@@ -35,13 +37,27 @@ def call_execute(*, call: ToolCall, cancelled: threading.Event) -> None:
     tool = call.tool
     session: AgentSession = call.session
 
-    def emit(text: str = "", *, progress: float | None = None, kind: str | None = None) -> None:
+    logged = 0
+
+    def emit(text: str = "", *, progress: float | None = None, kind: str | None = None,
+             completed: float | None = None, total: float | None = None, level: str | None = None) -> None:
+        nonlocal logged
         if cancelled.is_set():
             raise CallCancelled("the call was cancelled")
         data = {"text": str(text)}
         if progress is not None:
             data["progress"] = max(0.0, min(1.0, float(progress)))
-        kind = kind or (EventKind.PROGRESS if progress is not None else EventKind.OUTPUT)
+        completed, total = progress_numbers(completed, total)
+        if completed is not None:  # counts as the tool (or its MCP server) gave them
+            data["completed"] = completed
+            if total is not None:
+                data["total"] = total
+        kind = kind or (EventKind.PROGRESS if progress is not None or completed is not None else EventKind.OUTPUT)
+        if kind == EventKind.LOG:
+            logged += 1
+            if logged > MAX_LOG_EVENTS:
+                return  # a chatty tool's further log messages are dropped, not stored
+            data = {"text": data["text"][:MAX_LOG_CHARS], "level": level if level in LOG_LEVELS else "info"}
         # Only while the call runs: a call settled by a timeout or a cancel shows nothing after its last status.
         if call_event_append(call=call, kind=kind, data=data, while_status=CallStatus.RUNNING) is None:
             raise CallCancelled("the call was cancelled")

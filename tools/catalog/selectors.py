@@ -241,8 +241,11 @@ def format_tool(exposed: ExposedTool, fmt: str) -> dict:
             "name": exposed.name, "description": exposed.description, "parameters": exposed.schema}}
     if fmt == "anthropic":
         return {"name": exposed.name, "description": exposed.description, "input_schema": exposed.schema}
-    return {"name": exposed.name, "description": exposed.description, "inputSchema": exposed.schema,
-            "annotations": exposed.annotations}
+    listed = {"name": exposed.name, "description": exposed.description, "inputSchema": exposed.schema,
+              "annotations": exposed.annotations}
+    if exposed.output_schema is not None:
+        listed["outputSchema"] = exposed.output_schema
+    return listed
 
 
 def session_tools(session: AgentSession, fmt: str) -> list[dict]:

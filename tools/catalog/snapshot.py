@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tenancy.versions import VersionedCache, version_bump
-from tools.catalog.schemas import InputValidator
+from tools.catalog.schemas import InputValidator, ToolMisconfigured
 from tools.models import RESERVED_GROUP, BoundArgument, CatalogVersion, Tool, ToolGroup, ToolSource
 
 
@@ -93,6 +93,27 @@ class ExposedTool:
     @property
     def is_meta(self) -> bool:
         return self.tool is None
+
+    @property
+    def output_schema(self) -> dict | None:
+        """The tool's declared output schema, when it is one MCP can carry (an object schema); None otherwise."""
+        schema = self.tool.output_schema if self.tool is not None else None
+        return schema if isinstance(schema, dict) and schema.get("type") == "object" else None
+
+    def output_problems(self, structured) -> list[str]:
+        """Why `structured` (a result's structured part) does not match the declared output schema; [] when it
+        does or there is none. The schema is compiled once per catalog version."""
+        schema = self.output_schema
+        if schema is None:
+            return []
+        if not isinstance(structured, dict):
+            return ["the result has no structured content"]
+        validator = (InputValidator(schema) if self.catalog is None
+                     else self.catalog.validator(f"{self.name}#output", (), schema))
+        try:
+            return validator.errors(structured)
+        except ToolMisconfigured:  # a schema the catalog's checks refused, or one that does not resolve
+            return ["the declared output schema is not usable"]
 
     @property
     def validator(self) -> InputValidator:

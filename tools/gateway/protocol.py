@@ -21,19 +21,23 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import time
+import warnings
 from dataclasses import dataclass
 from importlib import metadata
 
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
+from django.db import transaction
 from django.http import Http404
 from django.utils import timezone
 from mcp import types
 from mcp.server import Server
 from mcp.server.lowlevel.server import NotificationOptions
-from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError, UrlElicitationRequiredError
+from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from common.errors import Conflict, ServiceError
@@ -48,10 +52,18 @@ from tools.calls.statements import session_calls_awaiting_approval
 from tools.calls.submit import call_cancel, calls_submit
 from tools.calls.waiting import WaitPlan, run_db
 from tools.catalog.registry import resource_providers
-from tools.catalog.selectors import MCP_PRESENCE_S, mcp_presence_key, session_tools, visible_tool, withheld_from
+from tools.catalog.selectors import (
+    MCP_PRESENCE_S,
+    mcp_presence_key,
+    session_prompt,
+    session_tools,
+    visible_tool,
+    withheld_from,
+)
 from tools.catalog.services import session_create
 from tools.catalog.snapshot import ExposedTool
 from tools.models import TERMINAL_STATUSES, AgentSession, CallStatus, HttpEndpoint, Tool, ToolCall
+from tools.python.results import call_error
 
 logger = logging.getLogger("toolkeeper.mcp")
 
@@ -61,6 +73,10 @@ AGENT_HEADER = "X-Toolkeeper-Agent"
 CONNECTION_SESSION = "connection"  # a session opened by a 2025-era `initialize`
 URL_ELICITATION = "mcp_url_elicitation"  # in its context: the connection's client can open a URL for its person
 KEY_SESSION = "default"  # the key's session of an agent, for requests that name none
+LOG_LEVEL = "mcp_log_level"  # in its context: the level a 2025-era connection set with `logging/setLevel`
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")  # MCP's, rising
+MAX_INSTRUCTIONS_CHARS = 8000  # of the `instructions` an `initialize` answers with
+MAX_OUTPUT_PROBLEM_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -185,12 +201,23 @@ async def _list_tools(ctx, params) -> types.ListToolsResult:
     return types.ListToolsResult(tools=[types.Tool.model_validate(tool) for tool in listed])
 
 
-def call_tool_result(call: ToolCall) -> types.CallToolResult:
+def call_tool_result(call: ToolCall, exposed: ExposedTool | None = None) -> types.CallToolResult:
     """A call as it ended up, as MCP's tool result: the tool's content and structure when it succeeded, an
-    error result with the structured error otherwise, and `pending_approval` while a reviewer has it."""
+    error result with the structured error otherwise, and `pending_approval` while a reviewer has it. A tool
+    that declares an output schema (`exposed`) must have succeeded with structured content that matches it
+    (MCP clients check it): a result that does not is an error result saying why, never a result that breaks
+    the client."""
     if call.status == CallStatus.SUCCEEDED:
         result = call.result or {}
         structured = result.get("structured")
+        problems = exposed.output_problems(structured) if exposed is not None else []
+        if problems:
+            why = "; ".join(problems[:5])[:MAX_OUTPUT_PROBLEM_CHARS]
+            error = call_error(error_type="InvalidOutput", tool=call.tool_name, call_id=call.call_id,
+                               message=f"the result does not match the tool's output schema: {why}")
+            said = {"type": "text", "text": f"InvalidOutput: {error['error']}"}
+            return types.CallToolResult.model_validate({
+                "content": [*(result.get("content") or []), said], "structuredContent": error, "isError": True})
         return types.CallToolResult.model_validate({
             "content": result.get("content") or [],
             **({"structuredContent": structured} if isinstance(structured, dict) else {}),
@@ -286,7 +313,8 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
     modern = _is_modern(ctx)
     request_key = None if modern else _request_key(session.pk, ctx.request_id)
     # Both armed before the call exists: its settling and its first progress are not missed.
-    async with _ProgressFeed(session, wanted=_progress_token(ctx) is not None) as feed:
+    async with _ProgressFeed(session, progress=_progress_token(ctx) is not None,
+                             log_level=_log_level(ctx, session)) as feed:
         with waiter.watching(session.pk) as watch:
             exposed, calls = await run_db(_submitted, caller, spec, request_key)
             if not calls:
@@ -320,7 +348,7 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
             and _client_elicits_urls(ctx, session)
             and (asked := await run_db(_account_to_connect, calls[0])) is not None):
         raise UrlElicitationRequiredError([asked], message=calls[0].error.get("error", ""))
-    return call_tool_result(calls[0])
+    return call_tool_result(calls[0], exposed)
 
 
 def _account_to_connect(call: ToolCall) -> types.ElicitRequestURLParams | None:
@@ -352,18 +380,28 @@ async def _surface_changed(ctx) -> None:
 
 class _ProgressFeed:
     """The session's call events, heard on the channel layer while a call is waited for, so the tool's own
-    progress (`ctx.emit`) reaches the client as MCP progress, in order. When nothing comes for
-    TOOLKEEPER_MCP_HEARTBEAT_S (a call with a reviewer, mostly), a heartbeat keeps the request alive: many
-    clients give up after 60 s without progress. A client that asked for no progress is sent none."""
+    progress (`ctx.emit`, `ctx.progress`, upstream MCP progress) reaches the client as MCP progress, in order,
+    and its log messages (`ctx.log`, an upstream server's, the platform's notes on the call) as MCP log messages
+    at or above the client's level. When nothing comes for TOOLKEEPER_MCP_HEARTBEAT_S (a call with a reviewer,
+    mostly), a heartbeat keeps the request alive: many clients give up after 60 s without progress. A client
+    that asked for no progress is sent none, and one that asked for no log messages none of those.
+
+    MCP wants every progress value above the one before: the tool's own numbers (`completed` of `total`) are
+    sent as they are while they rise; an event without them (a text, a heartbeat) counts one up, or, once a
+    total is known, moves up by the smallest step, so the numbers the tool gave stay what the client shows."""
 
     FLUSH_S = 0.05  # after the call settled, how long to look for its last events still on their way
 
-    def __init__(self, session: AgentSession, *, wanted: bool):
+    def __init__(self, session: AgentSession, *, progress: bool = False, log_level: str | None = None):
         self.group = session_group(session.tenant_id, session.pk)
-        self.wanted = wanted
+        self.progress = progress
+        self.log_level = log_level if log_level in LOG_LEVELS else None
+        self.wanted = progress or self.log_level is not None
         self.layer = None
         self.channel = ""
         self.sent = 0
+        self.last: float | None = None  # the last progress value sent
+        self.total: float | None = None  # the last total the tool gave
         self._held: dict | None = None  # an event the relay received as it was stopped
         self._stopping = asyncio.Event()
 
@@ -386,14 +424,58 @@ class _ProgressFeed:
             with contextlib.suppress(Exception):
                 await self.layer.group_discard(self.group, self.channel)
 
-    def _text(self, message: dict, call: ToolCall) -> str | None:
-        if message.get("call") == str(call.pk) and message.get("kind") in ("progress", "output"):
-            return str((message.get("data") or {}).get("text", ""))
-        return None  # another call's event, or its status
+    @staticmethod
+    def _event(message: dict, call: ToolCall) -> tuple[str, dict] | None:
+        if message.get("call") != str(call.pk) or message.get("kind") not in ("progress", "output", "log", "status"):
+            return None  # another call's event
+        data = message.get("data")
+        return message["kind"], data if isinstance(data, dict) else {}
 
-    async def _send(self, ctx, text: str) -> None:
+    def _next_value(self, data: dict) -> tuple[float, float | None]:
+        completed, total = data.get("completed"), data.get("total")
+        if isinstance(completed, int | float) and not isinstance(completed, bool) and math.isfinite(completed) \
+                and (self.last is None or completed > self.last):
+            self.total = total if isinstance(total, int | float) and not isinstance(total, bool) and total > 0 \
+                and math.isfinite(total) else None
+            return float(completed), self.total
+        if self.last is None:
+            return 1.0, None
+        if self.total is None:
+            return float(math.floor(self.last) + 1), None
+        return math.nextafter(self.last, math.inf), self.total
+
+    async def _progress(self, ctx, text: str, data: dict | None = None) -> None:
+        value, total = self._next_value(data or {})
+        self.last = value
         self.sent += 1
-        await ctx.session.report_progress(self.sent, None, text or None)
+        await ctx.session.report_progress(value, total, text or None)
+
+    async def _log(self, ctx, call: ToolCall, level: str, text: str) -> None:
+        if self.log_level is None or LOG_LEVELS.index(level) < LOG_LEVELS.index(self.log_level) or not text:
+            return
+        await ctx.session.send_log_message(level, text[:MAX_LOG_MESSAGE_CHARS], logger=call.tool_name[:100],
+                                           related_request_id=ctx.request_id)
+
+    async def _send(self, ctx, call: ToolCall, kind: str, data: dict) -> bool:
+        """Send what the event says to the client; whether anything was sent."""
+        if kind == "log":
+            level = data.get("level") if data.get("level") in LOG_LEVELS else "info"
+            text = data.get("text")
+            if isinstance(text, str) and text and self.log_level is not None:
+                await self._log(ctx, call, level, text)
+                return True
+            return False
+        if kind == "status":
+            status = data.get("status")
+            if self.log_level is None or not isinstance(status, str):
+                return False
+            level, text = STATUS_NOTES.get(status, ("debug", "call {call}: {status}"))
+            await self._log(ctx, call, level, text.format(call=call.call_id, status=status))
+            return True
+        if not self.progress:
+            return False
+        await self._progress(ctx, str(data.get("text", "")), data)
+        return True
 
     async def flush(self, ctx, call: ToolCall) -> None:
         """The call's events that arrived after the wait ended (its last progress, published just before it
@@ -402,16 +484,15 @@ class _ProgressFeed:
             return
         if self._held is not None:
             held, self._held = self._held, None
-            if (text := self._text(held, call)) is not None:
-                await self._send(ctx, text)
+            if (event := self._event(held, call)) is not None:
+                await self._send(ctx, call, *event)
         while True:
             try:
                 message = await asyncio.wait_for(self.layer.receive(self.channel), self.FLUSH_S)
             except TimeoutError:
                 return
-            text = self._text(message, call)
-            if text is not None:
-                await self._send(ctx, text)
+            if (event := self._event(message, call)) is not None:
+                await self._send(ctx, call, *event)
 
     async def stop(self, relay: asyncio.Future) -> None:
         """End the relay once it has sent what it is sending: a progress notification cut off mid-way is lost."""
@@ -426,12 +507,13 @@ class _ProgressFeed:
         receiving: asyncio.Future | None = None
         stopping = asyncio.ensure_future(self._stopping.wait())
         loop = asyncio.get_running_loop()
-        beat_at = loop.time() + settings.TOOLKEEPER_MCP_HEARTBEAT_S
+        beat_s = settings.TOOLKEEPER_MCP_HEARTBEAT_S if self.progress else None
+        beat_at = loop.time() + beat_s if beat_s is not None else math.inf
         try:
             while not self._stopping.is_set():
                 if self.layer is not None and receiving is None:
                     receiving = asyncio.ensure_future(self.layer.receive(self.channel))
-                wait = max(0.0, beat_at - loop.time())
+                wait = max(0.0, beat_at - loop.time()) if beat_s is not None else None
                 done, _ = await asyncio.wait({stopping} | ({receiving} if receiving else set()), timeout=wait,
                                              return_when=asyncio.FIRST_COMPLETED)
                 if receiving is not None and receiving in done:
@@ -443,13 +525,12 @@ class _ProgressFeed:
                 if message is None:
                     if loop.time() < beat_at:
                         continue
-                    text = f"call {call.call_id} is waiting"
-                else:
-                    text = self._text(message, call)
-                    if text is None:
-                        continue
-                beat_at = loop.time() + settings.TOOLKEEPER_MCP_HEARTBEAT_S
-                await self._send(ctx, text)
+                    await self._progress(ctx, f"call {call.call_id} is waiting")
+                elif (event := self._event(message, call)) is None or not await self._send(ctx, call, *event) \
+                        or event[0] not in ("progress", "output"):
+                    continue  # not progress: the heartbeat's clock runs on
+                if beat_s is not None:
+                    beat_at = loop.time() + beat_s
         finally:
             stopping.cancel()
             if receiving is not None and receiving.done() and not receiving.cancelled() \
@@ -457,6 +538,53 @@ class _ProgressFeed:
                 self._held = receiving.result()
             elif receiving is not None:
                 receiving.cancel()
+
+
+# The platform's own notes on a call's moves, sent as log messages (level, text); other moves are debug notes.
+STATUS_NOTES = {
+    CallStatus.AWAITING_APPROVAL: ("notice", "call {call} is waiting for a reviewer's approval"),
+    CallStatus.AWAITING_EXTERNAL: ("notice", "call {call} is waiting for its result from outside"),
+    CallStatus.REJECTED: ("warning", "call {call} was rejected by a reviewer"),
+    CallStatus.DENIED: ("warning", "call {call} was denied by a rule"),
+    CallStatus.EXPIRED: ("warning", "call {call} expired before a reviewer decided"),
+}
+MAX_LOG_MESSAGE_CHARS = 2000
+
+
+def _log_level(ctx, session: AgentSession) -> str | None:
+    """The lowest level of log messages the client wants for this request: a 2026-era request says it in its
+    `_meta`, a 2025-era connection set it with `logging/setLevel`; None: no log messages."""
+    if _is_modern(ctx):
+        level = _meta_value(ctx, LOG_LEVEL_META_KEY)
+    else:
+        level = session.context.get(LOG_LEVEL) if isinstance(session.context, dict) else None
+    return level if level in LOG_LEVELS else None
+
+
+def _meta_value(ctx, key: str):
+    meta = ctx.meta
+    if isinstance(meta, dict):
+        return meta.get(key)
+    return getattr(meta, "model_extra", None) and meta.model_extra.get(key)
+
+
+def mcp_log_level_set(session: AgentSession, level: str) -> None:
+    """A 2025-era connection's `logging/setLevel`: kept in its session, where every later request (whichever
+    server process answers it) reads it."""
+    with transaction.atomic():
+        row = (AgentSession.objects.for_tenant(session.tenant_id).select_for_update()
+               .filter(pk=session.pk).only("id", "context").first())
+        if row is None:
+            return
+        context = row.context if isinstance(row.context, dict) else {}
+        if context.get(LOG_LEVEL) != level:
+            row.context = {**context, LOG_LEVEL: level}
+            row.save(update_fields=["context"])
+
+
+async def _set_log_level(ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
+    await run_db(mcp_log_level_set, _caller(ctx).session, params.level)
+    return types.EmptyResult()
 
 
 def _progress_token(ctx):
@@ -529,9 +657,43 @@ def _guarded(handler):
     return guarded
 
 
+def mcp_instructions(session: AgentSession) -> str:
+    """What an MCP client is told at `initialize` (and a 2026-era client by `server/discover`): the session's
+    system-prompt fragment, the one `GET /api/v1/sessions/{id}/prompt` gives an app (the active groups' notes,
+    the optional groups, the skills), at most MAX_INSTRUCTIONS_CHARS."""
+    text = session_prompt(session)
+    if len(text) <= MAX_INSTRUCTIONS_CHARS:
+        return text
+    note = "\n\n[shortened: the whole text is at GET /api/v1/sessions/<id>/prompt]"
+    kept = text[:MAX_INSTRUCTIONS_CHARS - len(note)]
+    return kept[:kept.rfind("\n")] + note if "\n" in kept else kept + note
+
+
+async def _instructions_added(ctx, call_next):
+    """Middleware of the SDK's server: the answer to `initialize` and `server/discover` carries the instructions
+    of the session the request speaks for, built now (the SDK's own are one text for every client)."""
+    result = await call_next(ctx)
+    if ctx.method not in ("initialize", "server/discover") or not isinstance(result, dict):
+        return result
+    caller = ctx.request.scope.get(CALLER_SCOPE) if ctx.request is not None else None
+    if caller is None:
+        return result
+    try:
+        text = await run_db(mcp_instructions, caller.session)
+    except Exception:  # the handshake goes on without them
+        logger.exception("the instructions of session %s could not be built", caller.session.pk)
+        return result
+    return {**result, "instructions": text} if text else result
+
+
 def mcp_protocol_server() -> Server:
     # A schema of ours never names an `x-mcp-header`: without this, a 2026-era tools/call lists tools again.
-    return _GovernedServer("toolkeeper", version=_version(), on_list_tools=_guarded(_list_tools),
-                           on_call_tool=_guarded(_call_tool), on_list_resources=_guarded(_list_resources),
-                           on_list_resource_templates=_guarded(_list_resource_templates),
-                           on_read_resource=_guarded(_read_resource), get_tool_input_schema=lambda name: None)
+    with warnings.catch_warnings():  # logging is deprecated from the 2026 era on; 2025-era clients still use it
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server = _GovernedServer("toolkeeper", version=_version(), on_list_tools=_guarded(_list_tools),
+                                 on_call_tool=_guarded(_call_tool), on_list_resources=_guarded(_list_resources),
+                                 on_list_resource_templates=_guarded(_list_resource_templates),
+                                 on_read_resource=_guarded(_read_resource),
+                                 on_set_logging_level=_guarded(_set_log_level), get_tool_input_schema=lambda name: None)
+    server.middleware.append(_instructions_added)
+    return server

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import math
 import queue
 import re
 import threading
@@ -24,6 +25,7 @@ from tools.catalog.schemas import tool_name_reserved
 from tools.python.isolation import ChildGone, ThreadGuard, ToolStopped, child_run, process_pool
 
 ISOLATIONS = ("thread", "process")
+EMIT_EXTRAS = ("completed", "total", "level")  # what an event may carry besides its text, progress and kind
 
 
 class ToolError(Exception):
@@ -96,6 +98,39 @@ class ToolContext:
         with self._platform():
             self._emit(text, progress=progress, kind=kind)
 
+    def progress(self, completed: float, total: float | None = None, message: str = "") -> None:
+        """Report progress as counts: `completed` so far, of `total` when it is known (MCP's progress and total).
+        The event keeps both, and the share done (`progress`, 0 to 1) when there is a total."""
+        completed, total = progress_numbers(completed, total)
+        if completed is None:
+            raise ValueError("progress: `completed` must be a finite number")
+        text = message or (f"{completed:g} of {total:g}" if total else f"{completed:g}")
+        with self._platform():
+            self._emit(text, progress=completed / total if total else None, kind="progress",
+                       completed=completed, total=total)
+
+    def log(self, text: str, *, level: str = "info") -> None:
+        """A log message of the call (`level` one of MCP's: debug, info, notice, warning, error, critical, alert,
+        emergency): kept as the call's `log` event, and sent to MCP clients that asked for that level."""
+        with self._platform():
+            self._emit(text, kind="log", level=level if level in LOG_LEVELS else "info")
+
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+def progress_numbers(completed, total) -> tuple[float | None, float | None]:
+    """`completed` and `total` as finite numbers, or None: what a tool or an upstream server says is not trusted
+    to be either. A total that is not above zero is no total."""
+    def number(value) -> float | None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        value = float(value)
+        return value if math.isfinite(value) and abs(value) < 1e15 else None
+
+    completed, total = number(completed), number(total)
+    return completed, total if total is not None and total > 0 else None
+
 
 @dataclass
 class PythonTool:
@@ -112,6 +147,13 @@ class PythonTool:
     timeout_s: float
     default_groups: tuple[str, ...]
     isolation: str = "thread"
+    output_model: type[BaseModel] | None = None  # the return annotation, when it is a pydantic model
+
+    @property
+    def output_schema(self) -> dict | None:
+        """A tool whose return annotation is a pydantic model declares its JSON Schema as its output schema (MCP's
+        `outputSchema`): the returned model is the result's structured part."""
+        return _strip_titles(self.output_model.model_json_schema()) if self.output_model is not None else None
 
     @property
     def input_schema(self) -> dict:
@@ -120,7 +162,8 @@ class PythonTool:
     def definition(self) -> ToolDefinition:
         return ToolDefinition(
             name=self.name, description=self.description, input_schema=self.input_schema,
-            source=self.kind, source_ref=f"{self.func.__module__}.{self.func.__qualname__}",
+            output_schema=self.output_schema, source=self.kind,
+            source_ref=f"{self.func.__module__}.{self.func.__qualname__}",
             read_only=self.read_only, destructive=self.destructive, idempotent=self.idempotent,
             concurrency_safe=self.concurrency_safe, timeout_s=self.timeout_s,
             default_groups=self.default_groups,
@@ -163,7 +206,9 @@ class PythonTool:
 
         def emit(event: dict) -> None:
             if ctx is not None:
-                ctx.emit(event.get("text", ""), progress=event.get("progress"), kind=event.get("kind"))
+                extra = {name: event[name] for name in EMIT_EXTRAS if event.get(name) is not None}
+                with ctx._platform():
+                    ctx._emit(event.get("text", ""), progress=event.get("progress"), kind=event.get("kind"), **extra)
 
         try:
             answer = child_run(request, emit=emit, stop=ctx._cancelled if ctx is not None else None)
@@ -244,11 +289,11 @@ def _run_async(value, ctx: ToolContext | None):
     home = threading.get_ident()
     direct = ctx._emit if ctx is not None else None
 
-    def relayed(text: str = "", *, progress: float | None = None, kind: str | None = None) -> None:
+    def relayed(text: str = "", *, progress: float | None = None, kind: str | None = None, **extra) -> None:
         if threading.get_ident() == home:
-            return direct(text, progress=progress, kind=kind)
+            return direct(text, progress=progress, kind=kind, **extra)
         written: Future = Future()
-        outbox.put(("emit", (text, progress, kind), written))
+        outbox.put(("emit", (text, progress, kind, extra), written))
         return written.result()
 
     if ctx is not None:
@@ -260,9 +305,9 @@ def _run_async(value, ctx: ToolContext | None):
             what, payload, written = outbox.get()
             if what == "done":
                 break
-            text, progress, kind = payload
+            text, progress, kind, extra = payload
             try:
-                direct(text, progress=progress, kind=kind)
+                direct(text, progress=progress, kind=kind, **extra)
             except BaseException as exc:
                 written.set_exception(exc)
             else:
@@ -401,10 +446,13 @@ def build_python_tool(fn, *, name, read_only=False, destructive=False, idempoten
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, Field(default, description=arg_docs.get(param.name)))
     model = create_model(f"{name}_input", __config__=ConfigDict(extra="forbid"), **fields)
+    returned = hints.get("return")
+    output_model = returned if isinstance(returned, type) and issubclass(returned, BaseModel) else None
     return PythonTool(
         name=name, description=summary, func=fn, input_model=model, context_param=context_param,
         kind=kind, read_only=read_only, destructive=destructive, idempotent=idempotent,
         concurrency_safe=concurrency_safe, timeout_s=float(timeout), default_groups=groups, isolation=isolation,
+        output_model=output_model,
     )
 
 

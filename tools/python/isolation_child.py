@@ -17,7 +17,7 @@ import django
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from common.children import ChildSide
-from tools.python.decorators import PythonTool, ToolContext, ToolError, build_python_tool
+from tools.python.decorators import EMIT_EXTRAS, PythonTool, ToolContext, ToolError, build_python_tool
 from tools.python.results import tool_result
 
 logger = logging.getLogger("toolkeeper.calls")
@@ -66,8 +66,9 @@ def _spec(module: str, qualname: str, name: str) -> PythonTool:
 
 
 def _answer(request: dict, send) -> dict:
-    def emit(text="", *, progress=None, kind=None) -> None:
-        send({"emit": {"text": str(text), "progress": None if progress is None else float(progress), "kind": kind}})
+    def emit(text="", *, progress=None, kind=None, **extra) -> None:
+        send({"emit": {"text": str(text), "progress": None if progress is None else float(progress), "kind": kind,
+                       **{name: extra[name] for name in EMIT_EXTRAS if extra.get(name) is not None}}})
 
     try:
         spec = _spec(request["module"], request["qualname"], request["name"])

@@ -98,6 +98,8 @@ logging.getLogger("mcp.client.sse").addFilter(_stream_cut)
 MAX_TOOLS = 1000  # tools taken from one server's listing
 MAX_PAGES = 100  # pages of one listing
 MAX_ERROR_CHARS = 2000  # of an upstream error text
+MAX_LOG_CHARS = 2000  # of an upstream log message
+UPSTREAM_LOG_LEVEL = "info"  # the servers' log messages asked for (2026 era; the 2025 era sends what a server sends)
 MAX_STDERR_LINES = 1000  # logged per stdio session; the rest is read and dropped
 MAX_STDERR_LINE_CHARS = 1000
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)  # connect/write/pool · between two reads of a stream
@@ -434,7 +436,8 @@ class _Connection:
         return async_http_client(event_hooks={"response": [self._record_status]},
                                  on_too_large=self._record_too_large, **options)
 
-    async def client(self, stack: AsyncExitStack, on_end: Callable[[], None], message_handler=None) -> Client:
+    async def client(self, stack: AsyncExitStack, on_end: Callable[[], None], message_handler=None,
+                     logging_callback=None) -> Client:
         """An entered `mcp.Client` on a new transport; its resources are left on `stack`."""
         endpoint = self.endpoint
         mode = "auto"
@@ -451,7 +454,7 @@ class _Connection:
             http = await stack.enter_async_context(self._http_client(headers=dict(endpoint.headers)))
             transport = streamable_http_client(endpoint.url, http_client=http)
         client = Client(_watched(transport, on_end), mode=mode, message_handler=message_handler, cache=None,
-                        client_info=CLIENT_INFO)
+                        client_info=CLIENT_INFO, logging_callback=logging_callback, log_level=UPSTREAM_LOG_LEVEL)
         await stack.enter_async_context(client)
         if self.stderr is not None:
             self.stderr.close()  # the child has its copy now
@@ -478,6 +481,7 @@ class _Session:
         self.died_at: float | None = None
         self.in_use = 0
         self.last_used = anyio.current_time()
+        self.log_sinks: dict[int, Callable] = {}  # the calls in flight that hear the server's log messages
 
     def close(self) -> None:
         self.dead = True
@@ -492,6 +496,19 @@ class _Session:
             logger.info("MCP session of server %s ended", self.endpoint.server_id)
         self.closing.set()
 
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        """A log message of the server. MCP does not say which request it belongs to: while exactly one call is in
+        flight on this session it is that call's; with several at once it cannot be told whose, and is dropped."""
+        if len(self.log_sinks) != 1:
+            return
+        data = params.data
+        text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
+        if params.logger:
+            text = f"{_bounded(str(params.logger), 100)}: {text}"
+        sink = next(iter(self.log_sinks.values()))
+        with contextlib.suppress(Exception):
+            await sink(params.level, _bounded(text, MAX_LOG_CHARS))
+
     async def _on_message(self, message) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self.pool.tools_changed(self.endpoint.key)
@@ -502,7 +519,7 @@ class _Session:
         try:
             with self.scope:
                 async with AsyncExitStack() as stack:
-                    client = await self.connection.client(stack, self._ended, self._on_message)
+                    client = await self.connection.client(stack, self._ended, self._on_message, self._on_log)
                     self.client = client
                     listening = await stack.enter_async_context(anyio.create_task_group())
                     capabilities = client.server_capabilities
@@ -665,13 +682,19 @@ class _Pool:
             raise UpstreamUnavailable(f"{_who(endpoint)} answered with a tool list that cannot be read") from None
 
     async def call_tool(self, endpoint: McpEndpoint, name: str, arguments: dict, timeout_s: float,
-                        progress: Callable | None) -> dict:
+                        progress: Callable | None, log: Callable | None = None) -> dict:
         deadline = anyio.current_time() + timeout_s
 
         async def send(session: _Session):
-            return await session.client.call_tool(
-                name, arguments, read_timeout_seconds=max(0.001, deadline - anyio.current_time()),
-                progress_callback=progress)
+            sink = object()
+            if log is not None:
+                session.log_sinks[id(sink)] = log
+            try:
+                return await session.client.call_tool(
+                    name, arguments, read_timeout_seconds=max(0.001, deadline - anyio.current_time()),
+                    progress_callback=progress)
+            finally:
+                session.log_sinks.pop(id(sink), None)
 
         try:
             result = await self._request(endpoint, deadline, send)
@@ -911,12 +934,15 @@ def mcp_probe(endpoint: McpEndpoint) -> dict:
 
 def mcp_call_tool(endpoint: McpEndpoint, upstream_name: str, arguments: dict, *, timeout_s: float,
                   on_progress: Callable[[float, float | None, str | None], None] | None = None,
+                  on_log: Callable[[str, str], None] | None = None,
                   cancelled: threading.Event | None = None) -> dict:
     """Call a tool over the pooled session: `{"state": "success", "content": [blocks as JSON],
     "structured": structuredContent or None}`.
 
     `on_progress(progress, total, message)` is called in this thread, in the order the server sent them;
-    if it raises, the call is stopped upstream and the exception raised here. When `cancelled` is set (a
+    if it raises, the call is stopped upstream and the exception raised here. `on_log(level, text)` likewise
+    with the server's log messages (`notifications/message`, text bounded) while the call is the only one in
+    flight on the session. When `cancelled` is set (a
     `tools.python.isolation.CallStop` runs the stop at once; another Event is looked at every 0.1 s), the request
     is cancelled upstream and UpstreamCancelled raised. `timeout_s` bounds connecting and answering; past
     it the server is told to stop and UpstreamTimedOut is raised.
@@ -925,7 +951,7 @@ def mcp_call_tool(endpoint: McpEndpoint, upstream_name: str, arguments: dict, *,
         raise UpstreamCancelled("the call was cancelled")
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     request = {"op": "call", "endpoint": endpoint, "name": upstream_name, "arguments": dict(arguments or {}),
-               "timeout_s": float(timeout_s), "progress": on_progress is not None}
+               "timeout_s": float(timeout_s), "progress": on_progress is not None, "log": on_log is not None}
     if _here():
         state = _loop()
         stop = state.portal.start_task_soon(_operation(state.pool, request, inbox.put)).cancel
@@ -947,9 +973,9 @@ def mcp_call_tool(endpoint: McpEndpoint, upstream_name: str, arguments: dict, *,
                     _wait_stopped(inbox)
                     raise UpstreamTimedOut(f"{_who(endpoint)} did not answer within {timeout_s:g} s") from None
                 continue
-            if kind == "progress":
+            if kind in ("progress", "log"):
                 try:
-                    on_progress(*payload)
+                    (on_progress if kind == "progress" else on_log)(*payload)
                 except BaseException:
                     stop()
                     _wait_stopped(inbox)
@@ -973,12 +999,16 @@ def _operation(pool: _Pool, request: dict, put: Callable[[tuple], None]):
     async def progress(value: float, total: float | None, message: str | None) -> None:
         put(("progress", (value, total, message)))
 
+    async def log(level: str, text: str) -> None:
+        put(("log", (level, text)))
+
     async def run() -> None:
         op, endpoint = request["op"], request.get("endpoint")
         try:
             if op == "call":
                 value = await pool.call_tool(endpoint, request["name"], request["arguments"], request["timeout_s"],
-                                             progress if request["progress"] else None)
+                                             progress if request["progress"] else None,
+                                             log if request.get("log") else None)
             elif op == "list":
                 value = [dataclasses.asdict(tool) for tool in await pool.list_tools(endpoint)]
             elif op == "probe":
@@ -1128,10 +1158,11 @@ class _Host:
                 threading.Thread(target=_tell_callbacks, args=(message["changed"],), daemon=True).start()
                 continue
             kind, payload = message["kind"], message.get("payload")
-            put = self.pending.get(message["id"]) if kind == "progress" else self.pending.pop(message["id"], None)
+            put = self.pending.get(message["id"]) if kind in ("progress", "log") \
+                else self.pending.pop(message["id"], None)
             if put is None:
                 continue
-            if kind == "progress":
+            if kind in ("progress", "log"):
                 put((kind, tuple(payload)))
             elif kind == "error":
                 put((kind, _error_from(payload)))

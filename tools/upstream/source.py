@@ -30,7 +30,7 @@ from tools.accounts import vault
 from tools.accounts.oauth import OAuthFailed
 from tools.catalog.registry import register_periodic, register_source
 from tools.models import AccountMode, McpServer
-from tools.python.decorators import CallCancelled, ToolContext, ToolError
+from tools.python.decorators import CallCancelled, ToolContext, ToolError, progress_numbers
 from tools.upstream.client import (
     UpstreamCancelled,
     UpstreamRefused,
@@ -49,16 +49,27 @@ logger = logging.getLogger("toolkeeper.mcp")
 BACKSTOP_S = 2.0  # the SDK's own timeout is this much later than the executor's, which settles the call
 RETRY_PAUSES_S = (0.2, 0.5, 1.0, 2.0, 5.0)  # between attempts of an idempotent tool's call
 SYNC_BUDGET_S = 20.0  # a periodic run starts no sync after this long, so other periodic jobs are not held up
+MAX_PROGRESS_CHARS = 2000  # of an upstream progress message
 SYNC_BATCH = 50  # servers looked at per periodic run
 
 
 def progress_relay(ctx: ToolContext) -> Callable[[float, float | None, str | None], None]:
-    """Upstream progress (progress, total, message) as the call's progress events."""
+    """Upstream progress (progress, total, message) as the call's progress events, numbers kept
+    (`ToolContext.progress`)."""
 
     def relay(progress: float, total: float | None, message: str | None) -> None:
-        fraction = progress / total if total else None
-        text = message or (f"{progress:g} of {total:g}" if total else f"{progress:g}")
-        ctx.emit(text, progress=fraction, kind="progress")
+        if progress_numbers(progress, total)[0] is None:
+            return  # not a number: nothing to report
+        ctx.progress(progress, total, (message or "")[:MAX_PROGRESS_CHARS])
+
+    return relay
+
+
+def log_relay(ctx: ToolContext) -> Callable[[str, str], None]:
+    """Upstream log messages (level, text) as the call's log events (`ToolContext.log`)."""
+
+    def relay(level: str, text: str) -> None:
+        ctx.log(text, level=level)
 
     return relay
 
@@ -103,7 +114,7 @@ class McpSource:
             try:
                 return mcp_call_tool(endpoint, tool.source_ref, arguments,
                                      timeout_s=max(0.1, deadline - time.monotonic()) + BACKSTOP_S,
-                                     on_progress=relay, cancelled=ctx.cancel_signal)
+                                     on_progress=relay, on_log=log_relay(ctx), cancelled=ctx.cancel_signal)
             except UpstreamUnauthorized as exc:
                 # A person's token refused before its recorded end (revoked or replaced upstream): renewed once
                 # and the call sent again, which is safe whatever the tool: a 401 means the server did nothing.

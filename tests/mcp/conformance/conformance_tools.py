@@ -92,8 +92,18 @@ def test_tool_with_progress(ctx: ToolContext) -> str:
     for step, done in enumerate((0, 50, 100)):
         if step:
             ctx.sleep(0.05)
-        ctx.emit(f"{done}/100", progress=done / 100)
+        ctx.progress(done, 100, f"{done}/100")
     return "Progress test completed"
+
+
+@tool(read_only=True, idempotent=True, groups=GROUPS)
+def test_tool_with_logging(ctx: ToolContext) -> str:
+    """Send three log messages at info level, 50 ms apart (conformance: tools-call-with-logging)."""
+    for step, text in enumerate(("Tool execution started", "Tool processing data", "Tool execution completed")):
+        if step:
+            ctx.sleep(0.05)
+        ctx.log(text, level="info")
+    return "Logging test completed"
 
 
 class Address(BaseModel):
