@@ -36,7 +36,8 @@ BAD = ("FAILURE", "WARNING")  # what makes a scenario fail the baseline check
 @pytest.fixture(scope="module")
 def server():
     require_node()
-    with LiveServer(settings_module="tests.mcp.conformance.settings",
+    # SSE polling on (docs/mcp.md, "Streams"): the server ends a call's stream after 1 s (server-sse-polling)
+    with LiveServer(settings_module="tests.mcp.conformance.settings", extra_env={"TOOLKEEPER_MCP_POLL_AFTER_S": "1"},
                     asgi_app="tests.mcp.conformance.asgi:application") as live:
         yield live
         print(f"--- {live.url} server log (tail) ---\n{live.log_tail(20000)}")

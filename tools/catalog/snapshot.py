@@ -10,6 +10,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from realtime.broadcast import publish_on_commit
+from realtime.groups import surface_group
 from tenancy.versions import VersionedCache, version_bump
 from tools.catalog.schemas import InputValidator
 from tools.models import RESERVED_GROUP, BoundArgument, CatalogVersion, Tool, ToolGroup, ToolSource
@@ -140,3 +142,15 @@ def catalog_bump(tenant_id: int) -> None:
 def bump_on_change(sender, instance, **kwargs) -> None:
     if kwargs.get("action", "post_")[:5] == "post_":  # m2m_changed fires before and after
         catalog_bump(instance.tenant_id)
+
+
+def surface_announce(tenant_id: int, session_id=None) -> None:
+    """After commit, tell the tenant's MCP notification streams that what its sessions may see may have changed
+    (its catalog, its rules; with `session_id`, that session's active groups or skills). Each stream compares
+    its session's surface before and after, and tells its client only of a real change (docs/mcp.md)."""
+    publish_on_commit([surface_group(tenant_id)], {"type": "surface.changed",
+                                                    "session": "" if session_id is None else str(session_id)})
+
+
+def announce_on_bump(sender, tenant_id: int, **kwargs) -> None:
+    surface_announce(tenant_id)

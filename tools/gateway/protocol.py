@@ -56,6 +56,7 @@ from tools.models import TERMINAL_STATUSES, AgentSession, CallStatus, HttpEndpoi
 logger = logging.getLogger("toolkeeper.mcp")
 
 CALLER_SCOPE = "toolkeeper.mcp_caller"
+STREAM_SCOPE = "toolkeeper.mcp_stream"  # a resumable tools/call's event store (`tools.gateway.streams.CallStream`)
 SESSION_HEADER = "X-Toolkeeper-Session"
 AGENT_HEADER = "X-Toolkeeper-Agent"
 CONNECTION_SESSION = "connection"  # a session opened by a 2025-era `initialize`
@@ -218,18 +219,19 @@ def pending_approval_twin(session: AgentSession, tool_name: str, arguments: dict
     return None if twin is None else fetch_one(ToolCall, tenant=session.tenant_id, pk=twin)
 
 
-def _submitted(caller: McpCaller, spec: dict, request_key: str | None) -> tuple[ExposedTool | None, list[ToolCall]]:
+def _submitted(caller: McpCaller, spec: dict, cancel_key: str | None) -> tuple[ExposedTool | None, list[ToolCall]]:
     """The tool as the session sees it and the call: the one still awaiting approval for the same arguments,
     or a new one; (None, []) when the session has no such tool. One trip to the database pool. With a
-    `request_key`, the call is remembered under it for a cancel of the request that may come."""
+    `cancel_key`, the call is remembered under it for a cancel of the request that may come (and a resumption of
+    its stream, `tools.gateway.streams`)."""
     exposed = visible_tool(caller.session, spec["name"])
     if exposed is None:
         return None, []
     twin = pending_approval_twin(caller.session, spec["name"], spec["input"])
     calls = [twin] if twin is not None else calls_submit(session=caller.session, calls=[spec],
                                                          api_key=caller.api_key)
-    if request_key is not None:
-        cache.set(request_key, str(calls[0].pk), settings.TOOLKEEPER_MCP_MAX_WAIT_S + 60)
+    if cancel_key is not None:
+        cache.set(cancel_key, str(calls[0].pk), settings.TOOLKEEPER_MCP_MAX_WAIT_S + 60)
     return exposed, calls
 
 
@@ -240,7 +242,7 @@ def _submitted(caller: McpCaller, spec: dict, request_key: str | None) -> tuple[
 # response stream is its cancel. A call waiting for a reviewer outlives a closed stream, though: that is
 # what a dropped connection looks like too, and a retry attaches to the call.
 
-def _request_key(session_id, request_id) -> str:
+def request_key(session_id, request_id) -> str:
     return f"mcp:request:{session_id}:{json.dumps(request_id)}"
 
 
@@ -251,7 +253,7 @@ def _actor(caller: McpCaller) -> str:
 def mcp_request_cancelled(caller: McpCaller, request_id) -> ToolCall | None:
     """A 2025-era client cancelled its request `request_id`: the call it started is cancelled, if it is still
     open (a call waiting for a reviewer too: its request is withdrawn)."""
-    call_pk = cache.get(_request_key(caller.session.pk, request_id))
+    call_pk = cache.get(request_key(caller.session.pk, request_id))
     call = fetch_one(ToolCall, tenant=caller.session.tenant_id, pk=call_pk) if call_pk else None
     if call is None or call.session_id != caller.session.pk or call.status in TERMINAL_STATUSES:
         return None
@@ -282,16 +284,21 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
     waiter = runtime().waiter
     spec = {"name": params.name, "input": params.arguments or {}}
     modern = _is_modern(ctx)
-    request_key = None if modern else _request_key(session.pk, ctx.request_id)
+    cancel_key = None if modern else request_key(session.pk, ctx.request_id)
+    stream = None if modern else ctx.request.scope.get(STREAM_SCOPE)  # its events' ids let the client resume
+    polls = stream is not None and 0 < settings.TOOLKEEPER_MCP_POLL_AFTER_S < settings.TOOLKEEPER_MCP_MAX_WAIT_S
     # Both armed before the call exists: its settling and its first progress are not missed.
-    async with _ProgressFeed(session, wanted=_progress_token(ctx) is not None) as feed:
+    async with ProgressFeed(session, wanted=_progress_token(ctx) is not None, stream=stream) as feed:
         with waiter.watching(session.pk) as watch:
-            exposed, calls = await run_db(_submitted, caller, spec, request_key)
+            exposed, calls = await run_db(_submitted, caller, spec, cancel_key)
             if exposed is None:
                 raise MCPError(code=types.INVALID_PARAMS,
                                message=f"no tool named {params.name!r} is available in this session")
+            if stream is not None:
+                stream.call_pk = str(calls[0].pk)
+            timeout = settings.TOOLKEEPER_MCP_POLL_AFTER_S if polls else settings.TOOLKEEPER_MCP_MAX_WAIT_S
             plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls,
-                            timeout=settings.TOOLKEEPER_MCP_MAX_WAIT_S, until=TERMINAL_STATUSES,
+                            timeout=timeout, until=TERMINAL_STATUSES,
                             grant=grant_of_key(caller.api_key), render=list, offline=lambda calls: True)
             if plan.waits():
                 relay = asyncio.ensure_future(feed.relay(ctx, calls[0])) if feed.wanted else None
@@ -312,6 +319,10 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
                 if answer.refused:
                     raise MCPError(code=types.INVALID_REQUEST, message="the API key of this request was revoked")
                 calls = answer.payload
+                if polls and calls[0].status not in TERMINAL_STATUSES:
+                    # SSE polling: the stream ends here, the call goes on; the client resumes with Last-Event-ID
+                    stream.hang_up()
+                    await asyncio.Event().wait()  # until the transport, its stream ended, cancels this handler
     if exposed.is_meta and calls[0].status == CallStatus.SUCCEEDED:
         await _surface_changed(ctx)
     if (calls[0].status == CallStatus.FAILED and (calls[0].error or {}).get("errorType") == "AccountNotConnected"
@@ -348,24 +359,30 @@ async def _surface_changed(ctx) -> None:
         logger.info("tools/list_changed could not be sent", exc_info=True)
 
 
-class _ProgressFeed:
+class ProgressFeed:
     """The session's call events, heard on the channel layer while a call is waited for, so the tool's own
     progress (`ctx.emit`) reaches the client as MCP progress, in order. When nothing comes for
     TOOLKEEPER_MCP_HEARTBEAT_S (a call with a reviewer, mostly), a heartbeat keeps the request alive: many
-    clients give up after 60 s without progress. A client that asked for no progress is sent none."""
+    clients give up after 60 s without progress. A client that asked for no progress is sent none.
+
+    `sent` counts the progress notifications sent (each one's `progress`), `after` is the last call event relayed;
+    a resumed stream (`tools.gateway.streams`) starts from both, and `stream` learns which event each notification
+    relayed, for the ids of its events."""
 
     FLUSH_S = 0.05  # after the call settled, how long to look for its last events still on their way
 
-    def __init__(self, session: AgentSession, *, wanted: bool):
+    def __init__(self, session: AgentSession, *, wanted: bool, stream=None, sent: int = 0, after: int = 0):
         self.group = session_group(session.tenant_id, session.pk)
         self.wanted = wanted
+        self.stream = stream
         self.layer = None
         self.channel = ""
-        self.sent = 0
+        self.sent = sent
+        self.after = after
         self._held: dict | None = None  # an event the relay received as it was stopped
         self._stopping = asyncio.Event()
 
-    async def __aenter__(self) -> _ProgressFeed:
+    async def __aenter__(self) -> ProgressFeed:
         if not self.wanted:
             return self
         try:
@@ -384,13 +401,22 @@ class _ProgressFeed:
             with contextlib.suppress(Exception):
                 await self.layer.group_discard(self.group, self.channel)
 
-    def _text(self, message: dict, call: ToolCall) -> str | None:
-        if message.get("call") == str(call.pk) and message.get("kind") in ("progress", "output"):
-            return str((message.get("data") or {}).get("text", ""))
-        return None  # another call's event, or its status
+    def _event(self, message: dict, call: ToolCall) -> tuple[int, str] | None:
+        """(seq, text) of the call's progress or output event not relayed yet; None for anything else."""
+        if message.get("call") != str(call.pk) or message.get("kind") not in ("progress", "output"):
+            return None  # another call's event, or its status
+        seq = message.get("seq")
+        seq = seq if isinstance(seq, int) else self.after
+        if seq and seq <= self.after:  # sent already (a resumed stream read it back)
+            return None
+        return seq, str((message.get("data") or {}).get("text", ""))
 
-    async def _send(self, ctx, text: str) -> None:
+    async def send(self, ctx, text: str, seq: int | None = None) -> None:
         self.sent += 1
+        if seq is not None:
+            self.after = max(self.after, seq)
+        if self.stream is not None:
+            self.stream.relayed(self.sent, self.after)
         await ctx.session.report_progress(self.sent, None, text or None)
 
     async def flush(self, ctx, call: ToolCall) -> None:
@@ -400,16 +426,15 @@ class _ProgressFeed:
             return
         if self._held is not None:
             held, self._held = self._held, None
-            if (text := self._text(held, call)) is not None:
-                await self._send(ctx, text)
+            if (event := self._event(held, call)) is not None:
+                await self.send(ctx, event[1], event[0])
         while True:
             try:
                 message = await asyncio.wait_for(self.layer.receive(self.channel), self.FLUSH_S)
             except TimeoutError:
                 return
-            text = self._text(message, call)
-            if text is not None:
-                await self._send(ctx, text)
+            if (event := self._event(message, call)) is not None:
+                await self.send(ctx, event[1], event[0])
 
     async def stop(self, relay: asyncio.Future) -> None:
         """End the relay once it has sent what it is sending: a progress notification cut off mid-way is lost."""
@@ -441,13 +466,13 @@ class _ProgressFeed:
                 if message is None:
                     if loop.time() < beat_at:
                         continue
-                    text = f"call {call.call_id} is waiting"
+                    event = (None, f"call {call.call_id} is waiting")
                 else:
-                    text = self._text(message, call)
-                    if text is None:
+                    event = self._event(message, call)
+                    if event is None:
                         continue
                 beat_at = loop.time() + settings.TOOLKEEPER_MCP_HEARTBEAT_S
-                await self._send(ctx, text)
+                await self.send(ctx, event[1], event[0])
         finally:
             stopping.cancel()
             if receiving is not None and receiving.done() and not receiving.cancelled() \
