@@ -148,6 +148,73 @@ def test_an_edit_in_another_process_reaches_the_sessions_it_changes_and_no_other
     assert seen["changes"] == (1, 1, 1)
 
 
+def tool_id(server, admin_key: str, name: str) -> str:
+    tools = rest(server, "GET", "/api/v1/tools?page_size=500", key=admin_key)
+    return next(t["id"] for t in (tools["results"] if isinstance(tools, dict) else tools) if t["name"] == name)
+
+
+def test_rules_tools_and_the_sessions_own_changes_are_announced_too(servers):
+    first, second = servers
+    admin = first.admin_api_key
+    session = new_session(first, "watch-rules")
+    a = Listener(first, session)
+    seen: list[tuple[str, bool]] = []
+
+    async def step(what: str, edit, *args) -> None:
+        await anyio.to_thread.run_sync(edit, *args)
+        await a.next_change()
+        seen.append((what, "current_time" in await a.names()))
+
+    async def main():
+        async with a.connect() as a.client:
+            with anyio.fail_after(30):
+                await a.streaming.wait()
+            assert "current_time" in await a.names()
+            rule = {}
+
+            def deny():  # a deny rule that always refuses the tool hides it (docs/governance.md)
+                rule.update(rest(second, "POST", "/api/v1/rules", {
+                    "behavior": "deny", "tool_pattern": "current_time", "agents": ["watch-rules"]}, key=admin))
+
+            await step("deny added", deny)
+            await step("deny removed", rest, second, "DELETE", f"/api/v1/rules/{rule['id']}", None, admin)
+            clock = tool_id(first, admin, "current_time")
+            await step("tool disabled", rest, second, "PATCH", f"/api/v1/tools/{clock}", {"enabled": False}, admin)
+            await step("tool enabled", rest, second, "PATCH", f"/api/v1/tools/{clock}", {"enabled": True}, admin)
+            # the session's own change, made by its app over REST in the other process
+            await step("groups switched", rest, second, "POST", f"/api/v1/sessions/{session}/calls",
+                       {"name": "reset_tools", "input": {"ops": True}, "wait": 10})
+            seen.append(("countdown listed", "countdown" in await a.names()))
+
+    anyio.run(main)
+    assert seen == [("deny added", False), ("deny removed", True), ("tool disabled", False),
+                    ("tool enabled", True), ("groups switched", True), ("countdown listed", True)]
+    assert a.changes == 5
+
+
+def test_a_2026_era_client_listens_for_changes(servers):
+    first, second = servers
+    session = new_session(first, "watch-modern")
+    seen: dict = {}
+
+    async def main():
+        http_client = httpx2.AsyncClient(headers={**first.headers(), "X-Toolkeeper-Session": session}, timeout=30)
+        transport = streamable_http_client(f"{first.url}/mcp/", http_client=http_client)
+        async with Client(transport, mode="auto") as client:
+            seen["before"] = sorted(t.name for t in (await client.list_tools()).tools)
+            async with client.listen(tools_list_changed=True) as subscription:
+                seen["honored"] = subscription.honored.tools_list_changed
+                await anyio.to_thread.run_sync(rest, second, "POST", f"/api/v1/sessions/{session}/calls",
+                                               {"name": "reset_tools", "input": {"ops": True}, "wait": 10})
+                with anyio.fail_after(30):
+                    seen["event"] = type(await subscription.__anext__()).__name__
+            seen["after"] = sorted(t.name for t in (await client.list_tools()).tools)
+
+    anyio.run(main)
+    assert seen["honored"] is True and seen["event"] == "ToolsListChanged"
+    assert "countdown" not in seen["before"] and "countdown" in seen["after"]
+
+
 # --- resumable call streams ------------------------------------------------------------------------------------
 
 def sse_events(lines):

@@ -56,6 +56,7 @@ from tools.gateway.streams import (
     notification_stream,
     resumable_call,
     resume_call,
+    surface_listen,
 )
 
 logger = logging.getLogger("toolkeeper.mcp")
@@ -278,7 +279,8 @@ class McpEndpoint:
             self._ready = loop.create_future()
             # Host and Origin are checked here, against the deployment's own settings, before the SDK runs.
             self.manager = GatewaySessionManager(
-                app=mcp_protocol_server(), stateless=True, retry_interval=settings.TOOLKEEPER_MCP_RETRY_MS,
+                app=mcp_protocol_server(on_listen=surface_listen), stateless=True,
+                retry_interval=settings.TOOLKEEPER_MCP_RETRY_MS,
                 security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False))
             self._task = loop.create_task(self._run(self.manager, self._ready))
         await asyncio.shield(self._ready)
@@ -366,6 +368,13 @@ class McpEndpoint:
             return
         if payload and payload[0] == "n" and len(payload) == 2:
             await notification_stream(caller, receive, send, known=payload[1])
-        elif not (payload and payload[0] == "c" and len(payload) == 6 and await resume_call(caller, payload, receive,
-                                                                                              send)):
+            return
+        try:
+            resumed = bool(payload) and payload[0] == "c" and len(payload) == 6 \
+                and await resume_call(caller, payload, receive, send)
+        except Exception:  # its call could not be read: the stream has not started
+            logger.exception("an MCP stream could not be resumed")
+            await UNAVAILABLE.send(send, path)
+            return
+        if not resumed:
             await NO_SUCH_EVENT.send(send, path)

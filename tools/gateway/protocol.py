@@ -552,9 +552,12 @@ def _guarded(handler):
     return guarded
 
 
-def mcp_protocol_server() -> Server:
+def mcp_protocol_server(*, on_listen=None) -> Server:
+    """The protocol server. `on_listen`: the handler of a 2026-era `subscriptions/listen` (the session's change
+    notifications, `tools.gateway.streams.surface_listen`)."""
     # A schema of ours never names an `x-mcp-header`: without this, a 2026-era tools/call lists tools again.
     return _GovernedServer("toolkeeper", version=_version(), on_list_tools=_guarded(_list_tools),
                            on_call_tool=_guarded(_call_tool), on_list_resources=_guarded(_list_resources),
                            on_list_resource_templates=_guarded(_list_resource_templates),
-                           on_read_resource=_guarded(_read_resource), get_tool_input_schema=lambda name: None)
+                           on_read_resource=_guarded(_read_resource), get_tool_input_schema=lambda name: None,
+                           **({"on_subscriptions_listen": _guarded(on_listen)} if on_listen else {}))

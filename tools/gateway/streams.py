@@ -39,16 +39,18 @@ from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import GET_STREAM_KEY, EventStore, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, ToolsListChanged, event_to_notification
 from mcp.shared.transport_context import TransportContext
 from mcp_types import DEFAULT_NEGOTIATED_VERSION
 
 from realtime.groups import surface_group
+from tenancy.entry.bodies import Refusal
 from tenancy.fastread import fetch_one
 from tenancy.grants import grant_of_key
 from tools.calls.runtime import runtime
 from tools.calls.waiting import WaitPlan, run_db
 from tools.catalog.selectors import call_events, session_tools
-from tools.gateway.protocol import STREAM_SCOPE, McpCaller, ProgressFeed, call_tool_result, request_key
+from tools.gateway.protocol import CALLER_SCOPE, STREAM_SCOPE, McpCaller, ProgressFeed, call_tool_result, request_key
 from tools.models import TERMINAL_STATUSES, AgentSession, ToolCall
 
 logger = logging.getLogger("toolkeeper.mcp")
@@ -60,6 +62,7 @@ PING_S = 15  # a comment on an idle stream this often keeps proxies and clients 
 COALESCE_S = 0.05  # announcements arriving together (one sync adding many tools) are compared once
 LIST_CHANGED = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/tools/list_changed")
 PROGRESS = "notifications/progress"
+STREAM_UNAVAILABLE = Refusal(503, "Service Unavailable", "unavailable", "The stream cannot be served now; retry.")
 
 
 class StreamIdRefused(Exception):
@@ -158,8 +161,19 @@ class Sse:
     def __init__(self, send, caller: McpCaller):
         self.send = send
         self.caller = caller
+        self.started = False
+
+    async def failed(self) -> None:
+        """Something failed (the database, the channel layer): a clear 503 if nothing was sent yet, else the end."""
+        logger.exception("an MCP stream failed")
+        with contextlib.suppress(Exception):
+            if self.started:
+                await self.end()
+            else:
+                await STREAM_UNAVAILABLE.send(self.send, "/mcp/")
 
     async def start(self) -> None:
+        self.started = True
         await self.send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
             (b"x-accel-buffering", b"no"), (b"mcp-session-id", str(self.caller.session.pk).encode())]})
@@ -218,8 +232,32 @@ async def notification_stream(caller: McpCaller, receive, send, *, known: str | 
             await sse.end()
     except OSError:  # the client went while a frame was written
         pass
+    except Exception:
+        await sse.failed()
     finally:
         gone.cancel()
+
+
+async def surface_listen(ctx, params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
+    """A 2026-era `subscriptions/listen`: the era's notification stream, on the request's own response stream.
+    Of the change kinds, this endpoint honours `toolsListChanged`, sent as the GET stream's are."""
+    caller: McpCaller = ctx.request.scope[CALLER_SCOPE]
+    meta = {SUBSCRIPTION_ID_META_KEY: ctx.request_id}
+    honored = types.SubscriptionFilter(tools_list_changed=True if params.notifications.tools_list_changed else None)
+    async with SurfaceWatch(caller.session) as watch:
+        await ctx.session.send_notification(types.SubscriptionsAcknowledgedNotification(
+            params=types.SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)),
+            related_request_id=ctx.request_id)
+        if not honored.tools_list_changed:  # nothing to send until the client closes the stream
+            await asyncio.Event().wait()
+        while True:
+            if not await watch.changed():
+                continue
+            if watch.fingerprint is None:  # the session ended
+                break
+            await ctx.session.send_notification(event_to_notification(ToolsListChanged(), meta),
+                                                related_request_id=ctx.request_id)
+    return types.SubscriptionsListenResult(_meta=meta)
 
 
 # --- resumable call streams ------------------------------------------------------------------------------------
@@ -366,6 +404,8 @@ async def resume_call(caller: McpCaller, payload: list, receive, send) -> bool:
         await sse.end()
     except OSError:
         pass
+    except Exception:
+        await sse.failed()
     finally:
         gone.cancel()
     return True
