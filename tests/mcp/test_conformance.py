@@ -19,8 +19,12 @@ import re
 import subprocess
 from pathlib import Path
 
+import anyio
+import httpx2
 import pytest
 import yaml
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.live.server import LiveServer
 from tests.mcp.conformance.node import HERE, require_node
@@ -146,3 +150,37 @@ def test_the_local_names_are_served_and_a_rebound_name_is_refused(server, name):
     assert post_initialize(server, local) == 200
     assert post_initialize(server, "evil.example.com", "http://evil.example.com") == 403
     assert post_initialize(server, local, "http://evil.example.com") == 403
+
+
+def reconnection_calls(server) -> int:
+    return int(server.manage("shell", "-c", "from tools.models import ToolCall; "
+                             "print(ToolCall.all_tenants.filter(tool_name='test_reconnection').count())"
+                             ).strip().splitlines()[-1])
+
+
+def test_the_sdk_client_comes_back_for_the_result_of_a_stream_the_server_ended(server):
+    """SSE polling (docs/mcp.md, "Streams"): the call runs past TOOLKEEPER_MCP_POLL_AFTER_S, the server ends its
+    stream, and the Python SDK client resumes it with Last-Event-ID, receiving the progress and the result of the
+    one call."""
+    resumptions: list[str] = []
+    progress: list[str] = []
+
+    async def noted(request):
+        if request.method == "GET" and "last-event-id" in request.headers:
+            resumptions.append(request.headers["last-event-id"])
+
+    async def heard(value, total, message):
+        progress.append(message)
+
+    async def main():
+        http_client = httpx2.AsyncClient(timeout=30, event_hooks={"request": [noted]})  # the wrapper adds the key
+        transport = streamable_http_client(f"{server.url}/mcp/", http_client=http_client)
+        async with Client(transport, mode="legacy") as client:
+            return await client.call_tool("test_reconnection", {}, progress_callback=heard)
+
+    before = reconnection_calls(server)
+    result = anyio.run(main)
+    assert result.is_error is False and result.content[0].text == "Reconnection test completed"
+    assert resumptions and all(value.startswith("tk1.") for value in resumptions)
+    assert progress == ["started"]
+    assert reconnection_calls(server) == before + 1
