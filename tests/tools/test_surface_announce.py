@@ -57,3 +57,22 @@ def test_nothing_is_announced_for_a_write_rolled_back(world, django_capture_on_c
         tool.save()
         raise RuntimeError("rolled back")
     assert callbacks == []
+
+
+def test_a_sessions_own_changes_are_announced_for_that_session(world, django_capture_on_commit_callbacks):
+    """reset_tools and a skill loaded (its bound groups) change one session's surface: the announcement names it."""
+    from tests.skills.test_loading import load, skill_files, upload
+    from tools.calls.submit import calls_submit
+    from tools.catalog.services import session_create
+
+    a = world.a
+    assert upload(a.client("admin"), skill_files()).status_code == 201
+    session = session_create(tenant=a.tenant, agent="announce-bot", api_key=a.key_objects["agent"])
+    with django_capture_on_commit_callbacks(execute=False) as switched:
+        [call] = calls_submit(session=session, calls=[{"name": "reset_tools", "input": {"ops": True}}])
+    with django_capture_on_commit_callbacks(execute=False) as loaded:
+        loaded_call = load(session, "launch-check", "SKILL.md")
+    assert call.status == "succeeded" and loaded_call.status == "succeeded", (call.error, loaded_call.error)
+    for callbacks in (switched, loaded):
+        keys = [getattr(callback, "key", None) for callback in callbacks]
+        assert (a.tenant.pk, str(session.pk)) in keys
