@@ -22,7 +22,7 @@ from skills.packages import (
 from skills.selectors import session_skill_version
 from tenancy.fastread import tables_exist
 from tenancy.models import Tenant
-from tools.catalog.snapshot import catalog_bump
+from tools.catalog.snapshot import catalog_bump, surface_announce
 from tools.models import AgentSession
 from tools.python.decorators import ToolError
 
@@ -153,5 +153,6 @@ def _record_load(*, session: AgentSession, skill: Skill, version: SkillVersion, 
         loaded.append({"skill": skill.name, "version": version.number, "at": timezone.now().isoformat()})
         AgentSession.objects.for_tenant(session.tenant_id).filter(pk=session.pk).update(loaded_skills=loaded)
         session.loaded_skills = loaded
+        surface_announce(session.tenant_id, session.pk)  # its bound groups are active for the session now
         audit_record(tenant=session.tenant, actor=actor, verb="skill.loaded", target=f"skill:{skill.pk}",
                      data={"session": str(session.pk), "version": version.number})

@@ -8,12 +8,12 @@ class ToolsConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import m2m_changed, post_delete, post_migrate, post_save
 
-        from tenancy.signals import member_left, tenant_created
+        from tenancy.signals import member_left, tenant_created, version_bumped
         from tools.calls.aftercare import RESULT_STEPS, Cap, Redact, ResultRules, Retry
         from tools.calls.pipeline import CALL_STEPS, Bind, Normalize, Validate
         from tools.calls.submit import Dispatch
         from tools.catalog.services import catalog_sync_all, tenant_seed_catalog
-        from tools.catalog.snapshot import bump_on_change
+        from tools.catalog.snapshot import announce_on_bump, bump_on_change
         from tools.models import BoundArgument, McpServer, RedactionRule, Tool, ToolGroup
         from tools.python import builtins, examples, source  # noqa: F401  (registers the shipped tools' source)
         from tools.python.plugins import plugins_load
@@ -29,6 +29,8 @@ class ToolsConfig(AppConfig):
             post_save.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.save.{model.__name__}")
             post_delete.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.delete.{model.__name__}")
         m2m_changed.connect(bump_on_change, sender=ToolGroup.tools.through, dispatch_uid="tools.catalog.members")
+        # Any change of a tenant's configuration (its catalog, its rules) may change what its sessions see.
+        version_bumped.connect(announce_on_bump, dispatch_uid="tools.catalog.surface")
         post_migrate.connect(catalog_sync_all, sender=self, dispatch_uid="tools.sync_catalog")
         if not settings.TOOLKEEPER_MCP_HOST_PROCESS:  # after the shipped tools: a plugin cannot take their names
             # A tool process loads them too (quietly: its server has reported their problems).

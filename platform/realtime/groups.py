@@ -11,3 +11,9 @@ def session_group(tenant_id: int, session_id) -> str:
 
 def inbox_group(tenant_id: int) -> str:
     return f"t{tenant_id}.inbox"
+
+
+def surface_group(tenant_id: int) -> str:
+    """What a tenant's sessions may see changed (its catalog, its rules, one session's groups): the MCP
+    notification streams of its sessions listen here (docs/mcp.md, "Notifications")."""
+    return f"t{tenant_id}.surface"

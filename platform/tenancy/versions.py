@@ -17,6 +17,7 @@ from typing import Generic, TypeVar
 from django.db import IntegrityError, transaction
 
 from tenancy.fastread import tenant_scalar
+from tenancy.signals import version_bumped
 
 T = TypeVar("T")
 
@@ -55,13 +56,13 @@ def version_bump(model, tenant_id: int) -> None:
     known = _known.get()
     if known is not None and known[0] == tenant_id:
         known[1].pop(model, None)  # read from the database from now on: it knows whether this change commits
-    if model.objects.for_tenant(tenant_id).update(version=version):
-        return
-    try:
-        with transaction.atomic():
-            model.objects.create(tenant_id=tenant_id, version=version)
-    except IntegrityError:  # another transaction created the row first
-        model.objects.for_tenant(tenant_id).update(version=version)
+    if not model.objects.for_tenant(tenant_id).update(version=version):
+        try:
+            with transaction.atomic():
+                model.objects.create(tenant_id=tenant_id, version=version)
+        except IntegrityError:  # another transaction created the row first
+            model.objects.for_tenant(tenant_id).update(version=version)
+    version_bumped.send(sender=model, tenant_id=tenant_id)
 
 
 def version_of(model, tenant_id: int) -> int:

@@ -404,6 +404,12 @@ TOOLKEEPER_MCP_SESSION_IDLE_S = float(os.environ.get("TOOLKEEPER_MCP_SESSION_IDL
 TOOLKEEPER_MCP_MAX_WAIT_S = float(os.environ.get("TOOLKEEPER_MCP_MAX_WAIT_S", 300))
 # While it waits, a progress notification this often keeps the client's request alive.
 TOOLKEEPER_MCP_HEARTBEAT_S = float(os.environ.get("TOOLKEEPER_MCP_HEARTBEAT_S", 10))
+# Resumable streams (docs/mcp.md, "Streams"): how long an event id of /mcp/ can be resumed with Last-Event-ID, the
+# reconnection delay its streams suggest (the SSE `retry` field, milliseconds), and after how long a tools/call
+# whose client can resume ends its stream and lets the client come back for the result ("0": never; SSE polling).
+TOOLKEEPER_MCP_RESUME_S = float(os.environ.get("TOOLKEEPER_MCP_RESUME_S", 600))
+TOOLKEEPER_MCP_RETRY_MS = int(os.environ.get("TOOLKEEPER_MCP_RETRY_MS", 1000))
+TOOLKEEPER_MCP_POLL_AFTER_S = float(os.environ.get("TOOLKEEPER_MCP_POLL_AFTER_S", 0))
 # Each server or worker process keeps its MCP sessions in a helper process of its own ("0": in a thread).
 TOOLKEEPER_MCP_CLIENT_PROCESS = os.environ.get("TOOLKEEPER_MCP_CLIENT_PROCESS", "1") != "0"
 # Set by tools.upstream.client in that helper process.

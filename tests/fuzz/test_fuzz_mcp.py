@@ -366,10 +366,14 @@ class Problem:
 
 
 def _events(text: str) -> list[str]:
-    """The data of each event of a `text/event-stream` body."""
+    """The data of each event of a `text/event-stream` body; a priming event (an id and empty data, which opens a
+    resumable stream: docs/mcp.md, "Streams") carries no message."""
     events = []
     for block in text.replace("\r\n", "\n").split("\n\n"):
-        data = [line[5:].lstrip(" ") for line in block.split("\n") if line.startswith("data:")]
+        lines = block.split("\n")
+        data = [line[5:].lstrip(" ") for line in lines if line.startswith("data:")]
+        if data == [""] and any(line.startswith("id:") and line[3:].strip() for line in lines):
+            continue
         if data:
             events.append("\n".join(data))
     return events

@@ -19,8 +19,12 @@ import re
 import subprocess
 from pathlib import Path
 
+import anyio
+import httpx2
 import pytest
 import yaml
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.live.server import LiveServer
 from tests.mcp.conformance.node import HERE, require_node
@@ -36,7 +40,8 @@ BAD = ("FAILURE", "WARNING")  # what makes a scenario fail the baseline check
 @pytest.fixture(scope="module")
 def server():
     require_node()
-    with LiveServer(settings_module="tests.mcp.conformance.settings",
+    # SSE polling on (docs/mcp.md, "Streams"): the server ends a call's stream after 1 s (server-sse-polling)
+    with LiveServer(settings_module="tests.mcp.conformance.settings", extra_env={"TOOLKEEPER_MCP_POLL_AFTER_S": "1"},
                     asgi_app="tests.mcp.conformance.asgi:application") as live:
         yield live
         print(f"--- {live.url} server log (tail) ---\n{live.log_tail(20000)}")
@@ -145,3 +150,37 @@ def test_the_local_names_are_served_and_a_rebound_name_is_refused(server, name):
     assert post_initialize(server, local) == 200
     assert post_initialize(server, "evil.example.com", "http://evil.example.com") == 403
     assert post_initialize(server, local, "http://evil.example.com") == 403
+
+
+def reconnection_calls(server) -> int:
+    return int(server.manage("shell", "-c", "from tools.models import ToolCall; "
+                             "print(ToolCall.all_tenants.filter(tool_name='test_reconnection').count())"
+                             ).strip().splitlines()[-1])
+
+
+def test_the_sdk_client_comes_back_for_the_result_of_a_stream_the_server_ended(server):
+    """SSE polling (docs/mcp.md, "Streams"): the call runs past TOOLKEEPER_MCP_POLL_AFTER_S, the server ends its
+    stream, and the Python SDK client resumes it with Last-Event-ID, receiving the progress and the result of the
+    one call."""
+    resumptions: list[str] = []
+    progress: list[str] = []
+
+    async def noted(request):
+        if request.method == "GET" and "last-event-id" in request.headers:
+            resumptions.append(request.headers["last-event-id"])
+
+    async def heard(value, total, message):
+        progress.append(message)
+
+    async def main():
+        http_client = httpx2.AsyncClient(timeout=30, event_hooks={"request": [noted]})  # the wrapper adds the key
+        transport = streamable_http_client(f"{server.url}/mcp/", http_client=http_client)
+        async with Client(transport, mode="legacy") as client:
+            return await client.call_tool("test_reconnection", {}, progress_callback=heard)
+
+    before = reconnection_calls(server)
+    result = anyio.run(main)
+    assert result.is_error is False and result.content[0].text == "Reconnection test completed"
+    assert resumptions and all(value.startswith("tk1.") for value in resumptions)
+    assert progress == ["started"]
+    assert reconnection_calls(server) == before + 1

@@ -4,7 +4,7 @@ Where they appear on the surface: `tools.catalog.meta`."""
 from tools.calls.events import call_fail, call_transition
 from tools.catalog.registry import META_RESET_TOOLS, meta_providers
 from tools.catalog.selectors import loaded_skill_names
-from tools.catalog.snapshot import catalog_snapshot, switchable_groups
+from tools.catalog.snapshot import catalog_snapshot, surface_announce, switchable_groups
 from tools.models import AgentSession, CallStatus, ToolCall
 from tools.python.decorators import ToolError
 from tools.python.results import tool_result
@@ -36,6 +36,7 @@ def session_groups_reset(*, session: AgentSession, choices) -> dict:
     AgentSession.objects.for_tenant(session.tenant_id).filter(pk=session.pk).update(active_groups=chosen)
     session.active_groups = chosen
     after = [name for name in by_name if name in chosen or name in by_skill]
+    surface_announce(session.tenant_id, session.pk)
     activated = [name for name in after if name not in before]
     return {
         "active_groups": after,

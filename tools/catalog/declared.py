@@ -29,7 +29,7 @@ from tools.catalog.selectors import (
     visible_tools,
 )
 from tools.catalog.services import session_create
-from tools.catalog.snapshot import ExposedTool
+from tools.catalog.snapshot import ExposedTool, surface_announce
 from tools.models import AgentSession, ToolCall
 
 DECLARED_ADD = "add"
@@ -130,6 +130,7 @@ def session_tools_declare(*, session: AgentSession, tools: list, mode: str, api_
     AgentSession.objects.for_tenant(session.tenant_id).filter(pk=session.pk).update(
         declared_tools=declarations, declared_mode=mode)
     session.declared_tools, session.declared_mode = declarations, mode
+    surface_announce(session.tenant_id, session.pk)
     audit_record(tenant=session.tenant, actor=api_key and f"apikey:{api_key.name}", verb="session.tools_declared",
                  target=f"session:{session.pk}", data={"tools": [d["name"] for d in declarations], "mode": mode})
     return session

@@ -10,6 +10,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from django.db import transaction
+
+from realtime.broadcast import publish
+from realtime.groups import surface_group
 from tenancy.versions import VersionedCache, version_bump
 from tools.catalog.schemas import InputValidator, ToolMisconfigured
 from tools.models import RESERVED_GROUP, BoundArgument, CatalogVersion, Tool, ToolGroup, ToolSource
@@ -169,3 +173,34 @@ def catalog_bump(tenant_id: int) -> None:
 def bump_on_change(sender, instance, **kwargs) -> None:
     if kwargs.get("action", "post_")[:5] == "post_":  # m2m_changed fires before and after
         catalog_bump(instance.tenant_id)
+
+
+class _Announcement:
+    """One announcement waiting for its transaction to commit (`surface_announce`)."""
+
+    def __init__(self, tenant_id: int, session: str):
+        self.key = (tenant_id, session)
+
+    def __call__(self) -> None:
+        publish([surface_group(self.key[0])], {"type": "surface.changed", "session": self.key[1]})
+
+
+def surface_announce(tenant_id: int, session_id=None) -> None:
+    """After commit, tell the tenant's MCP notification streams that what its sessions may see may have changed
+    (its catalog, its rules; with `session_id`, that session's active groups or skills). Each stream compares
+    its session's surface before and after, and tells its client only of a real change (docs/mcp.md). A write of
+    many rows (a sync adding tools) announces once: the same announcement already waiting for the same
+    savepoints is not added again."""
+    announcement = _Announcement(tenant_id, "" if session_id is None else str(session_id))
+    connection = transaction.get_connection()
+    if connection.in_atomic_block:
+        # an atomic block without a savepoint (None) rolls back with the block around it
+        savepoints = set(connection.savepoint_ids) - {None}
+        if any(isinstance(func, _Announcement) and func.key == announcement.key and sids - {None} == savepoints
+               for sids, func, *_ in connection.run_on_commit):
+            return
+    transaction.on_commit(announcement)
+
+
+def announce_on_bump(sender, tenant_id: int, **kwargs) -> None:
+    surface_announce(tenant_id)

@@ -25,6 +25,7 @@ from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from common.errors import NotPermitted, RateLimited
 from common.json_values import MAX_JSON_DEPTH
@@ -39,6 +40,7 @@ from tools.gateway.protocol import (
     AGENT_HEADER,
     CALLER_SCOPE,
     SESSION_HEADER,
+    STREAM_SCOPE,
     McpAccessError,
     McpCaller,
     elicits_urls,
@@ -46,6 +48,15 @@ from tools.gateway.protocol import (
     mcp_protocol_server,
     mcp_request_cancelled,
     mcp_session,
+)
+from tools.gateway.streams import (
+    GatewaySessionManager,
+    StreamIdRefused,
+    event_of,
+    notification_stream,
+    resumable_call,
+    resume_call,
+    surface_listen,
 )
 
 logger = logging.getLogger("toolkeeper.mcp")
@@ -58,6 +69,12 @@ REASONS = {400: ("Bad Request", "invalid"), 403: ("Forbidden", "permission_denie
 NOT_AN_AGENT_KEY = Refusal(403, "Forbidden", "permission_denied", "MCP needs an API key with the agent scope.")
 FOREIGN_HOST = Refusal(403, "Forbidden", "forbidden_host", "This host or origin may not reach the MCP endpoint.")
 UNAVAILABLE = Refusal(503, "Service Unavailable", "unavailable", "The MCP endpoint cannot serve requests now; retry.")
+NOT_SSE = Refusal(406, "Not Acceptable", "not_acceptable",
+                  "GET /mcp/ answers with an event stream: accept text/event-stream.")
+NO_SUCH_EVENT = Refusal(404, "Not Found", "not_found",
+                        "Last-Event-ID names no event of this session's streams that can still be resumed.")
+LAST_EVENT_ID = b"last-event-id"
+MAX_LAST_EVENT_ID = 2048
 CANCELLED = b"notifications/cancelled"
 # JSON-RPC leaves -32000 to -32099 to the server; MCP names no code for a rate limit.
 RATE_LIMITED = -32029
@@ -261,8 +278,9 @@ class McpEndpoint:
             loop = asyncio.get_running_loop()
             self._ready = loop.create_future()
             # Host and Origin are checked here, against the deployment's own settings, before the SDK runs.
-            self.manager = StreamableHTTPSessionManager(
-                app=mcp_protocol_server(), stateless=True,
+            self.manager = GatewaySessionManager(
+                app=mcp_protocol_server(on_listen=surface_listen), stateless=True,
+                retry_interval=settings.TOOLKEEPER_MCP_RETRY_MS,
                 security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False))
             self._task = loop.create_task(self._run(self.manager, self._ready))
         await asyncio.shield(self._ready)
@@ -318,7 +336,45 @@ class McpEndpoint:
         if isinstance(caller, RpcRefusal):
             await caller.send(send, _request_id(message))
             return
+        version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
+        handshake_era = b"mcp-method" not in headers and (not version or version in HANDSHAKE_PROTOCOL_VERSIONS)
+        if scope["method"] == "GET" and handshake_era:
+            await self._stream(caller, headers, path, receive, send)
+            return
         manager = await self._started()
-        if caller.opened:
+        if opening or (handshake_era and isinstance(message, dict) and message.get("method") == "initialize"):
+            # the answer names the session, opened or named: the client sends it back, and opens its notifications
             send = _naming_session(send, caller.session.pk)
-        await manager.handle_request({**scope, CALLER_SCOPE: caller}, receive, send)
+        stream = resumable_call(caller, message) if handshake_era else None
+        await manager.handle_request({**scope, CALLER_SCOPE: caller, STREAM_SCOPE: stream}, receive, send)
+
+    @staticmethod
+    async def _stream(caller: McpCaller, headers: dict[bytes, bytes], path: str, receive, send) -> None:
+        """A 2025-era GET: the session's notification stream, or the resumption of a stream that dropped."""
+        accept = headers.get(b"accept", b"").decode("latin-1").lower()
+        if "text/event-stream" not in accept and "*/*" not in accept and "text/*" not in accept:
+            await NOT_SSE.send(send, path)
+            return
+        last = headers.get(LAST_EVENT_ID, b"").decode("latin-1").strip()
+        if not last:
+            await notification_stream(caller, receive, send)
+            return
+        try:
+            if len(last) > MAX_LAST_EVENT_ID:
+                raise StreamIdRefused("Last-Event-ID is longer than any event id of this endpoint")
+            payload = event_of(caller, last)
+        except StreamIdRefused as exc:
+            await Refusal(400, "Bad Request", "invalid", str(exc)).send(send, path)
+            return
+        if payload and payload[0] == "n" and len(payload) == 2:
+            await notification_stream(caller, receive, send, known=payload[1])
+            return
+        try:
+            resumed = bool(payload) and payload[0] == "c" and len(payload) == 7 \
+                and await resume_call(caller, payload, receive, send)
+        except Exception:  # its call could not be read: the stream has not started
+            logger.exception("an MCP stream could not be resumed")
+            await UNAVAILABLE.send(send, path)
+            return
+        if not resumed:
+            await NO_SUCH_EVENT.send(send, path)

@@ -68,6 +68,7 @@ from tools.python.results import call_error
 logger = logging.getLogger("toolkeeper.mcp")
 
 CALLER_SCOPE = "toolkeeper.mcp_caller"
+STREAM_SCOPE = "toolkeeper.mcp_stream"  # a resumable tools/call's event store (`tools.gateway.streams.CallStream`)
 SESSION_HEADER = "X-Toolkeeper-Session"
 AGENT_HEADER = "X-Toolkeeper-Agent"
 CONNECTION_SESSION = "connection"  # a session opened by a 2025-era `initialize`
@@ -245,10 +246,11 @@ def pending_approval_twin(session: AgentSession, tool_name: str, arguments: dict
     return None if twin is None else fetch_one(ToolCall, tenant=session.tenant_id, pk=twin)
 
 
-def _submitted(caller: McpCaller, spec: dict, request_key: str | None) -> tuple[ExposedTool | None, list[ToolCall]]:
+def _submitted(caller: McpCaller, spec: dict, cancel_key: str | None) -> tuple[ExposedTool | None, list[ToolCall]]:
     """The tool as the session sees it and the call: the one still awaiting approval for the same arguments,
     or a new one; (None, []) when the session has no such tool. One trip to the database pool. With a
-    `request_key`, the call is remembered under it for a cancel of the request that may come."""
+    `cancel_key`, the call is remembered under it for a cancel of the request that may come (and a resumption of
+    its stream, `tools.gateway.streams`)."""
     exposed = visible_tool(caller.session, spec["name"])
     if exposed is None:  # a tool withheld for review gets a call, which fails saying so (ToolDefinitionChanged)
         if not withheld_from(caller.session, spec["name"]):
@@ -257,8 +259,8 @@ def _submitted(caller: McpCaller, spec: dict, request_key: str | None) -> tuple[
     twin = pending_approval_twin(caller.session, spec["name"], spec["input"])
     calls = [twin] if twin is not None else calls_submit(session=caller.session, calls=[spec],
                                                          api_key=caller.api_key)
-    if request_key is not None:
-        cache.set(request_key, str(calls[0].pk), settings.TOOLKEEPER_MCP_MAX_WAIT_S + 60)
+    if cancel_key is not None:
+        cache.set(cancel_key, str(calls[0].pk), settings.TOOLKEEPER_MCP_MAX_WAIT_S + 60)
     return exposed, calls
 
 
@@ -269,7 +271,7 @@ def _submitted(caller: McpCaller, spec: dict, request_key: str | None) -> tuple[
 # response stream is its cancel. A call waiting for a reviewer outlives a closed stream, though: that is
 # what a dropped connection looks like too, and a retry attaches to the call.
 
-def _request_key(session_id, request_id) -> str:
+def request_key(session_id, request_id) -> str:
     return f"mcp:request:{session_id}:{json.dumps(request_id)}"
 
 
@@ -280,7 +282,7 @@ def _actor(caller: McpCaller) -> str:
 def mcp_request_cancelled(caller: McpCaller, request_id) -> ToolCall | None:
     """A 2025-era client cancelled its request `request_id`: the call it started is cancelled, if it is still
     open (a call waiting for a reviewer too: its request is withdrawn)."""
-    call_pk = cache.get(_request_key(caller.session.pk, request_id))
+    call_pk = cache.get(request_key(caller.session.pk, request_id))
     call = fetch_one(ToolCall, tenant=caller.session.tenant_id, pk=call_pk) if call_pk else None
     if call is None or call.session_id != caller.session.pk or call.status in TERMINAL_STATUSES:
         return None
@@ -311,17 +313,22 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
     waiter = runtime().waiter
     spec = {"name": params.name, "input": params.arguments or {}}
     modern = _is_modern(ctx)
-    request_key = None if modern else _request_key(session.pk, ctx.request_id)
+    cancel_key = None if modern else request_key(session.pk, ctx.request_id)
+    stream = None if modern else ctx.request.scope.get(STREAM_SCOPE)  # its events' ids let the client resume
+    polls = stream is not None and 0 < settings.TOOLKEEPER_MCP_POLL_AFTER_S < settings.TOOLKEEPER_MCP_MAX_WAIT_S
     # Both armed before the call exists: its settling and its first progress are not missed.
-    async with _ProgressFeed(session, progress=_progress_token(ctx) is not None,
-                             log_level=_log_level(ctx, session)) as feed:
+    async with ProgressFeed(session, progress=_progress_token(ctx) is not None, log_level=_log_level(ctx, session),
+                            stream=stream) as feed:
         with waiter.watching(session.pk) as watch:
-            exposed, calls = await run_db(_submitted, caller, spec, request_key)
+            exposed, calls = await run_db(_submitted, caller, spec, cancel_key)
             if not calls:
                 raise MCPError(code=types.INVALID_PARAMS,
                                message=f"no tool named {params.name!r} is available in this session")
+            if stream is not None:
+                stream.call_pk = str(calls[0].pk)
+            timeout = settings.TOOLKEEPER_MCP_POLL_AFTER_S if polls else settings.TOOLKEEPER_MCP_MAX_WAIT_S
             plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls,
-                            timeout=settings.TOOLKEEPER_MCP_MAX_WAIT_S, until=TERMINAL_STATUSES,
+                            timeout=timeout, until=TERMINAL_STATUSES,
                             grant=grant_of_key(caller.api_key), render=list, offline=lambda calls: True)
             if plan.waits():
                 relay = asyncio.ensure_future(feed.relay(ctx, calls[0])) if feed.wanted else None
@@ -342,6 +349,10 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
                 if answer.refused:
                     raise MCPError(code=types.INVALID_REQUEST, message="the API key of this request was revoked")
                 calls = answer.payload
+                if polls and calls[0].status not in TERMINAL_STATUSES:
+                    # SSE polling: the stream ends here, the call goes on; the client resumes with Last-Event-ID
+                    stream.hang_up()
+                    await asyncio.Event().wait()  # until the transport, its stream ended, cancels this handler
     if exposed is not None and exposed.is_meta and calls[0].status == CallStatus.SUCCEEDED:
         await _surface_changed(ctx)
     if (calls[0].status == CallStatus.FAILED and (calls[0].error or {}).get("errorType") == "AccountNotConnected"
@@ -378,7 +389,7 @@ async def _surface_changed(ctx) -> None:
         logger.info("tools/list_changed could not be sent", exc_info=True)
 
 
-class _ProgressFeed:
+class ProgressFeed:
     """The session's call events, heard on the channel layer while a call is waited for, so the tool's own
     progress (`ctx.emit`, `ctx.progress`, upstream MCP progress) reaches the client as MCP progress, in order,
     and its log messages (`ctx.log`, an upstream server's, the platform's notes on the call) as MCP log messages
@@ -388,24 +399,31 @@ class _ProgressFeed:
 
     MCP wants every progress value above the one before: the tool's own numbers (`completed` of `total`) are
     sent as they are while they rise; an event without them (a text, a heartbeat) counts one up, or, once a
-    total is known, moves up by the smallest step, so the numbers the tool gave stay what the client shows."""
+    total is known, moves up by the smallest step, so the numbers the tool gave stay what the client shows.
+
+    `sent` counts the progress notifications sent, `after` is the last call event relayed and `last` the last
+    progress value; a resumed stream (`tools.gateway.streams`) starts from all three, and `stream` learns which
+    call event each progress value relayed, for the ids of its events."""
 
     FLUSH_S = 0.05  # after the call settled, how long to look for its last events still on their way
 
-    def __init__(self, session: AgentSession, *, progress: bool = False, log_level: str | None = None):
+    def __init__(self, session: AgentSession, *, progress: bool = False, log_level: str | None = None, stream=None,
+                 sent: int = 0, after: int = 0, last: float | None = None):
         self.group = session_group(session.tenant_id, session.pk)
         self.progress = progress
         self.log_level = log_level if log_level in LOG_LEVELS else None
         self.wanted = progress or self.log_level is not None
+        self.stream = stream
         self.layer = None
         self.channel = ""
-        self.sent = 0
-        self.last: float | None = None  # the last progress value sent
+        self.sent = sent
+        self.after = after
+        self.last = last  # the last progress value sent
         self.total: float | None = None  # the last total the tool gave
         self._held: dict | None = None  # an event the relay received as it was stopped
         self._stopping = asyncio.Event()
 
-    async def __aenter__(self) -> _ProgressFeed:
+    async def __aenter__(self) -> ProgressFeed:
         if not self.wanted:
             return self
         try:
@@ -424,12 +442,16 @@ class _ProgressFeed:
             with contextlib.suppress(Exception):
                 await self.layer.group_discard(self.group, self.channel)
 
-    @staticmethod
-    def _event(message: dict, call: ToolCall) -> tuple[str, dict] | None:
+    def _event(self, message: dict, call: ToolCall) -> tuple[int | None, str, dict] | None:
+        """(seq, kind, data) of the call's event not relayed yet; None for another call's, or one sent already."""
         if message.get("call") != str(call.pk) or message.get("kind") not in ("progress", "output", "log", "status"):
-            return None  # another call's event
+            return None
+        seq = message.get("seq")
+        seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+        if seq is not None and seq <= self.after:  # sent already (a resumed stream read it back)
+            return None
         data = message.get("data")
-        return message["kind"], data if isinstance(data, dict) else {}
+        return seq, message["kind"], data if isinstance(data, dict) else {}
 
     def _next_value(self, data: dict) -> tuple[float, float | None]:
         completed, total = data.get("completed"), data.get("total")
@@ -448,6 +470,8 @@ class _ProgressFeed:
         value, total = self._next_value(data or {})
         self.last = value
         self.sent += 1
+        if self.stream is not None:
+            self.stream.relayed(value, self.sent, self.after)
         await ctx.session.report_progress(value, total, text or None)
 
     async def _log(self, ctx, call: ToolCall, level: str, text: str) -> None:
@@ -456,8 +480,11 @@ class _ProgressFeed:
         await ctx.session.send_log_message(level, text[:MAX_LOG_MESSAGE_CHARS], logger=call.tool_name[:100],
                                            related_request_id=ctx.request_id)
 
-    async def _send(self, ctx, call: ToolCall, kind: str, data: dict) -> bool:
-        """Send what the event says to the client; whether anything was sent."""
+    async def send(self, ctx, call: ToolCall, seq: int | None, kind: str, data: dict) -> bool:
+        """Send what the call's event says to the client (a resumed stream replays the ones it missed through
+        this too); whether anything was sent."""
+        if seq is not None:
+            self.after = max(self.after, seq)
         if kind == "log":
             level = data.get("level") if data.get("level") in LOG_LEVELS else "info"
             text = data.get("text")
@@ -485,14 +512,14 @@ class _ProgressFeed:
         if self._held is not None:
             held, self._held = self._held, None
             if (event := self._event(held, call)) is not None:
-                await self._send(ctx, call, *event)
+                await self.send(ctx, call, *event)
         while True:
             try:
                 message = await asyncio.wait_for(self.layer.receive(self.channel), self.FLUSH_S)
             except TimeoutError:
                 return
             if (event := self._event(message, call)) is not None:
-                await self._send(ctx, call, *event)
+                await self.send(ctx, call, *event)
 
     async def stop(self, relay: asyncio.Future) -> None:
         """End the relay once it has sent what it is sending: a progress notification cut off mid-way is lost."""
@@ -526,8 +553,8 @@ class _ProgressFeed:
                     if loop.time() < beat_at:
                         continue
                     await self._progress(ctx, f"call {call.call_id} is waiting")
-                elif (event := self._event(message, call)) is None or not await self._send(ctx, call, *event) \
-                        or event[0] not in ("progress", "output"):
+                elif (event := self._event(message, call)) is None or not await self.send(ctx, call, *event) \
+                        or event[1] not in ("progress", "output"):
                     continue  # not progress: the heartbeat's clock runs on
                 if beat_s is not None:
                     beat_at = loop.time() + beat_s
@@ -556,8 +583,13 @@ def _log_level(ctx, session: AgentSession) -> str | None:
     `_meta`, a 2025-era connection set it with `logging/setLevel`; None: no log messages."""
     if _is_modern(ctx):
         level = _meta_value(ctx, LOG_LEVEL_META_KEY)
-    else:
-        level = session.context.get(LOG_LEVEL) if isinstance(session.context, dict) else None
+        return level if level in LOG_LEVELS else None
+    return session_log_level(session)
+
+
+def session_log_level(session: AgentSession) -> str | None:
+    """The level a 2025-era connection set for its session with `logging/setLevel` (None: no log messages)."""
+    level = session.context.get(LOG_LEVEL) if isinstance(session.context, dict) else None
     return level if level in LOG_LEVELS else None
 
 
@@ -686,7 +718,9 @@ async def _instructions_added(ctx, call_next):
     return {**result, "instructions": text} if text else result
 
 
-def mcp_protocol_server() -> Server:
+def mcp_protocol_server(*, on_listen=None) -> Server:
+    """The protocol server. `on_listen`: the handler of a 2026-era `subscriptions/listen` (the session's change
+    notifications, `tools.gateway.streams.surface_listen`)."""
     # A schema of ours never names an `x-mcp-header`: without this, a 2026-era tools/call lists tools again.
     with warnings.catch_warnings():  # logging is deprecated from the 2026 era on; 2025-era clients still use it
         warnings.simplefilter("ignore", MCPDeprecationWarning)
@@ -694,6 +728,7 @@ def mcp_protocol_server() -> Server:
                                  on_call_tool=_guarded(_call_tool), on_list_resources=_guarded(_list_resources),
                                  on_list_resource_templates=_guarded(_list_resource_templates),
                                  on_read_resource=_guarded(_read_resource),
-                                 on_set_logging_level=_guarded(_set_log_level), get_tool_input_schema=lambda name: None)
+                                 on_set_logging_level=_guarded(_set_log_level), get_tool_input_schema=lambda name: None,
+                                 **({"on_subscriptions_listen": _guarded(on_listen)} if on_listen else {}))
     server.middleware.append(_instructions_added)
     return server

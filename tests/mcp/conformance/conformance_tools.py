@@ -106,6 +106,15 @@ def test_tool_with_logging(ctx: ToolContext) -> str:
     return "Logging test completed"
 
 
+@tool(read_only=True, idempotent=True, groups=GROUPS)
+def test_reconnection(ctx: ToolContext) -> str:
+    """Run past TOOLKEEPER_MCP_POLL_AFTER_S (1 s in this run), so the server ends the call's stream before its
+    result and the client resumes it with Last-Event-ID (conformance: server-sse-polling)."""
+    ctx.emit("started", progress=0.0)
+    ctx.sleep(1.5)
+    return "Reconnection test completed"
+
+
 class Address(BaseModel):
     street: str | None = None
     city: str | None = None
