@@ -18,6 +18,7 @@ from tenancy.editing import (
 )
 from tenancy.web import SERVICE_REFUSALS, TenantForm, acting_user, tenant_view
 from tools.catalog.pages import GroupAddForm, tools_to_group
+from tools.catalog.registry import call_outcomes
 from tools.catalog.selectors import exposed_schema
 from tools.models import AccountMode, BoundArgument, McpServer, McpTransport, Tool, ToolGroup
 from tools.upstream import servers as mcp_servers
@@ -177,6 +178,9 @@ def mcp_server_detail(request, server):
             agents.setdefault(tool_id, set()).add(agent)
         else:
             bound.setdefault(tool_id, []).append(name)
+    outcomes = call_outcomes(tenant=request.tenant, tools=tools)
+    for tool in tools:
+        tool.outcome = outcomes.get(tool.pk)  # what happens to its calls, when the platform does not trust its flags
     rows = [(tool, exposed_schema(tool.input_schema, bound.get(tool.pk, [])), sorted(agents.get(tool.pk, ())))
             for tool in tools]
     return render(request, "console/mcp_server_detail.html", {
