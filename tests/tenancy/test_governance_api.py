@@ -32,10 +32,15 @@ def test_the_admin_api_reads_and_sets_the_decision_settings(world):
     assert admin.patch("/api/v1/governance", {"review_untrusted": False}, format="json").status_code == 200
     assert Event.objects.for_tenant(world.a.tenant).filter(verb="tenant.governance_set").count() == 1
 
-    bad = admin.patch("/api/v1/governance", {"review_untrusted": "perhaps", "default_behavior": "maybe",
+    bad = admin.patch("/api/v1/governance", {"review_untrusted": True, "default_behavior": "maybe",
                                              "max_parallel_calls": 0}, format="json")
     assert bad.status_code == 400
-    assert set(bad.json()["error"]["fields"]) == {"review_untrusted", "default_behavior", "max_parallel_calls"}
+    assert set(bad.json()["error"]["fields"]) == {"default_behavior", "max_parallel_calls"}
+    for loose in (0, "false", "perhaps", None):  # JSON's own true and false only
+        refused = admin.patch("/api/v1/governance", {"review_untrusted": loose}, format="json")
+        assert refused.status_code == 400 and set(refused.json()["error"]["fields"]) == {"review_untrusted"}
+    world.a.tenant.refresh_from_db()
+    assert world.a.tenant.review_untrusted is False and world.a.tenant.default_behavior == "allow"
     world.b.tenant.refresh_from_db()
     assert world.b.tenant.review_untrusted is True
 

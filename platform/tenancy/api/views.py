@@ -4,6 +4,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.serializers import Serializer as StrictSerializer
 from tenancy.models import Behavior, Scope
 from tenancy.services import (
     GOVERNANCE_FIELDS,
@@ -43,7 +44,7 @@ class LimitsView(APIView):
         return Response(limits_data(request.tenant))
 
 
-class GovernanceSerializer(serializers.Serializer):
+class GovernanceSerializer(StrictSerializer):
     default_behavior = serializers.ChoiceField(
         choices=Behavior.choices, required=False, help_text="the decision of a call that no rule decides")
     auto_allow_read_only = serializers.BooleanField(
