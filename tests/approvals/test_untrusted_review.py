@@ -7,13 +7,15 @@ import pytest
 
 from approvals import selectors
 from approvals.engine import UNTRUSTED_REVIEW, RuleIndex, decide
+from approvals.models import ApprovalRequest
+from approvals.services import request_decide, rule_from_approval
 from tenancy.services import tenant_governance_set
 from tests.approvals.test_engine import rule
 from tools.calls.submit import calls_submit
 from tools.catalog.selectors import declared_exposed
 from tools.models import CallStatus, ToolGroup
 from tools.upstream.client import UpstreamTool
-from tools.upstream.servers import mcp_server_create, mcp_tools_reconcile
+from tools.upstream.servers import mcp_server_create, mcp_server_update, mcp_tools_reconcile
 
 pytestmark = pytest.mark.django_db
 
@@ -105,7 +107,6 @@ def test_only_the_tools_of_untrusted_servers_are_reviewed(world, catalog):
 def test_a_server_trusted_later_is_reviewed_until_its_tools_are_synced_again(world, catalog):
     """The tool's own record of its flags decides, never the server's word alone: what came from an untrusted
     server stays reviewed until a sync takes the annotations of the now trusted one."""
-    from tools.upstream.servers import mcp_server_update
     server = catalog["loose"].mcp_server
     mcp_server_update(server=server, trusted=True)
     assert decided(world, "mcp__loose__write")["behavior"] == "ask"
@@ -167,3 +168,30 @@ def test_the_tool_page_and_the_server_page_say_it_too(world, catalog):
     server_page = console.get(f"/t/acme/mcp-servers/{loose.mcp_server_id}/").content.decode()
     assert outcome_badges(server_page) == {"mcp__loose__write": "runs without review"}
     assert "the tenant does not review such tools" in server_page
+
+
+@pytest.mark.usefixtures("fresh_rule_index")
+def test_the_agents_eye_view_decides_as_the_call(world, catalog, gov_rule):
+    """The tool list's preview of a session's surface shows the decision its calls get."""
+    console = world.a.console("viewer")
+
+    def seen_decision(name: str) -> str:
+        page = console.get("/t/acme/tools/", {"agent": "mcp-bot"}).content.decode()
+        row = page[page.index(f'data-seen-tool="{name}"'):].split("</tr>", 1)[0]
+        return re.search(r'class="tag b-(\w+)"', row).group(1)
+
+    assert seen_decision("mcp__loose__write") == "ask"
+    assert seen_decision("mcp__vetted__write") == "allow"
+    assert decided(world, "mcp__loose__write")["behavior"] == "ask"
+    gov_rule("allow", "mcp__loose__write", agents=["mcp-bot"])
+    assert seen_decision("mcp__loose__write") == "allow"
+
+
+@pytest.mark.usefixtures("fresh_rule_index")
+def test_approving_with_a_rule_lets_the_agents_next_calls_run(world, catalog):
+    [call] = calls_submit(session=world.a.session, calls=[{"name": "mcp__loose__write", "input": {"path": "/a"}}])
+    request = ApprovalRequest.objects.for_tenant(world.a.tenant).get(call=call)
+    rule = rule_from_approval(request=request, actor=world.a.users["operator"])  # offered: no ask rule decided it
+    request_decide(request=request, reviewer=world.a.users["operator"], decision="approve")
+    again = decided(world, "mcp__loose__write")
+    assert (again["behavior"], again["rule"]) == ("allow", rule.pk)
