@@ -19,7 +19,7 @@ class ApprovalsConfig(AppConfig):
             notify_definition_proposed,
         )
         from approvals.pipeline import External, Permission
-        from approvals.selectors import approvals_for_calls, ever_asked
+        from approvals.selectors import approvals_for_calls, ever_asked, untrusted_outcomes
         from approvals.services import default_queue, request_cancel_for_call, requests_expire_due
         from approvals.timeline import vote_on_timeline
         from tenancy.signals import tenant_created
@@ -29,6 +29,7 @@ class ApprovalsConfig(AppConfig):
             register_background,
             register_call_annotator,
             register_exposure_filter,
+            register_outcome_describer,
             register_periodic,
         )
         from tools.signals import call_cancelled, tool_definition_proposed
@@ -40,6 +41,7 @@ class ApprovalsConfig(AppConfig):
         register_call_annotator(approvals_for_calls, describes=ever_asked)
         register_periodic("approvals.expire", lambda: requests_expire_due(), every_s=5)
         register_exposure_filter(tools_always_denied)
+        register_outcome_describer(untrusted_outcomes)
         register_background(DELIVER_JOB, lambda: deliveries_send())
         # the periodic pass only hands the sending to the background workers: a slow receiver must not hold the
         # embedded runner's one thread, which runs every other periodic job too

@@ -1,6 +1,7 @@
 """The decision engine: the permission step of the call chain, `rules/evaluate`, the simulator.
 
-Order (docs/governance.md): deny rules → ask rules → read-only auto-allow → allow rules → tenant default.
+Order (docs/governance.md): deny rules → ask rules → read-only auto-allow → allow rules → review of an
+untrusted server's tool → tenant default.
 Within a behaviour the highest priority, then the oldest rule, decides. Rules are compiled into an
 index per tenant: exact tool names in a dict, patterns filed by their literal prefix, so deciding
 looks at the few rules that can match rather than at all of them. Each process keeps a tenant's index
@@ -134,9 +135,15 @@ class Decision:
         return {"behavior": self.behavior, "rule": self.rule, "reason": self.reason}
 
 
+UNTRUSTED_REVIEW = ("needs approval: the tool comes from an untrusted MCP server, and the tenant has a reviewer "
+                    "look at such calls unless a rule decides them")
+
+
 def decide(index: RuleIndex, *, tool_name: str, effective_input: dict, agent: str, user: str,
            read_only_trusted: bool, auto_allow_read_only: bool, default_behavior: str,
-           user_verified: bool = False) -> Decision:
+           user_verified: bool = False, review_untrusted: bool = False) -> Decision:
+    """`review_untrusted`: the tool comes from an untrusted MCP server and the tenant reviews such tools' calls;
+    a call no rule decides then asks where the tenant's default would allow it (a default of deny still denies)."""
     # Candidates come in decision order, so the first rule that matches decides (or, when it allows, yields
     # to read-only auto-allow first).
     arguments = Arguments(effective_input)
@@ -155,6 +162,8 @@ def decide(index: RuleIndex, *, tool_name: str, effective_input: dict, agent: st
         return Decision("allow", None, "allowed: the tool is read-only and its source is trusted")
     if rule is not None:
         return Decision("allow", rule.id, f"allowed by {rule.describe()}")
+    if review_untrusted and default_behavior == "allow":
+        return Decision("ask", None, UNTRUSTED_REVIEW)
     return Decision(default_behavior, None, f"no rule matched: the tenant's default is {default_behavior}")
 
 

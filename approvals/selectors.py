@@ -11,6 +11,7 @@ from approvals.engine import CompiledRule, Decision, RuleIndex, compile_rule, de
 from approvals.matching import Arguments, canonical_json, compile_glob
 from approvals.models import ApprovalRequest, PermissionRule, Queue, RequestKind, RequestStatus, Vote, VoteDecision
 from tenancy.models import Tenant
+from tools.catalog.registry import CallOutcome
 from tools.catalog.schemas import with_bound
 from tools.catalog.selectors import CALL_PAYLOADS, SESSION_PAYLOADS, TOOL_PAYLOADS, bindings_for, related
 from tools.models import CallStatus, Tool, ToolCall, ToolSource
@@ -28,6 +29,12 @@ def read_only_trusted(tool: Tool | None) -> bool:
     return bool(tool is not None and tool.read_only and tool.trusted)
 
 
+def from_untrusted_server(tool: Tool | None) -> bool:
+    """Whether `tool` is an MCP server's tool whose flags came from an untrusted server (tools.upstream.servers):
+    what the tenant's `review_untrusted` has a reviewer look at. An app's own declared tools are not."""
+    return bool(tool is not None and tool.source == ToolSource.MCP and not tool.trusted)
+
+
 def evaluate(*, tenant: Tenant, tool_name: str, effective_input: dict, agent: str = "", user: str = "",
              tool: Tool | None = None, user_verified: bool = False) -> Decision:
     """The one engine behind calls, `rules/evaluate` and the console's simulator."""
@@ -37,7 +44,37 @@ def evaluate(*, tenant: Tenant, tool_name: str, effective_input: dict, agent: st
         rule_index(tenant), tool_name=tool_name, effective_input=effective_input or {}, agent=agent, user=user,
         read_only_trusted=read_only_trusted(tool), auto_allow_read_only=tenant.auto_allow_read_only,
         default_behavior=tenant.default_behavior, user_verified=user_verified,
+        review_untrusted=tenant.review_untrusted and from_untrusted_server(tool),
     )
+
+
+OUTCOME_LABELS = {"allow": "runs without review", "ask": "asks a reviewer", "deny": "refused"}
+
+
+def untrusted_outcomes(*, tenant: Tenant, tools) -> dict[int, CallOutcome]:
+    """What happens to calls of the untrusted servers' tools among `tools`, for their badges on the console
+    (`tools.catalog.registry.register_outcome_describer`): the decision of a call that no rule with conditions
+    (agents, users, arguments) matches, made by the engine from the enabled rules without conditions and the
+    tenant's settings; `conditional` says a rule with conditions may decide some calls otherwise."""
+    index = rule_index(tenant)
+    outcomes = {}
+    for tool in tools:
+        if not from_untrusted_server(tool):
+            continue
+        candidates = index.candidates(tool.name)
+        plain = [rule for rule in candidates
+                 if not (rule.arg_match or rule.agents or rule.users or rule.user_verified is not None)]
+        decision = decide(
+            RuleIndex(plain), tool_name=tool.name, effective_input={}, agent="", user="",
+            read_only_trusted=read_only_trusted(tool), auto_allow_read_only=tenant.auto_allow_read_only,
+            default_behavior=tenant.default_behavior, review_untrusted=tenant.review_untrusted)
+        # a rule with conditions counts only when it is tried before the one that decides
+        deciding = next((rule for rule in plain if rule.id == decision.rule), None)
+        conditional = any(rule not in plain and (deciding is None or rule.sort_key < deciding.sort_key)
+                          for rule in candidates)
+        outcomes[tool.pk] = CallOutcome(behavior=decision.behavior, label=OUTCOME_LABELS[decision.behavior],
+                                        reason=decision.reason, conditional=conditional)
+    return outcomes
 
 
 def simulate(*, tenant: Tenant, tool_name: str, tool_input: dict | None = None, agent: str = "",

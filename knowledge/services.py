@@ -331,5 +331,5 @@ def knowledge_tool_seed(*, tenant) -> None:
 def knowledge_tool_seed_all(**kwargs) -> None:
     if not tables_exist(Tenant, Tool, BoundArgument):
         return
-    for tenant in Tenant.objects.all():
+    for tenant in Tenant.objects.only("pk", "slug"):  # columns every migration state has (tools.catalog.services)
         knowledge_tool_seed(tenant=tenant)

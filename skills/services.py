@@ -76,7 +76,7 @@ def platform_skills_sync(*, tenant) -> None:
 def platform_skills_sync_all(**kwargs) -> None:
     if not tables_exist(Tenant, Skill, SkillVersion, SkillFile):
         return
-    for tenant in Tenant.objects.all():
+    for tenant in Tenant.objects.only("pk", "slug"):  # columns every migration state has (tools.catalog.services)
         platform_skills_sync(tenant=tenant)
 
 

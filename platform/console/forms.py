@@ -208,12 +208,18 @@ class GovernanceForm(TenantForm):
         label="When no rule matches", choices=[
             (Behavior.ASK, "Ask a reviewer (the default queue)"), (Behavior.DENY, "Deny the call"),
             (Behavior.ALLOW, "Run the call")],
-        help_text="Rules are read in this order: deny rules, ask rules, read-only tools (below), allow rules; "
-                  "a call none of them decides gets this.")
+        help_text="Rules are read in this order: deny rules, ask rules, read-only tools (below), allow rules, "
+                  "untrusted servers' tools (below); a call none of them decides gets this.")
     auto_allow_read_only = forms.BooleanField(
         required=False, label="Read-only tools run without asking",
         help_text="A tool that its code or a trusted MCP server marks read-only runs unless a deny or ask rule "
                   "matches it. Off: read-only tools go on to the allow rules and the default like any other.")
+    review_untrusted = forms.BooleanField(
+        required=False, label="A reviewer looks at calls of untrusted servers' tools",
+        help_text="A tool of an MCP server that is not trusted (below) may do anything, whatever it claims: a call "
+                  "of it that no rule decides waits for a reviewer even when the default is to run the call. "
+                  "An allow or deny rule that matches still decides. Off: such calls get the default like any "
+                  "other.")
     max_parallel_calls = forms.IntegerField(
         min_value=1, max_value=PARALLEL_MAX, label="Calls running at once",
         help_text=f"At most this many of the tenant's calls run at the same time (1 to {PARALLEL_MAX}); the others "
@@ -221,7 +227,7 @@ class GovernanceForm(TenantForm):
 
     def initial_for(self, tenant) -> dict:
         return {"default_behavior": tenant.default_behavior, "auto_allow_read_only": tenant.auto_allow_read_only,
-                "max_parallel_calls": tenant.max_parallel_calls}
+                "review_untrusted": tenant.review_untrusted, "max_parallel_calls": tenant.max_parallel_calls}
 
 
 class McpTrustForm(TenantForm):
@@ -232,7 +238,7 @@ class McpTrustForm(TenantForm):
         label="Trusted MCP servers",
         help_text="A trusted server's annotations become its tools' flags: its read-only tools may run without "
                   "asking and side by side. An untrusted server's tools are taken as destructive writes, "
-                  "whatever it says of them.")
+                  "whatever it says of them, and wait for a reviewer while the review above is on.")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

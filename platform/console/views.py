@@ -56,6 +56,7 @@ from tenancy.web import (
 from tools.calls.submit import OPERATOR_TEST, call_cancel, operator_test_call
 from tools.catalog import services as tool_services
 from tools.catalog.pages import GroupAddForm, tools_to_group
+from tools.catalog.registry import call_outcomes
 from tools.catalog.selectors import (
     SESSION_PAYLOADS,
     TOOL_PAYLOADS,
@@ -121,7 +122,10 @@ def dashboard(request):
 @tenant_view()
 def tool_list(request):
     groups = Prefetch("groups", queryset=ToolGroup.objects.for_tenant(request.tenant).order_by("name"))
-    tools = Tool.objects.for_tenant(request.tenant).defer(*TOOL_PAYLOADS).prefetch_related(groups)
+    tools = list(Tool.objects.for_tenant(request.tenant).defer(*TOOL_PAYLOADS).prefetch_related(groups))
+    outcomes = call_outcomes(tenant=request.tenant, tools=tools)
+    for tool in tools:
+        tool.outcome = outcomes.get(tool.pk)  # what happens to its calls, when the platform does not trust its flags
     preview_form = SurfacePreviewForm(request.GET if "agent" in request.GET else None)
     preview = seen = None
     if preview_form.is_bound and preview_form.is_valid():
@@ -157,6 +161,7 @@ class ToolDetail(ObjectFormView):
             "recent_calls": call_rows(ToolCall.objects.for_tenant(self.request.tenant).filter(tool=tool))[:10],
             "result_steps_form": ToolResultStepsForm(tenant=self.request.tenant, instance=tool),
             "group_add_form": GroupAddForm(tenant=self.request.tenant),
+            "outcome": call_outcomes(tenant=self.request.tenant, tools=[tool]).get(tool.pk),
         }
 
     def message(self, tool) -> str:

@@ -20,6 +20,11 @@ class Tenant(models.Model):
     name = models.CharField(max_length=200)
     default_behavior = models.CharField(max_length=8, choices=Behavior.choices, default=Behavior.ASK)
     auto_allow_read_only = models.BooleanField(default=True)
+    # A call of a tool from an untrusted MCP server waits for a reviewer unless a rule decides it, even when the
+    # default is allow (docs/governance.md, the decision).
+    review_untrusted = models.BooleanField(
+        "review untrusted servers' tools", default=True,
+        help_text="Calls of tools from untrusted MCP servers wait for a reviewer unless a rule decides them.")
     max_parallel_calls = models.PositiveIntegerField(default=8)
     # Limits on what apps may ask of the platform (tenancy.entry.limits); 0 means no limit.
     key_requests_per_minute = models.PositiveIntegerField(

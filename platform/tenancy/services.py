@@ -74,18 +74,20 @@ def _refuse_losing_the_last_admin(tenant: Tenant, user) -> None:
         raise ServiceError([LAST_ADMIN])
 
 
-GOVERNANCE_FIELDS = ("default_behavior", "auto_allow_read_only", "max_parallel_calls")
+GOVERNANCE_FIELDS = ("default_behavior", "auto_allow_read_only", "review_untrusted", "max_parallel_calls")
 PARALLEL_MAX = 1000
 
 
 def tenant_governance_set(*, tenant: Tenant, actor=None, **values) -> Tenant:
     """Change how the tenant decides and runs calls: the decision when no rule matches, whether read-only
-    tools run without asking, and how many of its calls run at once. Only the named settings change."""
+    tools run without asking, whether untrusted servers' tools wait for a reviewer, and how many of its calls
+    run at once. Only the named settings change."""
     errors = {name: ["not a setting"] for name in sorted(set(values) - set(GOVERNANCE_FIELDS))}
     if "default_behavior" in values and values["default_behavior"] not in Behavior.values:
         errors["default_behavior"] = [f"one of {', '.join(Behavior.values)}"]
-    if "auto_allow_read_only" in values and not isinstance(values["auto_allow_read_only"], bool):
-        errors["auto_allow_read_only"] = ["true or false"]
+    for name in ("auto_allow_read_only", "review_untrusted"):
+        if name in values and not isinstance(values[name], bool):
+            errors[name] = ["true or false"]
     parallel = values.get("max_parallel_calls", 1)
     if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= PARALLEL_MAX:
         errors["max_parallel_calls"] = [f"a whole number from 1 to {PARALLEL_MAX}"]

@@ -84,6 +84,9 @@ def world():
             created = admin.post("/api/v1/mcp-servers", json={
                 "name": "files", "transport": "streamable_http", "url": upstream.url, "accounts": "person"})
             assert created.status_code == 201, created.text
+            # the server is not trusted: its tools' calls would wait for a reviewer without a rule that allows them
+            allowed = admin.post("/api/v1/rules", json={"behavior": "allow", "tool_pattern": "mcp__files__*"})
+            assert allowed.status_code == 201, allowed.text
             yield {"server": server, "provider": provider, "upstream": upstream, "admin": admin,
                    "mcp_server": created.json()["id"], "group": group.json()["id"]}
             print(f"--- server log ---\n{server.log_tail(20000)}\n--- provider log ---\n{provider.log_tail()}")

@@ -1,5 +1,7 @@
 """The settings page (docs/notes/console.md): decisions, parallel calls, rate limits and trust of MCP servers,
 each section saved on its own, validated, audited, with its effect said beside it."""
+import re
+
 import pytest
 
 from audit.models import Event
@@ -36,7 +38,8 @@ def test_the_decisions_set_in_the_console_decide_the_next_call(world):
     world.a.tenant.refresh_from_db()
     assert (world.a.tenant.default_behavior, world.a.tenant.max_parallel_calls) == ("deny", 4)
     event = Event.objects.for_tenant(world.a.tenant).filter(verb="tenant.governance_set").get()
-    assert event.data == {"default_behavior": "deny", "auto_allow_read_only": False, "max_parallel_calls": 4}
+    assert event.data == {"default_behavior": "deny", "auto_allow_read_only": False, "review_untrusted": False,
+                          "max_parallel_calls": 4}
     assert event.actor == world.a.users["operator"]
     calculate = Tool.objects.for_tenant(world.a.tenant).get(name="calculate")
     assert calculate.read_only
@@ -44,6 +47,29 @@ def test_the_decisions_set_in_the_console_decide_the_next_call(world):
     call.refresh_from_db()
     assert call.status == CallStatus.DENIED
     assert "default is deny" in str(call.decision)
+
+
+def test_the_review_of_untrusted_servers_tools_is_on_by_default_and_set_in_the_governance_section(world):
+    operator = world.a.console("operator")
+    assert world.a.tenant.review_untrusted
+    page = operator.get("/t/acme/settings/").content.decode()
+    assert "A reviewer looks at calls of untrusted servers&#x27; tools" in page
+    assert re.search(r'<input type="checkbox" name="review_untrusted"[^>]* checked', page)
+    section = {"section": "governance", "default_behavior": "allow", "auto_allow_read_only": "on",
+               "max_parallel_calls": str(world.a.tenant.max_parallel_calls)}
+    assert operator.post("/t/acme/settings/", section).status_code == 302  # the box left unticked
+    world.a.tenant.refresh_from_db()
+    assert world.a.tenant.review_untrusted is False
+    event = Event.objects.for_tenant(world.a.tenant).get(verb="tenant.governance_set")
+    assert event.data == {"review_untrusted": False} and event.actor == world.a.users["operator"]
+    assert operator.post("/t/acme/settings/", {**section, "review_untrusted": "on"}).status_code == 302
+    world.a.tenant.refresh_from_db()
+    assert world.a.tenant.review_untrusted is True
+    world.b.tenant.refresh_from_db()
+    assert world.b.tenant.review_untrusted is True  # another tenant's own setting
+    with pytest.raises(ServiceError) as refused:
+        tenant_governance_set(tenant=world.a.tenant, review_untrusted="no")
+    assert refused.value.detail == {"review_untrusted": ["true or false"]}
 
 
 def test_a_refused_section_keeps_what_was_typed_and_saves_nothing(world):

@@ -207,6 +207,38 @@ def exposure_hidden(*, tenant, agent: str, user: str, names, user_verified: bool
     return hidden
 
 
+# What happens to calls of tools whose flags the platform does not trust (an untrusted MCP server's), for the
+# pages that show those tools: the approvals app describes it from its rules and the tenant's settings. A
+# describer is called as `fn(tenant=, tools=)` and returns {tool pk: CallOutcome} for the tools it describes.
+@dataclass(frozen=True)
+class CallOutcome:
+    behavior: str  # allow, ask or deny: how a call that no conditional rule matches is decided
+    label: str  # a few words for a badge ("asks a reviewer")
+    reason: str  # the decision's reason
+    conditional: bool  # some rule with conditions (agents, users, arguments) may decide a call otherwise
+
+
+_outcome_describers: list = []
+
+
+def register_outcome_describer(fn) -> None:
+    if fn not in _outcome_describers:
+        _outcome_describers.append(fn)
+
+
+def call_outcomes(*, tenant, tools) -> dict:
+    """{tool pk: CallOutcome} for the tools of `tools` that a describer describes (none without the approvals
+    app)."""
+    tools = list(tools)
+    found: dict = {}
+    if not tools:
+        return found
+    for fn in _outcome_describers:
+        for pk, outcome in fn(tenant=tenant, tools=tools).items():
+            found.setdefault(pk, outcome)
+    return found
+
+
 class StepChain:
     """An ordered chain of steps (the call pipeline, the steps after a tool ran) that the apps owning the steps
     fill from their AppConfig.ready, each step at a position: the chain runs them in ascending position. Each

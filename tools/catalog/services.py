@@ -108,7 +108,9 @@ def tenant_seed_catalog(sender, tenant, **kwargs):
 def catalog_sync_all(**kwargs):
     if not tables_exist(Tenant, Tool, ToolGroup):
         return
-    for tenant in Tenant.objects.all():
+    # Only the columns every migration state has: after `migrate` back past a tenant setting, the model has a
+    # field its table no longer has.
+    for tenant in Tenant.objects.only("pk", "slug"):
         catalog_sync(tenant=tenant)
 
 

@@ -18,6 +18,7 @@ from tenancy.editing import (
 )
 from tenancy.web import SERVICE_REFUSALS, TenantForm, acting_user, service_messages, tenant_view
 from tools.catalog.pages import GroupAddForm, tools_to_group
+from tools.catalog.registry import call_outcomes
 from tools.catalog.selectors import exposed_schema
 from tools.models import AccountMode, BoundArgument, McpServer, McpTransport, Tool, ToolGroup
 from tools.upstream import definitions
@@ -184,6 +185,9 @@ def mcp_server_detail(request, server):
             agents.setdefault(tool_id, set()).add(agent)
         else:
             bound.setdefault(tool_id, []).append(name)
+    outcomes = call_outcomes(tenant=request.tenant, tools=tools)
+    for tool in tools:
+        tool.outcome = outcomes.get(tool.pk)  # what happens to its calls, when the platform does not trust its flags
     rows = [(tool, exposed_schema(tool.input_schema, bound.get(tool.pk, [])), sorted(agents.get(tool.pk, ())))
             for tool in tools]
     waiting = [(tool, definitions.definition_diff(tool)) for tool in tools if tool.proposed_hash and tool.mcp_server_id]

@@ -1,11 +1,19 @@
-"""The tenant's own settings through the admin API: its rate limits."""
+"""The tenant's own settings through the admin API: its rate limits, and how it decides and runs calls."""
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tenancy.models import Scope
-from tenancy.services import LIMIT_FIELDS, LIMIT_MAX, tenant_limits_set
+from common.serializers import Serializer as StrictSerializer
+from tenancy.models import Behavior, Scope
+from tenancy.services import (
+    GOVERNANCE_FIELDS,
+    LIMIT_FIELDS,
+    LIMIT_MAX,
+    PARALLEL_MAX,
+    tenant_governance_set,
+    tenant_limits_set,
+)
 
 
 class LimitsSerializer(serializers.Serializer):
@@ -34,3 +42,36 @@ class LimitsView(APIView):
         serializer.is_valid(raise_exception=True)
         tenant_limits_set(tenant=request.tenant, actor=request.user, **serializer.validated_data)
         return Response(limits_data(request.tenant))
+
+
+class GovernanceSerializer(StrictSerializer):
+    default_behavior = serializers.ChoiceField(
+        choices=Behavior.choices, required=False, help_text="the decision of a call that no rule decides")
+    auto_allow_read_only = serializers.BooleanField(
+        required=False, help_text="read-only tools of trusted sources run unless a deny or ask rule matches")
+    review_untrusted = serializers.BooleanField(
+        required=False, help_text="a call of an untrusted MCP server's tool that no rule decides asks a reviewer, "
+                                  "even when the default is allow")
+    max_parallel_calls = serializers.IntegerField(
+        min_value=1, max_value=PARALLEL_MAX, required=False, help_text="the tenant's calls that run at once")
+
+
+def governance_data(tenant) -> dict:
+    return {name: getattr(tenant, name) for name in GOVERNANCE_FIELDS}
+
+
+class GovernanceView(APIView):
+    """How the tenant decides and runs calls (docs/governance.md, the decision); each change is audited."""
+
+    required_scope = Scope.ADMIN
+
+    @extend_schema(responses=GovernanceSerializer)
+    def get(self, request):
+        return Response(governance_data(request.tenant))
+
+    @extend_schema(request=GovernanceSerializer, responses=GovernanceSerializer)
+    def patch(self, request):
+        serializer = GovernanceSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        tenant_governance_set(tenant=request.tenant, actor=request.user, **serializer.validated_data)
+        return Response(governance_data(request.tenant))
