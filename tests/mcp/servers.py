@@ -24,6 +24,12 @@ Tools:
 - `env(names)`: the values of those environment variables (None when unset)
 - `lookup(key)`: annotated readOnlyHint and idempotentHint
 - `files.read_a_really_long_name_…` (over 64 characters, with a dot): echoes
+
+Prompts (`prompts/get` is recorded with the Authorization header it carried):
+- `greet(name, mood?)`: a user message greeting `name`; `picture`: an image; `brief(topic)`: an embedded
+  resource and an assistant message; `docs.search` (a dotted name);
+- MCP_TEST_PROMPT_FILE names a file read at each listing: a line `+NAME` adds a prompt of that name (no
+  arguments), a line `-NAME` takes one away.
 """
 import json
 import os
@@ -81,6 +87,31 @@ BASE_TOOLS = [
 added: list[types.Tool] = []
 bus = InMemorySubscriptionBus()  # tools/list_changed for 2026-era clients (subscriptions/listen)
 listens = ListenHandler(bus)
+
+
+BASE_PROMPTS = [
+    types.Prompt(name="greet", title="Greeting", description="Greets someone.", arguments=[
+        types.PromptArgument(name="name", description="Whom to greet.", required=True),
+        types.PromptArgument(name="mood", description="How.", required=False),
+    ]),
+    types.Prompt(name="picture", description="A one-pixel picture."),
+    types.Prompt(name="brief", description="A brief with the notes attached.", arguments=[
+        types.PromptArgument(name="topic", required=True)]),
+    types.Prompt(name="docs.search", description="A dotted name."),
+]
+
+
+def prompts_now() -> list[types.Prompt]:
+    prompts = list(BASE_PROMPTS)
+    path = os.environ.get("MCP_TEST_PROMPT_FILE")
+    if path and os.path.exists(path):
+        with open(path, encoding="utf-8") as lines:
+            for line in lines.read().splitlines():
+                if line.startswith("+"):
+                    prompts.append(types.Prompt(name=line[1:], description=f"Added: {line[1:]}."))
+                elif line.startswith("-"):
+                    prompts = [prompt for prompt in prompts if prompt.name != line[1:]]
+    return prompts
 
 
 def record(event: str, **data) -> None:
@@ -164,8 +195,34 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     raise MCPError(code=types.INVALID_PARAMS, message=f"unknown tool {name}")
 
 
+async def list_prompts(ctx, params) -> types.ListPromptsResult:
+    return types.ListPromptsResult(prompts=prompts_now())
+
+
+async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    name, arguments = params.name, params.arguments or {}
+    record("prompt", name=name, arguments=arguments, authorization=authorization(ctx))
+    if not any(prompt.name == name for prompt in prompts_now()):
+        raise MCPError(code=types.INVALID_PARAMS, message=f"unknown prompt {name}")
+    if name == "greet":
+        words = f"Hello {arguments.get('name')}" + (f", {arguments['mood']}" if arguments.get("mood") else "")
+        return types.GetPromptResult(description="A greeting.", messages=[
+            types.PromptMessage(role="user", content=text(words))])
+    if name == "picture":
+        return types.GetPromptResult(messages=[types.PromptMessage(
+            role="user", content=types.ImageContent(type="image", data=PIXEL_PNG, mime_type="image/png"))])
+    if name == "brief":
+        notes = types.TextResourceContents(uri="file:///notes.txt", mime_type="text/plain",
+                                           text=f"notes on {arguments.get('topic')}")
+        return types.GetPromptResult(messages=[
+            types.PromptMessage(role="user", content=types.EmbeddedResource(type="resource", resource=notes)),
+            types.PromptMessage(role="assistant", content=text("Read the notes."))])
+    return types.GetPromptResult(messages=[types.PromptMessage(role="user", content=text(f"the prompt {name}"))])
+
+
 def build() -> Server:
     return Server("toolkeeper-test", version="1.2.3", on_list_tools=list_tools, on_call_tool=call_tool,
+                  on_list_prompts=list_prompts, on_get_prompt=get_prompt,
                   on_subscriptions_listen=listens, get_tool_input_schema=lambda name: None)
 
 

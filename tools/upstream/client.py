@@ -83,6 +83,7 @@ logger = logging.getLogger("toolkeeper.mcp")
 stderr_logger = logging.getLogger("toolkeeper.mcp.stderr")
 
 MAX_TOOLS = 1000  # tools taken from one server's listing
+MAX_PROMPTS = 500  # prompts taken from one server's listing
 MAX_PAGES = 100  # pages of one listing
 MAX_ERROR_CHARS = 2000  # of an upstream error text
 MAX_STDERR_LINES = 1000  # logged per stdio session; the rest is read and dropped
@@ -129,6 +130,16 @@ class UpstreamTool:
     input_schema: dict
     output_schema: dict | None = None
     annotations: dict = field(default_factory=dict)  # readOnlyHint, destructiveHint, idempotentHint, …
+
+
+@dataclass(frozen=True)
+class ListedPrompt:
+    """A prompt as the server lists it; `arguments` as `[{"name", "description", "required"}]` (JSON)."""
+
+    name: str
+    title: str
+    description: str
+    arguments: list
 
 
 class UpstreamUnavailable(Exception):
@@ -480,7 +491,8 @@ class _Session:
         self.closing.set()
 
     async def _on_message(self, message) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
+        # a changed prompt list is synced as a changed tool list is: the sync lists both
+        if isinstance(message, types.ToolListChangedNotification | types.PromptListChangedNotification):
             self.pool.tools_changed(self.endpoint.key)
         elif isinstance(message, Exception):
             logger.debug("MCP server %s: transport error %s", self.endpoint.server_id, type(message).__name__)
@@ -651,6 +663,46 @@ class _Pool:
                            exc_info=True)
             raise UpstreamUnavailable(f"{_who(endpoint)} answered with a tool list that cannot be read") from None
 
+    async def list_prompts(self, endpoint: McpEndpoint) -> list[ListedPrompt] | None:
+        """The server's prompts, or None when it declares no `prompts` capability (nothing is asked then)."""
+        async def send(session: _Session):
+            if session.client.server_capabilities.prompts is None:
+                return None
+            return await _list_all_prompts(session.client, endpoint)
+
+        try:
+            return await self._request(endpoint, anyio.current_time() + endpoint.timeout_s, send)
+        except TimeoutError:
+            raise UpstreamTimedOut(f"{_who(endpoint)} did not list its prompts within {endpoint.timeout_s:g} s") \
+                from None
+        except MCPError as exc:
+            raise UpstreamUnavailable(f"{_who(endpoint)} refused to list its prompts: "
+                                      f"{_bounded(exc.error.message, 300)}") from None
+        except (RuntimeError, ValueError):
+            logger.warning("MCP server %s answered prompts/list with a listing that cannot be read",
+                           endpoint.server_id, exc_info=True)
+            raise UpstreamUnavailable(f"{_who(endpoint)} answered with a prompt list that cannot be read") from None
+
+    async def get_prompt(self, endpoint: McpEndpoint, name: str, arguments: dict[str, str]) -> dict:
+        """`prompts/get` upstream: `{"description"?, "messages": [...]}` as JSON. An upstream refusal is
+        UpstreamToolError with its text."""
+        deadline = anyio.current_time() + endpoint.timeout_s
+
+        async def send(session: _Session):
+            with anyio.fail_after(max(0.001, deadline - anyio.current_time())):
+                return await session.client.get_prompt(name, arguments or None)
+
+        try:
+            result = await self._request(endpoint, deadline, send)
+        except TimeoutError:
+            raise UpstreamTimedOut(f"{_who(endpoint)} did not answer within {endpoint.timeout_s:g} s") from None
+        except MCPError as exc:
+            raise UpstreamToolError(f"{_who(endpoint)} refused the prompt: {_bounded(exc.error.message)}") from None
+        except (RuntimeError, ValueError) as exc:
+            raise UpstreamToolError(f"{_who(endpoint)} answered with a prompt that cannot be used: "
+                                    f"{_bounded(str(exc), 300)}") from None
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True, include={"description", "messages"})
+
     async def call_tool(self, endpoint: McpEndpoint, name: str, arguments: dict, timeout_s: float,
                         progress: Callable | None) -> dict:
         deadline = anyio.current_time() + timeout_s
@@ -761,6 +813,30 @@ async def _list_all(client: Client, endpoint: McpEndpoint) -> list[UpstreamTool]
     if len(tools) > MAX_TOOLS or cursor:
         logger.warning("MCP server %s lists more tools than are taken (%d at most)", endpoint.server_id, MAX_TOOLS)
     return tools[:MAX_TOOLS]
+
+
+def _listed_prompt(prompt: types.Prompt) -> ListedPrompt:
+    arguments = [{"name": argument.name, "description": argument.description or "",
+                  "required": bool(argument.required)} for argument in prompt.arguments or []]
+    return ListedPrompt(name=prompt.name, title=getattr(prompt, "title", None) or "",
+                        description=prompt.description or "", arguments=arguments)
+
+
+async def _list_all_prompts(client: Client, endpoint: McpEndpoint) -> list[ListedPrompt]:
+    prompts: list[ListedPrompt] = []
+    cursor, seen = None, set()
+    for _page in range(MAX_PAGES):
+        with anyio.fail_after(endpoint.timeout_s):
+            page = await client.list_prompts(cursor=cursor)
+        prompts.extend(_listed_prompt(prompt) for prompt in page.prompts)
+        cursor = page.next_cursor
+        if not cursor or cursor in seen or len(prompts) >= MAX_PROMPTS:
+            break
+        seen.add(cursor)
+    if len(prompts) > MAX_PROMPTS or cursor:
+        logger.warning("MCP server %s lists more prompts than are taken (%d at most)", endpoint.server_id,
+                       MAX_PROMPTS)
+    return prompts[:MAX_PROMPTS]
 
 
 # -- the loop thread --------------------------------------------------------------------------------
@@ -886,6 +962,26 @@ def mcp_list_tools(endpoint: McpEndpoint) -> list[UpstreamTool]:
     return state.portal.call(state.pool.list_tools, endpoint)
 
 
+def mcp_list_prompts(endpoint: McpEndpoint) -> list[ListedPrompt] | None:
+    """Every prompt the server lists (pages followed, at most MAX_PROMPTS), or None when it offers no prompts."""
+    if not _here():
+        listed = _host().request({"op": "prompts", "endpoint": _endpoint_json(endpoint)},
+                                 timeout_s=endpoint.timeout_s * (MAX_PAGES + 1) + RELAY_SLACK_S)
+        return None if listed is None else [ListedPrompt(**prompt) for prompt in listed]
+    state = _loop()
+    return state.portal.call(state.pool.list_prompts, endpoint)
+
+
+def mcp_get_prompt(endpoint: McpEndpoint, name: str, arguments: dict[str, str]) -> dict:
+    """`prompts/get` over the pooled session, within the endpoint's timeout: `{"description"?, "messages"}`.
+    Raises UpstreamToolError (the server refused it), UpstreamUnavailable, UpstreamTimedOut."""
+    if not _here():
+        return _host().request({"op": "prompt", "endpoint": _endpoint_json(endpoint), "name": name,
+                                "arguments": dict(arguments)}, timeout_s=endpoint.timeout_s + RELAY_SLACK_S)
+    state = _loop()
+    return state.portal.call(state.pool.get_prompt, endpoint, name, dict(arguments))
+
+
 def mcp_probe(endpoint: McpEndpoint) -> dict:
     """Connect now, on a connection of its own: {server_name, server_version, protocol_version, tool_count}.
     Raises UpstreamUnavailable in plain words."""
@@ -968,6 +1064,11 @@ def _operation(pool: _Pool, request: dict, put: Callable[[tuple], None]):
                                              progress if request["progress"] else None)
             elif op == "list":
                 value = [dataclasses.asdict(tool) for tool in await pool.list_tools(endpoint)]
+            elif op == "prompts":
+                listed = await pool.list_prompts(endpoint)
+                value = None if listed is None else [dataclasses.asdict(prompt) for prompt in listed]
+            elif op == "prompt":
+                value = await pool.get_prompt(endpoint, request["name"], request["arguments"])
             elif op == "probe":
                 value = await pool.probe(endpoint)
             elif op == "status":
