@@ -228,7 +228,8 @@ def prompt_providers() -> list[PromptProvider]:
 # names of the tools the session would be listed (never meta tools), and returns {name: why} for those it hides
 # (`why` says which rule, for the console). Filters shape listings only
 # (`tools.catalog.selectors.visible_tools`); a call still meets the step that decides it, so a hidden tool's
-# call gets that step's answer.
+# call gets that step's answer. `/mcp/` passes the names of the MCP prompts it would offer through the same
+# filters (`tools.gateway.prompts`): a prompt hidden so is neither listed nor got.
 _exposure_filters: list = []
 
 

@@ -28,10 +28,12 @@ open per process.
   `on_progress` in order and stops the call when `cancelled` is set: the request's task is cancelled, and
   the SDK tells the server (`notifications/cancelled`, or, on the 2026 HTTP wire, the request's POST is
   aborted). The timeout is the SDK's per-request read timeout, which cancels upstream the same way.
-- `notifications/tools/list_changed` on an open session (the stream stdio and SSE keep open, the GET stream
-  of a stateful streamable-HTTP session, or a `subscriptions/listen` stream on the 2026 protocol) calls the
-  callbacks registered with `mcp_on_tools_changed(callback)` with the endpoint's key, in a worker thread,
-  coalesced per key.
+- `notifications/tools/list_changed` or `notifications/prompts/list_changed` on an open session (the stream
+  stdio and SSE keep open, the GET stream of a stateful streamable-HTTP session, or a `subscriptions/listen`
+  stream on the 2026 protocol) calls the callbacks registered with `mcp_on_tools_changed(callback)` with the
+  endpoint's key, in a worker thread, coalesced per key (a sync lists both).
+- Prompts: `mcp_list_prompts` (None when the server declares no `prompts` capability) and `mcp_get_prompt`
+  over the same pooled session, within the endpoint's timeout.
 
 Errors are plain words safe to show a tenant: `UpstreamUnavailable` (could not reach, lost the connection;
 did not answer in time: `UpstreamTimedOut`; refused by the outbound guard or the allow-list:
@@ -505,9 +507,10 @@ class _Session:
                     self.client = client
                     listening = await stack.enter_async_context(anyio.create_task_group())
                     capabilities = client.server_capabilities
-                    if (client.protocol_version in MODERN_PROTOCOL_VERSIONS and capabilities.tools is not None
-                            and capabilities.tools.list_changed):
-                        listening.start_soon(self._listen)
+                    tools_changing = capabilities.tools is not None and bool(capabilities.tools.list_changed)
+                    prompts_changing = capabilities.prompts is not None and bool(capabilities.prompts.list_changed)
+                    if client.protocol_version in MODERN_PROTOCOL_VERSIONS and (tools_changing or prompts_changing):
+                        listening.start_soon(self._listen, tools_changing, prompts_changing)
                         # A change made after the session is handed out must be heard: wait for the ack.
                         with anyio.move_on_after(LISTEN_ACK_WAIT_S):
                             await self.listening.wait()
@@ -525,7 +528,7 @@ class _Session:
             self.done.set()
             self.pool.forget(self)
 
-    async def _listen(self) -> None:
+    async def _listen(self, tools: bool, prompts: bool) -> None:
         """On the 2026 protocol, change notifications travel on a `subscriptions/listen` stream; the SDK hands
         them to the message handler too (`_on_message`), so this only keeps one open, and reopens it. Nothing
         is replayed across a gap, so a reopened stream counts as a change (the listing is fetched again)."""
@@ -534,7 +537,8 @@ class _Session:
         try:
             while not self.closing.is_set():
                 try:
-                    async with self.client.listen(tools_list_changed=True) as subscription:
+                    async with self.client.listen(tools_list_changed=tools,
+                                                  prompts_list_changed=prompts) as subscription:
                         backoff = 1.0
                         if reopening:
                             self.pool.tools_changed(self.endpoint.key)
