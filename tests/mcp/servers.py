@@ -16,7 +16,8 @@ Tools:
 - `fail(message)`: answers isError with the message
 - `image`: an image block and a text block; `resource`: an embedded text resource
 - `add_tool(name)`: adds a tool of that name (it echoes) and tells the clients their tool list changed
-  (notifications/tools/list_changed, or an event on their subscriptions/listen stream)
+  (notifications/tools/list_changed, or an event on their subscriptions/listen stream); with `kind: "prompt"`,
+  a prompt of that name, and their prompt list changed
 - `end_listens`: ends every open subscriptions/listen stream gracefully (nothing changed)
 - `big(size)`: a text block of `size` bytes
 - `whoami`: the process id and the Authorization header the request carried
@@ -42,7 +43,7 @@ from mcp.server import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.sse import SseServerTransport
 from mcp.server.stdio import stdio_server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
@@ -101,8 +102,11 @@ BASE_PROMPTS = [
 ]
 
 
+added_prompts: list[types.Prompt] = []
+
+
 def prompts_now() -> list[types.Prompt]:
-    prompts = list(BASE_PROMPTS)
+    prompts = BASE_PROMPTS + added_prompts
     path = os.environ.get("MCP_TEST_PROMPT_FILE")
     if path and os.path.exists(path):
         with open(path, encoding="utf-8") as lines:
@@ -166,6 +170,11 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     if name == "resource":
         notes = types.TextResourceContents(uri="file:///notes.txt", mime_type="text/plain", text="the notes")
         return types.CallToolResult(content=[types.EmbeddedResource(type="resource", resource=notes)])
+    if name == "add_tool" and arguments.get("kind") == "prompt":
+        added_prompts.append(types.Prompt(name=arguments["name"], description="Added at run time."))
+        await bus.publish(PromptsListChanged())
+        await ctx.session.send_prompt_list_changed()
+        return types.CallToolResult(content=[text(f"added the prompt {arguments['name']}")])
     if name == "add_tool":
         added.append(types.Tool(name=arguments["name"], description="Added at run time.", input_schema=OPEN_OBJECT))
         await bus.publish(ToolsListChanged())  # clients of the 2026 protocol listen for it
