@@ -34,6 +34,11 @@ result = mcp_server_sync(server=server)
 group_tools_add(group=ToolGroup.objects.for_tenant(tenant).get(name="basic"),
                 tools=[Tool.objects.for_tenant(tenant).get(name="mcp__local__echo")])
 rule_create(tenant=tenant, behavior="deny", tool_pattern="mcp__local__picture")
+# a second server whose tools are in the switchable group `ops`: its prompts come with the group
+side = mcp_server_create(tenant=tenant, name="side", transport="streamable_http", url={url!r}, timeout_s=20)
+mcp_server_sync(server=side)
+group_tools_add(group=ToolGroup.objects.for_tenant(tenant).get(name="ops"),
+                tools=[Tool.objects.for_tenant(tenant).get(name="mcp__side__echo")])
 print(json.dumps(result["prompts"]))
 """
 
@@ -55,11 +60,17 @@ def server(upstream_server):
         yield live
 
 
-def mcp(server, work, *, mode: str = "auto", key: str | None = None):
+def mcp(server, work, *, mode: str = "auto", key: str | None = None, agent: str = "prompt-bot", heard=None):
     async def main():
-        headers = {**server.headers(key), "X-Toolkeeper-Agent": "prompt-bot"}
+        headers = {**server.headers(key), "X-Toolkeeper-Agent": agent}
         http_client = httpx2.AsyncClient(headers=headers, timeout=60)
-        async with Client(streamable_http_client(f"{server.url}/mcp/", http_client=http_client), mode=mode) as client:
+
+        async def hear(message):
+            if heard is not None:
+                heard.append(message)
+
+        transport = streamable_http_client(f"{server.url}/mcp/", http_client=http_client)
+        async with Client(transport, mode=mode, message_handler=hear) as client:
             return await work(client)
     return anyio.run(main)
 
@@ -119,3 +130,23 @@ def test_another_tenant_never_sees_them(server):
     assert [prompt.name for prompt in listed.prompts] == []
     code, _ = code_of(server, lambda client: client.get_prompt("mcp__local__greet", {"name": "Ada"}), key=b_key)
     assert code == types.INVALID_PARAMS
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_switching_on_a_group_with_a_servers_tools_offers_its_prompts_and_says_so(server, mode):
+    heard: list = []
+
+    async def switching(client):
+        before = {prompt.name for prompt in (await client.list_prompts()).prompts}
+        switched = await client.call_tool("reset_tools", {"ops": True})
+        after = {prompt.name for prompt in (await client.list_prompts()).prompts}
+        got = await client.get_prompt("mcp__side__greet", {"name": "Grace"})
+        return before, switched, after, got
+
+    before, switched, after, got = mcp(server, switching, mode=mode, agent=f"switch-{mode}", heard=heard)
+    assert switched.is_error is False
+    assert "mcp__local__greet" in before and "mcp__side__greet" not in before
+    assert "mcp__side__greet" in after and got.messages[0].content.text == "Hello Grace"
+    assert any(type(message).__name__ == "PromptListChangedNotification"
+               or getattr(getattr(message, "root", None), "method", "") == "notifications/prompts/list_changed"
+               for message in heard), heard
