@@ -11,12 +11,14 @@ from mcp.shared.exceptions import MCPError
 
 from approvals.services import rule_create, rule_update
 from audit.models import Event
+from tests.accounts.stand_in import StandIn
+from tests.accounts.test_accounts import LOCAL, connected_account
 from tests.mcp.support import mcp_server
 from tools.catalog.services import group_tools_add, session_create
 from tools.gateway import prompts as gateway_prompts
 from tools.models import Tool, ToolGroup, UpstreamPrompt
 from tools.upstream.client import ListedPrompt
-from tools.upstream.servers import mcp_prompts_reconcile, mcp_server_sync, mcp_tool_name
+from tools.upstream.servers import mcp_prompts_reconcile, mcp_server_create, mcp_server_sync, mcp_tool_name
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_rule_index")]
 
@@ -199,3 +201,36 @@ def test_the_servers_page_shows_its_prompts_escaped(world, synced, client):
     page = client.get(f"/t/{world.a.tenant.slug}/mcp-servers/{server.pk}/").content.decode()
     assert 'data-prompt="mcp__local__greet"' in page and "Whom to greet." in page and "(required)" in page
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_a_prompt_of_a_server_of_peoples_own_accounts_is_got_with_the_sessions_persons_token(world):
+    """docs/accounts.md: the session's verified person's own token goes upstream (the stand-in server answers
+    every MCP request 401, so the get fails, after showing what it was sent)."""
+    stand_in = StandIn()
+    try:
+        tenant, reviewer = world.a.tenant, world.a.users["reviewer"]
+        with LOCAL:
+            server = mcp_server_create(tenant=tenant, name="files", transport="streamable_http",
+                                       url=stand_in.resource, accounts="person")
+        tool = Tool.objects.create(tenant=tenant, name="mcp__files__read", source="mcp", source_ref="read",
+                                   mcp_server=server, input_schema={"type": "object"})
+        group_tools_add(group=ToolGroup.objects.for_tenant(tenant).get(name="basic"), tools=[tool])
+        mcp_prompts_reconcile(server=server, listed=[ListedPrompt("summarise", "", "Summarise.", [])])
+        asserted = session_create(tenant=tenant, agent="bot", user=reviewer.username)
+        with pytest.raises(MCPError) as refused:
+            get(asserted, "mcp__files__summarise")
+        assert refused.value.error.code == types.INTERNAL_ERROR and "verified person" in refused.value.error.message
+        assert not [path for _, path, _ in stand_in.requests if path.startswith("/mcp")]
+
+        connected_account(world, server, stand_in, role="reviewer")
+        verified = session_create(tenant=tenant, agent="bot", user=reviewer.username, user_verified=True,
+                                  person=reviewer)
+        before = len(stand_in.requests)  # connecting asked /mcp too, without a token, to discover its server
+        with LOCAL, pytest.raises(MCPError) as failed:
+            get(verified, "mcp__files__summarise")
+        assert failed.value.error.code == types.INTERNAL_ERROR
+        sent = [headers for headers, (_, path, _) in zip(stand_in.headers[before:], stand_in.requests[before:],
+                                                         strict=True) if path.startswith("/mcp")]
+        assert sent and {h.get("Authorization") for h in sent} == {"Bearer access-1"}
+    finally:
+        stand_in.stop()
