@@ -9,6 +9,7 @@ each server's last sync stored (`tools.upstream.servers.mcp_prompts_reconcile`).
   stored headers or environment, or, where each person connects their own account, the session's person's
   token (never the caller's Authorization, which never leaves the gateway).
 """
+from common.secrets import SecretUnreadable
 from tools.accounts import vault
 from tools.accounts.oauth import OAuthFailed
 from tools.catalog.registry import OfferedPrompt, PromptUnavailable
@@ -30,15 +31,20 @@ def _offered(row: UpstreamPrompt, fetch=None) -> OfferedPrompt:
 
 
 def _endpoint(server: McpServer, session: AgentSession):
-    if server.accounts != AccountMode.PERSON:
-        return endpoint_of(server)
+    """How this session reaches the server (as a call of its tools would); PromptUnavailable in plain words."""
     try:
+        if server.accounts != AccountMode.PERSON:
+            return endpoint_of(server)
         token = vault.call_token(upstream=server, session=session)
+        return endpoint_of(server, bearer=token, account=f"user:{session.person_id}")
     except vault.AccountNeeded as exc:
         raise PromptUnavailable(str(exc)) from None
     except OAuthFailed as exc:
         raise PromptUnavailable(f"your account at {server.name!r} could not be refreshed: {exc}") from None
-    return endpoint_of(server, bearer=token, account=f"user:{session.person_id}")
+    except SecretUnreadable:
+        raise PromptUnavailable(f"the stored credentials of MCP server {server.name} cannot be read") from None
+    except UpstreamUnavailable as exc:  # a stdio entry the platform admin no longer allows, and the like
+        raise PromptUnavailable(str(exc)) from None
 
 
 class UpstreamPrompts:
