@@ -38,9 +38,12 @@ class ToolsConfig(AppConfig):
         # A tool process runs Python tools only (tools.python.isolation); the MCP host process only reaches servers.
         if not (settings.TOOLKEEPER_TOOL_PROCESS or settings.TOOLKEEPER_MCP_HOST_PROCESS):
             from tools.accounts.vault import member_accounts_end
+            from tools.catalog.registry import register_prompt_provider
             from tools.http_tools import services  # noqa: F401  (registers the source of HTTP tools)
+            from tools.upstream.prompts import UpstreamPrompts
             from tools.upstream.servers import mcp_server_sync
             from tools.upstream.source import mcp_sync_register  # registers the source of MCP tools
 
             mcp_sync_register(sync=mcp_server_sync)  # periodically, and when a server says its tools changed
+            register_prompt_provider(UpstreamPrompts())  # their prompts on /mcp/
             member_left.connect(member_accounts_end, dispatch_uid="tools.accounts.member_left")

@@ -90,6 +90,27 @@ class McpServer(TenantOwned):
         return self.name
 
 
+class UpstreamPrompt(TenantOwned):
+    """A prompt an MCP server offers (`prompts/list`), as its last sync found it; `/mcp/` offers it under `name`
+    (`mcp__{server}__{prompt}`, mapped like a tool's name) to the sessions that see the server's tools.
+    `arguments` is `[{"name", "description", "required"}]`. A prompt the server no longer offers is deleted."""
+
+    mcp_server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="prompts")
+    name = models.CharField(max_length=64)
+    upstream_name = models.CharField(max_length=255)
+    title = models.CharField(max_length=200, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    arguments = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="upstream_prompt_name_per_tenant")]
+
+    def __str__(self):
+        return self.name
+
+
 class Tool(TenantOwned):
     """A tool in a tenant's catalog, synced from its source."""
 

@@ -79,7 +79,7 @@ def test_a_sync_lists_a_real_servers_tools_into_the_catalog(world, stdio_upstrea
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["sync"] == {"status": "ok", "error": "", "added": 4, "updated": 0, "disabled": 0, "held": 0,
-                            "skipped": []}
+                            "skipped": [], "prompts": {"added": 0, "updated": 0, "removed": 0, "skipped": []}}
     assert body["server"]["status"] == "ok" and body["server"]["last_synced_at"] is not None
     names = {t["upstream_name"]: t["name"] for t in body["server"]["tools"]}
     assert names == {upstream: mcp_tool_name("files", upstream) for upstream in LISTED}

@@ -185,7 +185,10 @@ def test_mcp_servers_are_documented_with_write_only_credentials(schema):
     sync = body(schema, "/api/v1/mcp-servers/{id}/sync", "post", 200)
     assert sorted(sync["required"]) == ["server", "sync"]
     counts = ref(schema, sync["properties"]["sync"])
-    assert sorted(counts["required"]) == ["added", "disabled", "error", "skipped", "status", "updated"]
+    assert sorted(counts["required"]) == ["added", "disabled", "error", "held", "prompts", "skipped", "status",
+                                         "updated"]
+    prompts = ref(schema, counts["properties"]["prompts"])
+    assert sorted(prompts["required"]) == ["added", "removed", "skipped", "updated"]
     assert "requestBody" not in schema["paths"]["/api/v1/mcp-servers/{id}/sync"]["post"]
 
 

@@ -16,7 +16,8 @@ Tools:
 - `fail(message)`: answers isError with the message
 - `image`: an image block and a text block; `resource`: an embedded text resource
 - `add_tool(name)`: adds a tool of that name (it echoes) and tells the clients their tool list changed
-  (notifications/tools/list_changed, or an event on their subscriptions/listen stream)
+  (notifications/tools/list_changed, or an event on their subscriptions/listen stream); with `kind: "prompt"`,
+  a prompt of that name, and their prompt list changed
 - `end_listens`: ends every open subscriptions/listen stream gracefully (nothing changed)
 - `big(size)`: a text block of `size` bytes
 - `whoami`: the process id and the Authorization header the request carried
@@ -30,6 +31,12 @@ Tools:
 
 `/sse?idle_close=S` is an SSE stream that the server cuts once nothing was sent on it for S seconds (as an idle
 timeout of a server or a proxy in front of it does).
+
+Prompts (`prompts/get` is recorded with the Authorization header it carried):
+- `greet(name, mood?)`: a user message greeting `name`; `picture`: an image; `brief(topic)`: an embedded
+  resource and an assistant message; `docs.search` (a dotted name);
+- MCP_TEST_PROMPT_FILE names a file read at each listing: a line `+NAME` adds a prompt of that name (no
+  arguments), a line `-NAME` takes one away.
 """
 import json
 import os
@@ -42,7 +49,7 @@ from mcp.server import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.sse import SseServerTransport
 from mcp.server.stdio import stdio_server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.requests import Request
@@ -91,6 +98,34 @@ BASE_TOOLS = [
 added: list[types.Tool] = []
 bus = InMemorySubscriptionBus()  # tools/list_changed for 2026-era clients (subscriptions/listen)
 listens = ListenHandler(bus)
+
+
+BASE_PROMPTS = [
+    types.Prompt(name="greet", title="Greeting", description="Greets someone.", arguments=[
+        types.PromptArgument(name="name", description="Whom to greet.", required=True),
+        types.PromptArgument(name="mood", description="How.", required=False),
+    ]),
+    types.Prompt(name="picture", description="A one-pixel picture."),
+    types.Prompt(name="brief", description="A brief with the notes attached.", arguments=[
+        types.PromptArgument(name="topic", required=True)]),
+    types.Prompt(name="docs.search", description="A dotted name."),
+]
+
+
+added_prompts: list[types.Prompt] = []
+
+
+def prompts_now() -> list[types.Prompt]:
+    prompts = BASE_PROMPTS + added_prompts
+    path = os.environ.get("MCP_TEST_PROMPT_FILE")
+    if path and os.path.exists(path):
+        with open(path, encoding="utf-8") as lines:
+            for line in lines.read().splitlines():
+                if line.startswith("+"):
+                    prompts.append(types.Prompt(name=line[1:], description=f"Added: {line[1:]}."))
+                elif line.startswith("-"):
+                    prompts = [prompt for prompt in prompts if prompt.name != line[1:]]
+    return prompts
 
 
 def record(event: str, **data) -> None:
@@ -145,6 +180,11 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     if name == "resource":
         notes = types.TextResourceContents(uri="file:///notes.txt", mime_type="text/plain", text="the notes")
         return types.CallToolResult(content=[types.EmbeddedResource(type="resource", resource=notes)])
+    if name == "add_tool" and arguments.get("kind") == "prompt":
+        added_prompts.append(types.Prompt(name=arguments["name"], description="Added at run time."))
+        await bus.publish(PromptsListChanged())
+        await ctx.session.send_prompt_list_changed()
+        return types.CallToolResult(content=[text(f"added the prompt {arguments['name']}")])
     if name == "add_tool":
         added.append(types.Tool(name=arguments["name"], description="Added at run time.", input_schema=OPEN_OBJECT))
         await bus.publish(ToolsListChanged())  # clients of the 2026 protocol listen for it
@@ -187,8 +227,34 @@ class IdleTimeout(Exception):
     """Ends an idle SSE stream: uvicorn closes the connection of a response that raised after it started."""
 
 
+async def list_prompts(ctx, params) -> types.ListPromptsResult:
+    return types.ListPromptsResult(prompts=prompts_now())
+
+
+async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    name, arguments = params.name, params.arguments or {}
+    record("prompt", name=name, arguments=arguments, authorization=authorization(ctx))
+    if not any(prompt.name == name for prompt in prompts_now()):
+        raise MCPError(code=types.INVALID_PARAMS, message=f"unknown prompt {name}")
+    if name == "greet":
+        words = f"Hello {arguments.get('name')}" + (f", {arguments['mood']}" if arguments.get("mood") else "")
+        return types.GetPromptResult(description="A greeting.", messages=[
+            types.PromptMessage(role="user", content=text(words))])
+    if name == "picture":
+        return types.GetPromptResult(messages=[types.PromptMessage(
+            role="user", content=types.ImageContent(type="image", data=PIXEL_PNG, mime_type="image/png"))])
+    if name == "brief":
+        notes = types.TextResourceContents(uri="file:///notes.txt", mime_type="text/plain",
+                                           text=f"notes on {arguments.get('topic')}")
+        return types.GetPromptResult(messages=[
+            types.PromptMessage(role="user", content=types.EmbeddedResource(type="resource", resource=notes)),
+            types.PromptMessage(role="assistant", content=text("Read the notes."))])
+    return types.GetPromptResult(messages=[types.PromptMessage(role="user", content=text(f"the prompt {name}"))])
+
+
 def build() -> Server:
     return Server("toolkeeper-test", version="1.2.3", on_list_tools=list_tools, on_call_tool=call_tool,
+                  on_list_prompts=list_prompts, on_get_prompt=get_prompt,
                   on_subscriptions_listen=listens, get_tool_input_schema=lambda name: None)
 
 

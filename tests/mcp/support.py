@@ -17,7 +17,7 @@ from tools.upstream.client import endpoint_of, mcp_list_tools
 
 REPO = Path(__file__).resolve().parents[2]
 STDIO_NAME = "testkit"
-TENANT_ENV = ["MCP_TEST_STATE", "MCP_TEST_PAGE_SIZE", "MCP_TEST_SHOUT", "MCP_TEST_TOKEN"]
+TENANT_ENV = ["MCP_TEST_STATE", "MCP_TEST_PAGE_SIZE", "MCP_TEST_SHOUT", "MCP_TEST_TOKEN", "MCP_TEST_PROMPT_FILE"]
 CANCEL_SEEN_WITHIN_S = 30.0
 
 

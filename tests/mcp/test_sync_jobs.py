@@ -14,7 +14,7 @@ from tools.catalog.registry import periodic_jobs
 from tools.models import McpServer
 from tools.upstream import client as mcp_client
 from tools.upstream import source as mcp_source
-from tools.upstream.client import endpoint_of, mcp_call_tool, mcp_list_tools, mcp_on_tools_changed
+from tools.upstream.client import endpoint_of, mcp_call_tool, mcp_list_prompts, mcp_list_tools, mcp_on_tools_changed
 from tools.upstream.source import mcp_servers_due, mcp_sync_due, mcp_sync_register, mcp_tools_changed_handler
 
 
@@ -122,5 +122,21 @@ def test_a_servers_tools_changed_notification_syncs_that_server(world, stdio_ser
         mcp_call_tool(endpoint, "add_tool", {"name": "also_ignored"}, timeout_s=20)
         threading.Event().wait(1.0)  # (the handler runs 0.2 s after a notification)
         assert [s.pk for s in syncs.servers] == [server.pk]
+    finally:
+        remove()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_servers_prompts_changed_notification_syncs_that_server_too(world, stdio_servers, upstream):
+    server = mcp_server(world.a.tenant, env={"MCP_TEST_STATE": str(upstream.path)})
+    syncs = Syncs()
+    remove = mcp_on_tools_changed(mcp_tools_changed_handler(sync=syncs))
+    try:
+        endpoint = endpoint_of(server)
+        mcp_list_tools(endpoint)
+        mcp_call_tool(endpoint, "add_tool", {"name": "fresh_prompt", "kind": "prompt"}, timeout_s=20)
+        poll(lambda: syncs.names, message="the sync after prompts/list_changed")
+        assert [s.pk for s in syncs.servers] == [server.pk]
+        assert "fresh_prompt" in [prompt.name for prompt in mcp_list_prompts(endpoint)]
     finally:
         remove()

@@ -19,6 +19,12 @@ from tools.upstream.servers import mcp_server_create, mcp_server_delete, mcp_ser
 
 pytestmark = pytest.mark.django_db
 
+
+@pytest.fixture(autouse=True)
+def _listed_without_prompts(monkeypatch):
+    """The servers of these tests are never reached (their listings are given): they offer no prompts."""
+    monkeypatch.setattr(mcp_servers.mcp_client, "mcp_list_prompts", lambda endpoint: None)
+
 PUBLIC_URL = "https://93.184.215.14/mcp"  # a literal public address: checked without a lookup, never reached
 TOKEN = "Bearer ghp_5ecret-T0ken-9d2f"  # noqa: S105
 ENV_SECRET = "sk-env-5ecret-77aa"  # noqa: S105
@@ -385,7 +391,8 @@ def test_a_failed_sync_is_answered_recorded_audited_and_logged(world, monkeypatc
     with caplog.at_level(logging.INFO, logger="tools.upstream.servers"):
         answer = mcp_server_sync(server=server, actor=world.a.users["admin"])
     assert answer == {"status": McpStatus.ERROR, "error": "connection refused", "added": 0, "updated": 0,
-                      "disabled": 0, "held": 0, "skipped": []}
+                      "disabled": 0, "held": 0, "skipped": [],
+                      "prompts": {"added": 0, "updated": 0, "removed": 0, "skipped": []}}
     event = Event.objects.for_tenant(world.a.tenant).get(verb="mcp_server.synced")
     assert (event.actor, event.target, event.data) == (world.a.users["admin"], "mcp_server:github",
                                                        {"status": "error", "error": "connection refused"})
@@ -420,9 +427,11 @@ def test_a_sync_is_audited_with_its_counts_and_the_first_skipped_names(world, mo
     assert len(answer["skipped"]) == mcp_servers.SKIPPED_IN_AUDIT + 1  # the first "dup" was added
     events = list(Event.objects.for_tenant(world.a.tenant).filter(verb="mcp_server.synced").order_by("id"))
     assert [(e.actor, e.target) for e in events] == [(admin, "mcp_server:github")] * 2
-    assert events[0].data == {"status": "ok", "added": 2, "updated": 0, "disabled": 0, "held": 0, "skipped": []}
+    no_prompts = {"added": 0, "updated": 0, "removed": 0, "skipped": []}
+    assert events[0].data == {"status": "ok", "added": 2, "updated": 0, "disabled": 0, "held": 0, "skipped": [],
+                              "prompts": no_prompts}
     assert events[1].data == {"status": "ok", "added": 1, "updated": 0, "disabled": 1, "held": 2,
-                              "skipped": ["dup"] * mcp_servers.SKIPPED_IN_AUDIT}
+                              "skipped": ["dup"] * mcp_servers.SKIPPED_IN_AUDIT, "prompts": no_prompts}
 
 
 def test_a_sync_after_a_failure_clears_the_error_on_the_instance_too(world, monkeypatch):

@@ -610,6 +610,13 @@ class McpSkippedSerializer(serializers.Serializer):
     reason = serializers.CharField()
 
 
+class McpPromptSyncSerializer(serializers.Serializer):
+    added = serializers.IntegerField()
+    updated = serializers.IntegerField()
+    removed = serializers.IntegerField(help_text="prompts the server no longer offers")
+    skipped = McpSkippedSerializer(many=True, help_text="prompts left out, with the reason")
+
+
 class McpSyncSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=["ok", "error"])
     error = serializers.CharField(allow_blank=True, help_text="why the server could not be synced, in plain words")
@@ -618,6 +625,7 @@ class McpSyncSerializer(serializers.Serializer):
     disabled = serializers.IntegerField(help_text="tools the server no longer offers")
     held = serializers.IntegerField(help_text="tools whose new or changed definition this sync withheld for review")
     skipped = McpSkippedSerializer(many=True, help_text="tools left out, with the reason")
+    prompts = McpPromptSyncSerializer(help_text="what became of the server's prompts")
 
 
 class McpSyncResultSerializer(serializers.Serializer):

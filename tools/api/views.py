@@ -361,7 +361,9 @@ class McpServerViewSet(TenantModelViewSet):
         request: the answer is 200 with `sync.status` "error" and the reason, also kept as `last_error`."""
         server = self.get_object()
         result = mcp_servers.mcp_server_sync(server=server, actor=acting_user(request))
-        result = {**result, "skipped": [{"name": name, "reason": reason} for name, reason in result["skipped"]]}
+        result = {**result, "skipped": [{"name": name, "reason": reason} for name, reason in result["skipped"]],
+                  "prompts": {**result["prompts"], "skipped": [{"name": name, "reason": reason}
+                                                               for name, reason in result["prompts"]["skipped"]]}}
         return Response({"server": self.represent(server), "sync": result})
 
     @extend_schema(request=None, responses=s.McpDefinitionChangeSerializer(many=True))

@@ -181,13 +181,55 @@ def resource_providers() -> list[ResourceProvider]:
     return list(_resource_providers)
 
 
+@dataclass(frozen=True)
+class OfferedPrompt:
+    """An MCP prompt a session may be offered on `/mcp/` (docs/mcp.md#prompts). `arguments`:
+    `[{"name", "description", "required"}]`. `fetch(arguments)` gets its messages (`{"description"?,
+    "messages"}`, MCP's JSON); it is given only by `PromptProvider.prompt`, and runs outside the database pool
+    (it may wait for an upstream server), raising PromptUnavailable in plain words."""
+    name: str
+    description: str = ""
+    title: str = ""
+    arguments: tuple = ()
+    target: str = ""  # what the audit trail names as the source of the prompt
+    fetch: Any = None
+
+
+class PromptUnavailable(Exception):
+    """A prompt's messages could not be had (its server refused, failed or did not answer): plain words."""
+
+
+class PromptProvider(Protocol):
+    """Where a session's MCP prompts come from (tenants' MCP servers, test fixtures); `/mcp/` lists and
+    governs them without knowing the provider."""
+
+    def prompts(self, session) -> list[OfferedPrompt]:
+        """The prompts this session may be offered (the exposure filters then hide some by name)."""
+
+    def prompt(self, session, name: str) -> OfferedPrompt | None:
+        """That prompt with its `fetch`, when this session may be offered it; else None."""
+
+
+_prompt_providers: list[PromptProvider] = []
+
+
+def register_prompt_provider(provider: PromptProvider) -> None:
+    if provider not in _prompt_providers:
+        _prompt_providers.append(provider)
+
+
+def prompt_providers() -> list[PromptProvider]:
+    return list(_prompt_providers)
+
+
 # Other apps keep tools off a session's listed surface: the approvals app hides the tools a deny rule always
 # refuses the session's agent and user. A filter is called as `fn(tenant=, agent=, user=, user_verified=, names=)`
 # with the
 # names of the tools the session would be listed (never meta tools), and returns {name: why} for those it hides
 # (`why` says which rule, for the console). Filters shape listings only
 # (`tools.catalog.selectors.visible_tools`); a call still meets the step that decides it, so a hidden tool's
-# call gets that step's answer.
+# call gets that step's answer. `/mcp/` passes the names of the MCP prompts it would offer through the same
+# filters (`tools.gateway.prompts`): a prompt hidden so is neither listed nor got.
 _exposure_filters: list = []
 
 

@@ -62,6 +62,7 @@ from tools.catalog.selectors import (
 )
 from tools.catalog.services import session_create
 from tools.catalog.snapshot import ExposedTool
+from tools.gateway import prompts as gateway_prompts
 from tools.models import TERMINAL_STATUSES, AgentSession, CallStatus, HttpEndpoint, Tool, ToolCall
 from tools.python.results import call_error
 
@@ -381,10 +382,12 @@ def _account_to_connect(call: ToolCall) -> types.ElicitRequestURLParams | None:
 
 
 async def _surface_changed(ctx) -> None:
-    """A meta tool changed the session's surface: the client hears `tools/list_changed` on the stream of the
-    call that changed it (in the stateless transport there is no other stream to send it on)."""
+    """A meta tool changed the session's surface: the client hears `tools/list_changed`, and
+    `prompts/list_changed` (the prompts of the servers whose tools it sees follow its tools), on the stream of
+    the call that changed it (in the stateless transport there is no other stream to send it on)."""
     try:
         await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
+        await ctx.session.send_notification(types.PromptListChangedNotification(), related_request_id=ctx.request_id)
     except Exception:  # a client that cannot take it lists the tools again when it next needs them
         logger.info("tools/list_changed could not be sent", exc_info=True)
 
@@ -659,11 +662,20 @@ async def _read_resource(ctx, params) -> types.ReadResourceResult:
     return types.ReadResourceResult.model_validate({"contents": contents})
 
 
+async def _list_prompts(ctx, params) -> types.ListPromptsResult:
+    return await gateway_prompts.list_prompts(_caller(ctx).session)
+
+
+async def _get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    caller = _caller(ctx)
+    return await gateway_prompts.get_prompt(caller.session, _actor(caller), params)
+
+
 class _GovernedServer(Server):
     def create_initialization_options(self, notification_options=None, *args, **kwargs):
         # The handshake says what `_surface_changed` does: a changed surface is announced.
         return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
+            notification_options or NotificationOptions(tools_changed=True, prompts_changed=True), *args, **kwargs)
 
 
 def _version() -> str:
@@ -724,11 +736,12 @@ def mcp_protocol_server(*, on_listen=None) -> Server:
     # A schema of ours never names an `x-mcp-header`: without this, a 2026-era tools/call lists tools again.
     with warnings.catch_warnings():  # logging is deprecated from the 2026 era on; 2025-era clients still use it
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        server = _GovernedServer("toolkeeper", version=_version(), on_list_tools=_guarded(_list_tools),
-                                 on_call_tool=_guarded(_call_tool), on_list_resources=_guarded(_list_resources),
-                                 on_list_resource_templates=_guarded(_list_resource_templates),
-                                 on_read_resource=_guarded(_read_resource),
-                                 on_set_logging_level=_guarded(_set_log_level), get_tool_input_schema=lambda name: None,
-                                 **({"on_subscriptions_listen": _guarded(on_listen)} if on_listen else {}))
+        server = _GovernedServer(
+            "toolkeeper", version=_version(), on_list_tools=_guarded(_list_tools), on_call_tool=_guarded(_call_tool),
+            on_list_resources=_guarded(_list_resources), on_list_resource_templates=_guarded(_list_resource_templates),
+            on_read_resource=_guarded(_read_resource), on_list_prompts=_guarded(_list_prompts),
+            on_get_prompt=_guarded(_get_prompt), on_set_logging_level=_guarded(_set_log_level),
+            get_tool_input_schema=lambda name: None,
+            **({"on_subscriptions_listen": _guarded(on_listen)} if on_listen else {}))
     server.middleware.append(_instructions_added)
     return server

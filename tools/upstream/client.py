@@ -28,10 +28,12 @@ open per process.
   `on_progress` in order and stops the call when `cancelled` is set: the request's task is cancelled, and
   the SDK tells the server (`notifications/cancelled`, or, on the 2026 HTTP wire, the request's POST is
   aborted). The timeout is the SDK's per-request read timeout, which cancels upstream the same way.
-- `notifications/tools/list_changed` on an open session (the stream stdio and SSE keep open, the GET stream
-  of a stateful streamable-HTTP session, or a `subscriptions/listen` stream on the 2026 protocol) calls the
-  callbacks registered with `mcp_on_tools_changed(callback)` with the endpoint's key, in a worker thread,
-  coalesced per key.
+- `notifications/tools/list_changed` or `notifications/prompts/list_changed` on an open session (the stream
+  stdio and SSE keep open, the GET stream of a stateful streamable-HTTP session, or a `subscriptions/listen`
+  stream on the 2026 protocol) calls the callbacks registered with `mcp_on_tools_changed(callback)` with the
+  endpoint's key, in a worker thread, coalesced per key (a sync lists both).
+- Prompts: `mcp_list_prompts` (None when the server declares no `prompts` capability) and `mcp_get_prompt`
+  over the same pooled session, within the endpoint's timeout.
 
 Errors are plain words safe to show a tenant: `UpstreamUnavailable` (could not reach, lost the connection;
 did not answer in time: `UpstreamTimedOut`; refused by the outbound guard or the allow-list:
@@ -96,6 +98,7 @@ def _stream_cut(record: logging.LogRecord) -> bool:
 logging.getLogger("mcp.client.sse").addFilter(_stream_cut)
 
 MAX_TOOLS = 1000  # tools taken from one server's listing
+MAX_PROMPTS = 500  # prompts taken from one server's listing
 MAX_PAGES = 100  # pages of one listing
 MAX_ERROR_CHARS = 2000  # of an upstream error text
 MAX_LOG_CHARS = 2000  # of an upstream log message
@@ -144,6 +147,16 @@ class UpstreamTool:
     input_schema: dict
     output_schema: dict | None = None
     annotations: dict = field(default_factory=dict)  # readOnlyHint, destructiveHint, idempotentHint, …
+
+
+@dataclass(frozen=True)
+class ListedPrompt:
+    """A prompt as the server lists it; `arguments` as `[{"name", "description", "required"}]` (JSON)."""
+
+    name: str
+    title: str
+    description: str
+    arguments: list
 
 
 class UpstreamUnavailable(Exception):
@@ -510,7 +523,8 @@ class _Session:
             await sink(params.level, _bounded(text, MAX_LOG_CHARS))
 
     async def _on_message(self, message) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
+        # a changed prompt list is synced as a changed tool list is: the sync lists both
+        if isinstance(message, types.ToolListChangedNotification | types.PromptListChangedNotification):
             self.pool.tools_changed(self.endpoint.key)
         elif isinstance(message, Exception):
             logger.debug("MCP server %s: transport error %s", self.endpoint.server_id, type(message).__name__)
@@ -523,9 +537,10 @@ class _Session:
                     self.client = client
                     listening = await stack.enter_async_context(anyio.create_task_group())
                     capabilities = client.server_capabilities
-                    if (client.protocol_version in MODERN_PROTOCOL_VERSIONS and capabilities.tools is not None
-                            and capabilities.tools.list_changed):
-                        listening.start_soon(self._listen)
+                    tools_changing = capabilities.tools is not None and bool(capabilities.tools.list_changed)
+                    prompts_changing = capabilities.prompts is not None and bool(capabilities.prompts.list_changed)
+                    if client.protocol_version in MODERN_PROTOCOL_VERSIONS and (tools_changing or prompts_changing):
+                        listening.start_soon(self._listen, tools_changing, prompts_changing)
                         # A change made after the session is handed out must be heard: wait for the ack.
                         with anyio.move_on_after(LISTEN_ACK_WAIT_S):
                             await self.listening.wait()
@@ -543,7 +558,7 @@ class _Session:
             self.done.set()
             self.pool.forget(self)
 
-    async def _listen(self) -> None:
+    async def _listen(self, tools: bool, prompts: bool) -> None:
         """On the 2026 protocol, change notifications travel on a `subscriptions/listen` stream; the SDK hands
         them to the message handler too (`_on_message`), so this only keeps one open, and reopens it. Nothing
         is replayed across a gap, so a reopened stream counts as a change (the listing is fetched again)."""
@@ -552,7 +567,8 @@ class _Session:
         try:
             while not self.closing.is_set():
                 try:
-                    async with self.client.listen(tools_list_changed=True) as subscription:
+                    async with self.client.listen(tools_list_changed=tools,
+                                                  prompts_list_changed=prompts) as subscription:
                         backoff = 1.0
                         if reopening:
                             self.pool.tools_changed(self.endpoint.key)
@@ -681,6 +697,46 @@ class _Pool:
                            exc_info=True)
             raise UpstreamUnavailable(f"{_who(endpoint)} answered with a tool list that cannot be read") from None
 
+    async def list_prompts(self, endpoint: McpEndpoint) -> list[ListedPrompt] | None:
+        """The server's prompts, or None when it declares no `prompts` capability (nothing is asked then)."""
+        async def send(session: _Session):
+            if session.client.server_capabilities.prompts is None:
+                return None
+            return await _list_all_prompts(session.client, endpoint)
+
+        try:
+            return await self._request(endpoint, anyio.current_time() + endpoint.timeout_s, send)
+        except TimeoutError:
+            raise UpstreamTimedOut(f"{_who(endpoint)} did not list its prompts within {endpoint.timeout_s:g} s") \
+                from None
+        except MCPError as exc:
+            raise UpstreamUnavailable(f"{_who(endpoint)} refused to list its prompts: "
+                                      f"{_bounded(exc.error.message, 300)}") from None
+        except (RuntimeError, ValueError):
+            logger.warning("MCP server %s answered prompts/list with a listing that cannot be read",
+                           endpoint.server_id, exc_info=True)
+            raise UpstreamUnavailable(f"{_who(endpoint)} answered with a prompt list that cannot be read") from None
+
+    async def get_prompt(self, endpoint: McpEndpoint, name: str, arguments: dict[str, str]) -> dict:
+        """`prompts/get` upstream: `{"description"?, "messages": [...]}` as JSON. An upstream refusal is
+        UpstreamToolError with its text."""
+        deadline = anyio.current_time() + endpoint.timeout_s
+
+        async def send(session: _Session):
+            with anyio.fail_after(max(0.001, deadline - anyio.current_time())):
+                return await session.client.get_prompt(name, arguments or None)
+
+        try:
+            result = await self._request(endpoint, deadline, send)
+        except TimeoutError:
+            raise UpstreamTimedOut(f"{_who(endpoint)} did not answer within {endpoint.timeout_s:g} s") from None
+        except MCPError as exc:
+            raise UpstreamToolError(f"{_who(endpoint)} refused the prompt: {_bounded(exc.error.message)}") from None
+        except (RuntimeError, ValueError) as exc:
+            raise UpstreamToolError(f"{_who(endpoint)} answered with a prompt that cannot be used: "
+                                    f"{_bounded(str(exc), 300)}") from None
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True, include={"description", "messages"})
+
     async def call_tool(self, endpoint: McpEndpoint, name: str, arguments: dict, timeout_s: float,
                         progress: Callable | None, log: Callable | None = None) -> dict:
         deadline = anyio.current_time() + timeout_s
@@ -797,6 +853,30 @@ async def _list_all(client: Client, endpoint: McpEndpoint) -> list[UpstreamTool]
     if len(tools) > MAX_TOOLS or cursor:
         logger.warning("MCP server %s lists more tools than are taken (%d at most)", endpoint.server_id, MAX_TOOLS)
     return tools[:MAX_TOOLS]
+
+
+def _listed_prompt(prompt: types.Prompt) -> ListedPrompt:
+    arguments = [{"name": argument.name, "description": argument.description or "",
+                  "required": bool(argument.required)} for argument in prompt.arguments or []]
+    return ListedPrompt(name=prompt.name, title=getattr(prompt, "title", None) or "",
+                        description=prompt.description or "", arguments=arguments)
+
+
+async def _list_all_prompts(client: Client, endpoint: McpEndpoint) -> list[ListedPrompt]:
+    prompts: list[ListedPrompt] = []
+    cursor, seen = None, set()
+    for _page in range(MAX_PAGES):
+        with anyio.fail_after(endpoint.timeout_s):
+            page = await client.list_prompts(cursor=cursor)
+        prompts.extend(_listed_prompt(prompt) for prompt in page.prompts)
+        cursor = page.next_cursor
+        if not cursor or cursor in seen or len(prompts) >= MAX_PROMPTS:
+            break
+        seen.add(cursor)
+    if len(prompts) > MAX_PROMPTS or cursor:
+        logger.warning("MCP server %s lists more prompts than are taken (%d at most)", endpoint.server_id,
+                       MAX_PROMPTS)
+    return prompts[:MAX_PROMPTS]
 
 
 # -- the loop thread --------------------------------------------------------------------------------
@@ -922,6 +1002,26 @@ def mcp_list_tools(endpoint: McpEndpoint) -> list[UpstreamTool]:
     return state.portal.call(state.pool.list_tools, endpoint)
 
 
+def mcp_list_prompts(endpoint: McpEndpoint) -> list[ListedPrompt] | None:
+    """Every prompt the server lists (pages followed, at most MAX_PROMPTS), or None when it offers no prompts."""
+    if not _here():
+        listed = _host().request({"op": "prompts", "endpoint": _endpoint_json(endpoint)},
+                                 timeout_s=endpoint.timeout_s * (MAX_PAGES + 1) + RELAY_SLACK_S)
+        return None if listed is None else [ListedPrompt(**prompt) for prompt in listed]
+    state = _loop()
+    return state.portal.call(state.pool.list_prompts, endpoint)
+
+
+def mcp_get_prompt(endpoint: McpEndpoint, name: str, arguments: dict[str, str]) -> dict:
+    """`prompts/get` over the pooled session, within the endpoint's timeout: `{"description"?, "messages"}`.
+    Raises UpstreamToolError (the server refused it), UpstreamUnavailable, UpstreamTimedOut."""
+    if not _here():
+        return _host().request({"op": "prompt", "endpoint": _endpoint_json(endpoint), "name": name,
+                                "arguments": dict(arguments)}, timeout_s=endpoint.timeout_s + RELAY_SLACK_S)
+    state = _loop()
+    return state.portal.call(state.pool.get_prompt, endpoint, name, dict(arguments))
+
+
 def mcp_probe(endpoint: McpEndpoint) -> dict:
     """Connect now, on a connection of its own: {server_name, server_version, protocol_version, tool_count}.
     Raises UpstreamUnavailable in plain words."""
@@ -1011,6 +1111,11 @@ def _operation(pool: _Pool, request: dict, put: Callable[[tuple], None]):
                                              log if request.get("log") else None)
             elif op == "list":
                 value = [dataclasses.asdict(tool) for tool in await pool.list_tools(endpoint)]
+            elif op == "prompts":
+                listed = await pool.list_prompts(endpoint)
+                value = None if listed is None else [dataclasses.asdict(prompt) for prompt in listed]
+            elif op == "prompt":
+                value = await pool.get_prompt(endpoint, request["name"], request["arguments"])
             elif op == "probe":
                 value = await pool.probe(endpoint)
             elif op == "status":

@@ -20,7 +20,7 @@ from tenancy.web import SERVICE_REFUSALS, TenantForm, acting_user, service_messa
 from tools.catalog.pages import GroupAddForm, tools_to_group
 from tools.catalog.registry import call_outcomes
 from tools.catalog.selectors import exposed_schema
-from tools.models import AccountMode, BoundArgument, McpServer, McpTransport, Tool, ToolGroup
+from tools.models import AccountMode, BoundArgument, McpServer, McpTransport, Tool, ToolGroup, UpstreamPrompt
 from tools.upstream import definitions
 from tools.upstream import servers as mcp_servers
 from tools.upstream.servers import SERVER_ACCOUNT_MODES, SERVER_NAME_RULE, TIMEOUT_RANGE, stdio_servers
@@ -175,7 +175,7 @@ def mcp_server_list(request):
 
 @tenant_view()
 def mcp_server_detail(request, server):
-    """The server and its tools, each schema as the model sees it (tenant-wide bindings removed)."""
+    """The server, its tools, each schema as the model sees it (tenant-wide bindings removed), and its prompts."""
     tools = list(mcp_servers.server_tools(server).order_by("name"))
     bound: dict[int, list[str]] = {}
     agents: dict[int, set[str]] = {}
@@ -195,6 +195,7 @@ def mcp_server_detail(request, server):
         "server": server, "rows": rows, "waiting": waiting, "group_add_form": GroupAddForm(tenant=request.tenant),
         "header_names": secret_names(server, "headers"), "env_names": secret_names(server, "env"),
         "connected": server.accounts_connected.count(),
+        "prompts": list(UpstreamPrompt.objects.for_tenant(request.tenant).filter(mcp_server=server).order_by("name")),
     })
 
 

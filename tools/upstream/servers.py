@@ -41,9 +41,9 @@ from tools.accounts.oauth import OAuthFailed
 from tools.accounts.vault import AccountNeeded
 from tools.catalog.schemas import SchemaProblem, schema_check, tool_name_reserved
 from tools.catalog.services import group_tools_add
-from tools.models import AccountMode, McpServer, McpStatus, McpTransport, Tool, ToolSource
+from tools.models import AccountMode, McpServer, McpStatus, McpTransport, Tool, ToolSource, UpstreamPrompt
 from tools.upstream import client as mcp_client
-from tools.upstream.client import UpstreamTool, UpstreamUnavailable
+from tools.upstream.client import ListedPrompt, UpstreamTool, UpstreamUnavailable
 from tools.upstream.definitions import (
     definition_hash,
     definition_values,
@@ -81,6 +81,12 @@ SECRET_WORDS = {"headers": "headers", "env": "environment", "oauth_client": "OAu
 ERROR_MAX = 500
 UNEXPECTED = "the server's answer could not be used"  # a failure the client did not report as such
 SKIPPED_IN_AUDIT = 50
+# A prompt's stored definition: what a client is shown and what `prompts/get` checks its arguments against.
+PROMPT_DESCRIPTION_MAX = 4000
+PROMPT_TITLE_MAX = 200
+PROMPT_ARGUMENTS_MAX = 32
+PROMPT_ARGUMENT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+PROMPT_ARGUMENT_DESCRIPTION_MAX = 1000
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -258,6 +264,79 @@ def mcp_tools_reconcile(*, server: McpServer, listed: list[UpstreamTool]) -> dic
     return {"added": added, "updated": updated, "disabled": disabled, "held": held, "skipped": skipped}
 
 
+def _text(value, limit: int) -> str:
+    """An upstream text as stored: a string, one that the database can hold, bounded."""
+    if not isinstance(value, str) or json_problem(value):
+        return ""
+    return value[:limit]
+
+
+def _prompt_definition(prompt: ListedPrompt) -> tuple[dict | None, str]:
+    """The stored values of an upstream prompt, or (None, why it is left out)."""
+    arguments = prompt.arguments if isinstance(prompt.arguments, list) else []
+    if len(arguments) > PROMPT_ARGUMENTS_MAX:
+        return None, f"it takes more than {PROMPT_ARGUMENTS_MAX} arguments"
+    kept, names = [], set()
+    for argument in arguments:
+        name = argument.get("name") if isinstance(argument, dict) else None
+        if not isinstance(name, str) or not PROMPT_ARGUMENT_NAME.fullmatch(name):
+            return None, "an argument's name is not 1-64 letters, digits, '_', '.' or '-'"
+        if name in names:
+            return None, f"it names the argument {name} twice"
+        names.add(name)
+        kept.append({"name": name, "description": _text(argument.get("description"), PROMPT_ARGUMENT_DESCRIPTION_MAX),
+                     "required": argument.get("required") is True})
+    return {"title": _text(prompt.title, PROMPT_TITLE_MAX),
+            "description": _text(prompt.description, PROMPT_DESCRIPTION_MAX), "arguments": kept}, ""
+
+
+@transaction.atomic
+def mcp_prompts_reconcile(*, server: McpServer, listed: list[ListedPrompt] | None) -> dict:
+    """Keep the server's prompts as it lists them (`None`: it offers none): new ones added, changed ones
+    updated, those no longer offered deleted. Each is named as a tool would be (`mcp_tool_name`). A prompt
+    without a usable name or arguments is skipped and reported. Returns {"added", "updated", "removed",
+    "skipped": [(name, reason)]}."""
+    McpServer.objects.for_tenant(server.tenant_id).select_for_update().filter(pk=server.pk).first()
+    stored = {prompt.upstream_name: prompt for prompt in
+              UpstreamPrompt.objects.for_tenant(server.tenant_id).filter(mcp_server=server)}
+    added = updated = 0
+    skipped: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    kept: set[str] = set()
+    for prompt in listed or []:
+        upstream_name = prompt.name if isinstance(prompt.name, str) else ""
+        if not upstream_name or len(upstream_name) > UPSTREAM_NAME_MAX or json_problem(upstream_name):
+            shown = upstream_name[:80] if upstream_name and not json_problem(upstream_name) else "(no usable name)"
+            skipped.append((shown, "the server gave it no usable name"))
+            continue
+        if upstream_name in seen:
+            skipped.append((upstream_name, "the server listed it twice"))
+            continue
+        seen.add(upstream_name)
+        values, problem = _prompt_definition(prompt)
+        if values is None:
+            skipped.append((upstream_name, problem))
+            continue
+        name = mcp_tool_name(server.name, upstream_name)
+        row = stored.get(upstream_name)
+        if row is None:
+            UpstreamPrompt.objects.create(tenant_id=server.tenant_id, mcp_server=server, name=name,
+                                          upstream_name=upstream_name, **values)
+            added += 1
+        elif any(getattr(row, key) != value for key, value in values.items()) or row.name != name:
+            for key, value in values.items():
+                setattr(row, key, value)
+            row.name = name
+            row.save()
+            updated += 1
+        kept.add(upstream_name)
+    # no longer offered, or skipped now (a definition that became unusable is not kept as it was)
+    gone = [row.pk for upstream_name, row in stored.items() if upstream_name not in kept]
+    if gone:
+        UpstreamPrompt.objects.for_tenant(server.tenant_id).filter(pk__in=gone).delete()
+    return {"added": added, "updated": updated, "removed": len(gone), "skipped": skipped}
+
+
 def _detach(tool: Tool) -> None:
     """Disabled by the platform (no longer offered): detached from its server, kept with its history."""
     tool.enabled, tool.mcp_server = False, None
@@ -317,7 +396,9 @@ def mcp_server_sync(*, server: McpServer, actor=None) -> dict:
     if not server.enabled:
         raise ServiceError("the server is disabled: enable it to sync its tools")
     try:
-        listed = mcp_client.mcp_list_tools(_listing_endpoint(server))
+        endpoint = _listing_endpoint(server)
+        listed = mcp_client.mcp_list_tools(endpoint)
+        prompts = mcp_client.mcp_list_prompts(endpoint)
     except Exception as exc:  # every failure is recorded on the server; none reaches the tenant raw
         error = _upstream_failure(exc, server)
         with transaction.atomic():
@@ -328,9 +409,10 @@ def mcp_server_sync(*, server: McpServer, actor=None) -> dict:
                          data={"status": McpStatus.ERROR, "error": error})
         logger.info("MCP server %s of tenant %s not synced: %s", server.pk, server.tenant_id, error)
         return {"status": McpStatus.ERROR, "error": error, "added": 0, "updated": 0, "disabled": 0, "held": 0,
-                "skipped": []}
+                "skipped": [], "prompts": {"added": 0, "updated": 0, "removed": 0, "skipped": []}}
     with transaction.atomic():
         counts = mcp_tools_reconcile(server=server, listed=listed)
+        counts["prompts"] = mcp_prompts_reconcile(server=server, listed=prompts)
         now = timezone.now()
         McpServer.objects.for_tenant(server.tenant_id).filter(pk=server.pk).update(
             status=McpStatus.OK, last_error="", last_synced_at=now)
@@ -338,7 +420,10 @@ def mcp_server_sync(*, server: McpServer, actor=None) -> dict:
         audit_record(tenant=server.tenant, actor=actor, verb="mcp_server.synced", target=_target(server),
                      data={"status": McpStatus.OK, "added": counts["added"], "updated": counts["updated"],
                            "disabled": counts["disabled"], "held": counts["held"],
-                           "skipped": [name for name, _ in counts["skipped"][:SKIPPED_IN_AUDIT]]})
+                           "skipped": [name for name, _ in counts["skipped"][:SKIPPED_IN_AUDIT]],
+                           "prompts": {key: value if key != "skipped" else
+                                       [name for name, _ in value[:SKIPPED_IN_AUDIT]]
+                                       for key, value in counts["prompts"].items()}})
     return {"status": McpStatus.OK, "error": "", **counts}
 
 

@@ -9,7 +9,7 @@ import zlib
 
 from pydantic import BaseModel
 
-from tools.catalog.registry import register_resource_provider
+from tools.catalog.registry import OfferedPrompt, register_prompt_provider, register_resource_provider
 from tools.python.decorators import ToolContext, ToolError, tool
 
 GROUPS = ("basic",)
@@ -175,3 +175,58 @@ class ConformanceResources:
 
 
 register_resource_provider(ConformanceResources())
+
+
+def _user(content: dict) -> dict:
+    return {"role": "user", "content": content}
+
+
+def _text(text: str) -> dict:
+    return {"type": "text", "text": text}
+
+
+class ConformancePrompts:
+    """The fixture prompts the suite's prompts-* scenarios get by name, through the same provider hook as the
+    tenants' MCP servers' prompts (`tools.catalog.registry.register_prompt_provider`); /mcp/ governs them as
+    it governs those (listing, exposure filters, argument checks, audit)."""
+
+    PROMPTS = {
+        "test_simple_prompt": ("A simple prompt without arguments.", ()),
+        "test_prompt_with_arguments": ("A prompt with two arguments.", (
+            {"name": "arg1", "description": "First test argument", "required": True},
+            {"name": "arg2", "description": "Second test argument", "required": True})),
+        "test_prompt_with_embedded_resource": ("A prompt with an embedded resource.", (
+            {"name": "resourceUri", "description": "URI of the resource to embed", "required": True},)),
+        "test_prompt_with_image": ("A prompt with an image.", ()),
+    }
+
+    def _offered(self, name: str, fetch=None) -> OfferedPrompt:
+        description, arguments = self.PROMPTS[name]
+        return OfferedPrompt(name=name, description=description, arguments=arguments, target="conformance",
+                             fetch=fetch)
+
+    def prompts(self, session) -> list[OfferedPrompt]:
+        return [self._offered(name) for name in self.PROMPTS]
+
+    def prompt(self, session, name: str) -> OfferedPrompt | None:
+        if name not in self.PROMPTS:
+            return None
+        return self._offered(name, lambda arguments: self.messages(name, arguments))
+
+    @staticmethod
+    def messages(name: str, arguments: dict) -> dict:
+        if name == "test_simple_prompt":
+            return {"messages": [_user(_text("This is a simple prompt for testing."))]}
+        if name == "test_prompt_with_arguments":
+            return {"messages": [_user(_text(
+                f"Prompt with arguments: arg1='{arguments['arg1']}', arg2='{arguments['arg2']}'"))]}
+        if name == "test_prompt_with_embedded_resource":
+            return {"messages": [
+                _user({"type": "resource", "resource": {"uri": arguments["resourceUri"], "mimeType": "text/plain",
+                                                        "text": "Embedded resource content for testing."}}),
+                _user(_text("Please process the embedded resource above."))]}
+        return {"messages": [_user({"type": "image", "data": PNG, "mimeType": "image/png"}),
+                             _user(_text("Please analyze the image above."))]}
+
+
+register_prompt_provider(ConformancePrompts())
