@@ -35,6 +35,7 @@ timeout of a server or a proxy in front of it does).
 Prompts (`prompts/get` is recorded with the Authorization header it carried):
 - `greet(name, mood?)`: a user message greeting `name`; `picture`: an image; `brief(topic)`: an embedded
   resource and an assistant message; `docs.search` (a dotted name);
+- `completion/complete` offers for `greet`'s `name` the names of GREETED that start with the value;
 - MCP_TEST_PROMPT_FILE names a file read at each listing: a line `+NAME` adds a prompt of that name (no
   arguments), a line `-NAME` takes one away.
 """
@@ -252,9 +253,21 @@ async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetProm
     return types.GetPromptResult(messages=[types.PromptMessage(role="user", content=text(f"the prompt {name}"))])
 
 
+GREETED = ("Ada", "Alan", "Grace")
+
+
+async def complete(ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
+    """The names `greet` knows, by their start; recorded with the Authorization header the request carried."""
+    record("complete", ref=params.ref.model_dump(mode="json"), argument=params.argument.model_dump(),
+           authorization=authorization(ctx))
+    values = [name for name in GREETED if name.startswith(params.argument.value)] \
+        if getattr(params.ref, "name", "") == "greet" and params.argument.name == "name" else []
+    return types.CompleteResult(completion=types.Completion(values=values))
+
+
 def build() -> Server:
     return Server("toolkeeper-test", version="1.2.3", on_list_tools=list_tools, on_call_tool=call_tool,
-                  on_list_prompts=list_prompts, on_get_prompt=get_prompt,
+                  on_list_prompts=list_prompts, on_get_prompt=get_prompt, on_completion=complete,
                   on_subscriptions_listen=listens, get_tool_input_schema=lambda name: None)
 
 

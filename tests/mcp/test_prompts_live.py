@@ -150,3 +150,33 @@ def test_switching_on_a_group_with_a_servers_tools_offers_its_prompts_and_says_s
     assert any(type(message).__name__ == "PromptListChangedNotification"
                or getattr(getattr(message, "root", None), "method", "") == "notifications/prompts/list_changed"
                for message in heard), heard
+
+
+def test_a_prompts_argument_is_completed_by_its_server_under_the_prompts_rules(server, upstream_server):
+    greet = types.PromptReference(type="ref/prompt", name="mcp__local__greet")
+
+    async def work(client):
+        offered = await client.complete(greet, {"name": "name", "value": "A"})
+        none = await client.complete(greet, {"name": "mood", "value": "h"}, {"name": "Ada"})
+        return client.server_capabilities, offered, none
+
+    capabilities, offered, none = mcp(server, work)
+    assert capabilities.completions is not None
+    assert offered.completion.values == ["Ada", "Alan"] and none.completion.values == []
+    asked = [e for e in upstream_server.log.events("complete") if e["argument"] == {"name": "name", "value": "A"}]
+    assert asked and asked[-1]["ref"]["name"] == "greet" and asked[-1]["authorization"] == STORED
+
+    picture = types.PromptReference(type="ref/prompt", name="mcp__local__picture")  # a deny rule hides it
+    code, message = code_of(server, lambda client: client.complete(picture, {"name": "x", "value": ""}))
+    assert code == types.INVALID_PARAMS and "no prompt named 'mcp__local__picture'" in message
+    code, message = code_of(server, lambda client: client.complete(greet, {"name": "colour", "value": ""}))
+    assert code == types.INVALID_PARAMS and "takes no argument 'colour'" in message
+    code, message = code_of(server, lambda client: client.complete(greet, {"name": "name", "value": "x" * 20_000}))
+    assert code == types.INVALID_PARAMS and "longer than" in message
+    template = types.ResourceTemplateReference(type="ref/resource", uri="file:///{path}")
+    code, message = code_of(server, lambda client: client.complete(template, {"name": "path", "value": ""}))
+    assert code == types.INVALID_PARAMS and "no such resource template" in message
+    # another tenant's key never reaches the prompt, even by its name
+    code, _ = code_of(server, lambda client: client.complete(greet, {"name": "name", "value": "A"}),
+                      key=server.credentials["b_key"])
+    assert code == types.INVALID_PARAMS

@@ -185,14 +185,17 @@ def resource_providers() -> list[ResourceProvider]:
 class OfferedPrompt:
     """An MCP prompt a session may be offered on `/mcp/` (docs/mcp.md#prompts). `arguments`:
     `[{"name", "description", "required"}]`. `fetch(arguments)` gets its messages (`{"description"?,
-    "messages"}`, MCP's JSON); it is given only by `PromptProvider.prompt`, and runs outside the database pool
-    (it may wait for an upstream server), raising PromptUnavailable in plain words."""
+    "messages"}`, MCP's JSON) and `complete(argument, context)` the values offered for an argument
+    (`{"name", "value"}`, the other arguments given so far): a list of strings, or None when nothing completes
+    them; both are given only by `PromptProvider.prompt`, and run outside the database pool (they may wait for an
+    upstream server), raising PromptUnavailable in plain words."""
     name: str
     description: str = ""
     title: str = ""
     arguments: tuple = ()
     target: str = ""  # what the audit trail names as the source of the prompt
     fetch: Any = None
+    complete: Any = None
 
 
 class PromptUnavailable(Exception):

@@ -9,6 +9,10 @@ tenants' MCP servers, `tools.upstream.prompts`).
   are too long. Then the provider fetches the messages (outside the database pool: an upstream server may
   take its time) and they are passed through as they are. Each get, answered or failed, is audited
   (`mcp_prompt.got`) with the argument names, never their values.
+- **Completed**: `completion/complete` of a prompt's argument is governed as a get is (a prompt the session is
+  not offered is unknown; the argument must be one it declares, the value and the other arguments given so far
+  are checked as a get's are), then the provider offers values (an upstream server that completes its prompts'
+  arguments is asked with the server's credential); nothing is recorded, since nothing runs or is read.
 """
 from __future__ import annotations
 
@@ -22,6 +26,9 @@ from common.json_values import json_problem
 from tools.calls.waiting import run_db
 from tools.catalog.registry import OfferedPrompt, PromptUnavailable, exposure_hidden, prompt_providers
 from tools.models import AgentSession
+
+COMPLETIONS_MAX = 100  # values in one answer (MCP's bound)
+COMPLETION_VALUE_MAX = 1000  # characters of one value offered
 
 ARGUMENT_VALUE_MAX = 16 * 1024  # characters of one argument's value
 ARGUMENTS_TOTAL_MAX = 64 * 1024  # characters of all of them
@@ -62,8 +69,9 @@ def prompt_listing(prompt: OfferedPrompt) -> types.Prompt:
                       for a in prompt.arguments]})
 
 
-def arguments_problem(prompt: OfferedPrompt, arguments) -> str:
-    """Why these arguments cannot be sent for the prompt ("" when they can)."""
+def arguments_problem(prompt: OfferedPrompt, arguments, *, partial: bool = False) -> str:
+    """Why these arguments cannot be sent for the prompt ("" when they can); `partial`: some may be still to come
+    (a completion's), so none is missing."""
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
@@ -72,7 +80,8 @@ def arguments_problem(prompt: OfferedPrompt, arguments) -> str:
     unknown = sorted(str(name)[:NAME_SHOWN_MAX] for name in arguments if name not in declared)
     if unknown:
         return f"{prompt.name} takes no argument {', '.join(repr(n) for n in unknown[:5])}"
-    missing = sorted(name for name, a in declared.items() if a.get("required") and name not in arguments)
+    missing = [] if partial else sorted(name for name, a in declared.items()
+                                        if a.get("required") and name not in arguments)
     if missing:
         return f"{prompt.name} needs the argument {', '.join(repr(n) for n in missing)}"
     total = 0
@@ -124,3 +133,27 @@ async def get_prompt(session: AgentSession, actor: str, params: types.GetPromptR
         raise MCPError(code=types.INTERNAL_ERROR, message=error) from None
     await run_db(_audited, session, actor, prompt, arguments, "")
     return result
+
+
+async def complete_prompt_argument(session: AgentSession, name, argument, context) -> types.CompleteResult:
+    """Values for one argument of an offered prompt (see the module's docstring)."""
+    prompt = await run_db(session_prompt, session, name)
+    if prompt is None:
+        raise _unknown(name)
+    argument_name, value = argument.get("name"), argument.get("value", "")
+    if not any(a["name"] == argument_name for a in prompt.arguments):
+        raise MCPError(code=types.INVALID_PARAMS,
+                       message=f"{prompt.name} takes no argument {str(argument_name)[:NAME_SHOWN_MAX]!r}")
+    given = {**(context or {}), argument_name: value}
+    if problem := arguments_problem(prompt, given, partial=True):
+        raise MCPError(code=types.INVALID_PARAMS, message=problem)
+    values: list = []
+    if prompt.complete is not None:
+        try:
+            values = await asyncio.to_thread(prompt.complete, {"name": argument_name, "value": value},
+                                             dict(context or {}))
+        except PromptUnavailable as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
+    offered = [v for v in values or () if isinstance(v, str) and len(v) <= COMPLETION_VALUE_MAX and not json_problem(v)]
+    return types.CompleteResult(completion=types.Completion(values=offered[:COMPLETIONS_MAX],
+                                                            has_more=len(offered) > COMPLETIONS_MAX))

@@ -671,6 +671,20 @@ async def _get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetPro
     return await gateway_prompts.get_prompt(caller.session, _actor(caller), params)
 
 
+async def _complete(ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
+    """`completion/complete`: a prompt's argument (governed as its get is, tools.gateway.prompts), or a resource
+    template's variable, which nothing completes (an empty answer for a template the session is offered)."""
+    session = _caller(ctx).session
+    argument = params.argument.model_dump()
+    context = params.context.arguments if params.context is not None and params.context.arguments else {}
+    if isinstance(params.ref, types.PromptReference):
+        return await gateway_prompts.complete_prompt_argument(session, params.ref.name, argument, context)
+    _, templates = await run_db(_resources, session)
+    if not any(template.get("uriTemplate") == params.ref.uri for template in templates):
+        raise MCPError(code=types.INVALID_PARAMS, message="no such resource template is available in this session")
+    return types.CompleteResult(completion=types.Completion(values=[]))
+
+
 class _GovernedServer(Server):
     def create_initialization_options(self, notification_options=None, *args, **kwargs):
         # The handshake says what `_surface_changed` does: a changed surface is announced.
@@ -740,7 +754,8 @@ def mcp_protocol_server(*, on_listen=None) -> Server:
             "toolkeeper", version=_version(), on_list_tools=_guarded(_list_tools), on_call_tool=_guarded(_call_tool),
             on_list_resources=_guarded(_list_resources), on_list_resource_templates=_guarded(_list_resource_templates),
             on_read_resource=_guarded(_read_resource), on_list_prompts=_guarded(_list_prompts),
-            on_get_prompt=_guarded(_get_prompt), on_set_logging_level=_guarded(_set_log_level),
+            on_get_prompt=_guarded(_get_prompt), on_completion=_guarded(_complete),
+            on_set_logging_level=_guarded(_set_log_level),
             get_tool_input_schema=lambda name: None,
             **({"on_subscriptions_listen": _guarded(on_listen)} if on_listen else {}))
     server.middleware.append(_instructions_added)

@@ -32,8 +32,9 @@ open per process.
   stdio and SSE keep open, the GET stream of a stateful streamable-HTTP session, or a `subscriptions/listen`
   stream on the 2026 protocol) calls the callbacks registered with `mcp_on_tools_changed(callback)` with the
   endpoint's key, in a worker thread, coalesced per key (a sync lists both).
-- Prompts: `mcp_list_prompts` (None when the server declares no `prompts` capability) and `mcp_get_prompt`
-  over the same pooled session, within the endpoint's timeout.
+- Prompts: `mcp_list_prompts` (None when the server declares no `prompts` capability), `mcp_get_prompt` and
+  `mcp_complete` (a prompt argument's completions; none from a server without `completions`) over the same
+  pooled session, within the endpoint's timeout.
 
 Errors are plain words safe to show a tenant: `UpstreamUnavailable` (could not reach, lost the connection;
 did not answer in time: `UpstreamTimedOut`; refused by the outbound guard or the allow-list:
@@ -99,6 +100,7 @@ logging.getLogger("mcp.client.sse").addFilter(_stream_cut)
 
 MAX_TOOLS = 1000  # tools taken from one server's listing
 MAX_PROMPTS = 500  # prompts taken from one server's listing
+MAX_COMPLETIONS = 100  # values of one completion (MCP's own bound)
 MAX_PAGES = 100  # pages of one listing
 MAX_ERROR_CHARS = 2000  # of an upstream error text
 MAX_LOG_CHARS = 2000  # of an upstream log message
@@ -737,6 +739,33 @@ class _Pool:
                                     f"{_bounded(str(exc), 300)}") from None
         return result.model_dump(mode="json", by_alias=True, exclude_none=True, include={"description", "messages"})
 
+    async def complete(self, endpoint: McpEndpoint, name: str, argument: dict[str, str],
+                       context: dict[str, str]) -> list[str]:
+        """`completion/complete` of a prompt's argument upstream: the values offered (text only, at most
+        MAX_COMPLETIONS); none when the server declares no `completions` capability (nothing is asked then)."""
+        deadline = anyio.current_time() + endpoint.timeout_s
+
+        async def send(session: _Session):
+            if session.client.server_capabilities.completions is None:
+                return None
+            with anyio.fail_after(max(0.001, deadline - anyio.current_time())):
+                return await session.client.complete(types.PromptReference(type="ref/prompt", name=name), argument,
+                                                     context or None)
+
+        try:
+            result = await self._request(endpoint, deadline, send)
+        except TimeoutError:
+            raise UpstreamTimedOut(f"{_who(endpoint)} did not answer within {endpoint.timeout_s:g} s") from None
+        except MCPError as exc:
+            raise UpstreamToolError(f"{_who(endpoint)} refused the completion: {_bounded(exc.error.message)}") \
+                from None
+        except (RuntimeError, ValueError) as exc:
+            raise UpstreamToolError(f"{_who(endpoint)} answered with a completion that cannot be used: "
+                                    f"{_bounded(str(exc), 300)}") from None
+        if result is None:
+            return []
+        return [value for value in result.completion.values if isinstance(value, str)][:MAX_COMPLETIONS]
+
     async def call_tool(self, endpoint: McpEndpoint, name: str, arguments: dict, timeout_s: float,
                         progress: Callable | None, log: Callable | None = None) -> dict:
         deadline = anyio.current_time() + timeout_s
@@ -1022,6 +1051,17 @@ def mcp_get_prompt(endpoint: McpEndpoint, name: str, arguments: dict[str, str]) 
     return state.portal.call(state.pool.get_prompt, endpoint, name, dict(arguments))
 
 
+def mcp_complete(endpoint: McpEndpoint, name: str, argument: dict[str, str], context: dict[str, str]) -> list[str]:
+    """`completion/complete` of the prompt `name`'s argument (`{"name", "value"}`) over the pooled session, within
+    the endpoint's timeout. Raises UpstreamToolError (the server refused it), UpstreamUnavailable, UpstreamTimedOut."""
+    if not _here():
+        return _host().request({"op": "complete", "endpoint": _endpoint_json(endpoint), "name": name,
+                                "argument": dict(argument), "context": dict(context)},
+                               timeout_s=endpoint.timeout_s + RELAY_SLACK_S)
+    state = _loop()
+    return state.portal.call(state.pool.complete, endpoint, name, dict(argument), dict(context))
+
+
 def mcp_probe(endpoint: McpEndpoint) -> dict:
     """Connect now, on a connection of its own: {server_name, server_version, protocol_version, tool_count}.
     Raises UpstreamUnavailable in plain words."""
@@ -1116,6 +1156,8 @@ def _operation(pool: _Pool, request: dict, put: Callable[[tuple], None]):
                 value = None if listed is None else [dataclasses.asdict(prompt) for prompt in listed]
             elif op == "prompt":
                 value = await pool.get_prompt(endpoint, request["name"], request["arguments"])
+            elif op == "complete":
+                value = await pool.complete(endpoint, request["name"], request["argument"], request["context"])
             elif op == "probe":
                 value = await pool.probe(endpoint)
             elif op == "status":

@@ -5,9 +5,9 @@ each server's last sync stored (`tools.upstream.servers.mcp_prompts_reconcile`).
   (they are on its listed surface: in an active group, enabled, the server enabled, not hidden by a deny rule).
   Adding a server's tools to a group is how an operator offers the server; a prompt needs no group of its own.
   The gateway then hides the prompts an exposure filter hides by name (a deny rule that always refuses it).
-- **Getting one.** Upstream with the server's own credential, as a call of its tools goes: the tenant's
-  stored headers or environment, or, where each person connects their own account, the session's person's
-  token (never the caller's Authorization, which never leaves the gateway).
+- **Getting one, completing its arguments.** Upstream with the server's own credential, as a call of its tools
+  goes: the tenant's stored headers or environment, or, where each person connects their own account, the
+  session's person's token (never the caller's Authorization, which never leaves the gateway).
 """
 from common.secrets import SecretUnreadable
 from tools.accounts import vault
@@ -15,7 +15,7 @@ from tools.accounts.oauth import OAuthFailed
 from tools.catalog.registry import OfferedPrompt, PromptUnavailable
 from tools.catalog.selectors import visible_tools
 from tools.models import AccountMode, AgentSession, McpServer, UpstreamPrompt
-from tools.upstream.client import UpstreamToolError, UpstreamUnavailable, endpoint_of, mcp_get_prompt
+from tools.upstream.client import UpstreamToolError, UpstreamUnavailable, endpoint_of, mcp_complete, mcp_get_prompt
 
 
 def _servers_seen(session: AgentSession) -> set[int]:
@@ -24,10 +24,10 @@ def _servers_seen(session: AgentSession) -> set[int]:
             if exposed.tool is not None and exposed.tool.mcp_server_id is not None}
 
 
-def _offered(row: UpstreamPrompt, fetch=None) -> OfferedPrompt:
+def _offered(row: UpstreamPrompt, fetch=None, complete=None) -> OfferedPrompt:
     return OfferedPrompt(name=row.name, description=row.description, title=row.title,
                          arguments=tuple(row.arguments or ()), target=f"mcp_server:{row.mcp_server.name}",
-                         fetch=fetch)
+                         fetch=fetch, complete=complete)
 
 
 def _endpoint(server: McpServer, session: AgentSession):
@@ -68,10 +68,10 @@ class UpstreamPrompts:
         except PromptUnavailable as exc:
             refusal = str(exc)
 
-            def refuse(arguments: dict) -> dict:
+            def refuse(*args) -> dict:
                 raise PromptUnavailable(refusal)
 
-            return _offered(row, refuse)
+            return _offered(row, refuse, refuse)
         upstream_name = row.upstream_name
 
         def fetch(arguments: dict) -> dict:
@@ -80,4 +80,10 @@ class UpstreamPrompts:
             except (UpstreamToolError, UpstreamUnavailable) as exc:
                 raise PromptUnavailable(str(exc)) from None
 
-        return _offered(row, fetch)
+        def complete(argument: dict, context: dict) -> list[str]:
+            try:
+                return mcp_complete(endpoint, upstream_name, argument, context)
+            except (UpstreamToolError, UpstreamUnavailable) as exc:
+                raise PromptUnavailable(str(exc)) from None
+
+        return _offered(row, fetch, complete)
