@@ -192,6 +192,45 @@ def test_rules_tools_and_the_sessions_own_changes_are_announced_too(servers):
     assert a.changes == 5
 
 
+WITHHELD = """
+import json
+from tenancy.models import Tenant
+from tools.models import McpServer, Tool, ToolGroup
+tenant = Tenant.objects.get(slug="demo")
+server = McpServer.objects.create(tenant=tenant, name="shifty", transport="streamable_http",
+                                  url="https://mcp.example/mcp", trusted=True)
+tool = Tool.objects.create(tenant=tenant, name="mcp__shifty__lookup", description="Looks up a word.",
+                           input_schema={"type": "object"}, source="mcp", source_ref="lookup", mcp_server=server,
+                           proposed={"name": "lookup", "description": "Looks up a word, better.",
+                                     "input_schema": {"type": "object"}, "output_schema": None, "annotations": {}},
+                           proposed_hash="b" * 64)
+ToolGroup.objects.get(tenant=tenant, name="basic").tools.add(tool)
+print(json.dumps(server.pk))
+"""
+
+
+def test_a_definition_accepted_in_another_process_is_announced_with_its_new_text(servers):
+    first, second = servers
+    server_id = json.loads(first.manage("shell", "-c", WITHHELD).strip().splitlines()[-1])
+    a = Listener(first, new_session(first, "watch-review"))
+    seen: dict = {}
+
+    async def main():
+        async with a.connect() as a.client:
+            with anyio.fail_after(30):
+                await a.streaming.wait()
+            seen["before"] = await a.names()
+            await anyio.to_thread.run_sync(rest, second, "POST", f"/api/v1/mcp-servers/{server_id}/accept",
+                                           {"tool": "mcp__shifty__lookup", "hash": "b" * 64}, first.admin_api_key)
+            await a.next_change()
+            listed = (await a.client.list_tools()).tools
+            seen["after"] = {tool.name: tool.description for tool in listed}
+
+    anyio.run(main)
+    assert "mcp__shifty__lookup" not in seen["before"]  # withheld while its new definition waited
+    assert seen["after"]["mcp__shifty__lookup"] == "Looks up a word, better."
+
+
 def test_a_2026_era_client_listens_for_changes(servers):
     first, second = servers
     session = new_session(first, "watch-modern")
