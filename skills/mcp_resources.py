@@ -7,7 +7,7 @@ from urllib.parse import unquote, urlsplit
 
 from skills.models import Skill, SkillFile
 from skills.packages import SKILL_FILE, SkillPathError, skill_path
-from skills.selectors import session_skill_paths, session_skill_version, session_skills
+from skills.selectors import session_skill_files, session_skill_paths, session_skill_version, session_skills
 from tools.models import AgentSession
 
 SCHEME = "skill"
@@ -17,6 +17,15 @@ def _mime(path: str) -> str:
     if path.endswith(".md"):
         return "text/markdown"
     return mimetypes.guess_type(path)[0] or "application/octet-stream"
+
+
+def _parts(uri: str):
+    """The parts of a `skill://` URI, or None for any other (or one that is no URI at all)."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return None
+    return parts if parts.scheme == SCHEME and not parts.query and not parts.fragment else None
 
 
 class SkillResources:
@@ -31,8 +40,8 @@ class SkillResources:
         return []
 
     def read(self, session: AgentSession, uri: str) -> list[dict] | None:
-        parts = urlsplit(uri)
-        if parts.scheme != SCHEME or parts.query or parts.fragment:
+        parts = _parts(uri)
+        if parts is None:
             return None
         view = next((v for v in session_skills(session) if v.name == parts.netloc), None)
         if view is None:
@@ -49,3 +58,23 @@ class SkillResources:
             return [{**content, "text": data.decode("utf-8")}]
         except UnicodeDecodeError:
             return [{**content, "blob": base64.b64encode(data).decode("ascii")}]
+
+    def stamps(self, session: AgentSession, uris: list[str]) -> dict[str, str | None]:
+        """For resource subscriptions: each URI's file in the version the session reads (a new version, or a
+        skill the session no longer sees, changes it), None for what it may not read; one query."""
+        ours = {uri: parts for uri in uris if (parts := _parts(uri)) is not None}
+        stamps: dict[str, str | None] = dict.fromkeys(uris)
+        if not ours:
+            return stamps
+        named = {parts.netloc for parts in ours.values()}
+        files = session_skill_files(session, [view for view in session_skills(session) if view.name in named])
+        paths: dict[str, list[str]] = {}
+        for name, path in files:
+            paths.setdefault(name, []).append(path)
+        for uri, parts in ours.items():
+            try:
+                path = skill_path(paths.get(parts.netloc, []), unquote(parts.path.lstrip("/")))
+            except SkillPathError:
+                continue
+            stamps[uri] = f"skill-file:{files[(parts.netloc, path)]}"
+        return stamps
