@@ -2,6 +2,7 @@
 in the version it reads. Reading a resource reads; it loads nothing (no group is switched on): that is
 `load_skill_through_path`'s."""
 import base64
+import hashlib
 import mimetypes
 from urllib.parse import unquote, urlsplit
 
@@ -11,6 +12,21 @@ from skills.selectors import session_skill_files, session_skill_paths, session_s
 from tools.models import AgentSession
 
 SCHEME = "skill"
+
+# A skill file's row never changes once stored (a new version stores new rows): the digest of its contents, by
+# its id, is read once per process. Bounded: cleared when it grows past MAX_DIGESTS.
+MAX_DIGESTS = 10_000
+_digests: dict[int, str] = {}
+
+
+def _file_digests(tenant_id: int, file_ids: set[int]) -> dict[int, str]:
+    missing = file_ids - _digests.keys()
+    if missing:
+        if len(_digests) + len(missing) > MAX_DIGESTS:
+            _digests.clear()
+        for pk, data in SkillFile.objects.for_tenant(tenant_id).filter(pk__in=missing).values_list("pk", "data"):
+            _digests[pk] = hashlib.sha256(bytes(data)).hexdigest()[:24]
+    return {pk: _digests[pk] for pk in file_ids if pk in _digests}
 
 
 def _mime(path: str) -> str:
@@ -60,8 +76,9 @@ class SkillResources:
             return [{**content, "blob": base64.b64encode(data).decode("ascii")}]
 
     def stamps(self, session: AgentSession, uris: list[str]) -> dict[str, str | None]:
-        """For resource subscriptions: each URI's file in the version the session reads (a new version, or a
-        skill the session no longer sees, changes it), None for what it may not read; one query."""
+        """For resource subscriptions: the digest of each URI's file in the version the session reads (a new
+        version that changes the file, or a skill the session no longer sees, changes it), None for what it may
+        not read; a query for the files, and one for the contents of those not digested before."""
         ours = {uri: parts for uri in uris if (parts := _parts(uri)) is not None}
         stamps: dict[str, str | None] = dict.fromkeys(uris)
         if not ours:
@@ -71,10 +88,15 @@ class SkillResources:
         paths: dict[str, list[str]] = {}
         for name, path in files:
             paths.setdefault(name, []).append(path)
+        found: dict[str, int] = {}
         for uri, parts in ours.items():
             try:
                 path = skill_path(paths.get(parts.netloc, []), unquote(parts.path.lstrip("/")))
             except SkillPathError:
                 continue
-            stamps[uri] = f"skill-file:{files[(parts.netloc, path)]}"
+            found[uri] = files[(parts.netloc, path)]
+        digests = _file_digests(session.tenant_id, set(found.values()))
+        for uri, file_id in found.items():
+            if file_id in digests:
+                stamps[uri] = f"skill-file:{digests[file_id]}"
         return stamps

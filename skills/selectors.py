@@ -72,7 +72,7 @@ def session_skill_paths(session: AgentSession, skills: list[SkillView]) -> dict[
 
 def session_skill_files(session: AgentSession, skills: list[SkillView]) -> dict[tuple[str, str], int]:
     """The files of these skills in the version the session reads, as {(skill name, path): file id}: one query.
-    A version's files never change, so a file's id stands for its contents."""
+    A stored file never changes (a new version stores new ones)."""
     if not skills:
         return {}
     wanted = reduce(or_, (Q(version__skill_id=skill.id,
