@@ -361,8 +361,8 @@ def _listened_uris(requested) -> list[str]:
 
 async def surface_listen(ctx, params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
     """A 2026-era `subscriptions/listen`: the era's notification stream, on the request's own response stream.
-    Honoured: `toolsListChanged`, `resourcesListChanged` and `resourceSubscriptions` (every URI asked for, as a
-    subscription is honoured whether or not its resource exists: a change is said only of what the session may
+    Honored: `toolsListChanged`, `resourcesListChanged` and `resourceSubscriptions` (every URI asked for, as a
+    subscription is honored whether or not its resource exists: a change is said only of what the session may
     read, or could read and no longer can), sent as the GET stream's are; `promptsListChanged` is not."""
     caller: McpCaller = ctx.request.scope[CALLER_SCOPE]
     meta = {SUBSCRIPTION_ID_META_KEY: ctx.request_id}
