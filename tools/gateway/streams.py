@@ -1,9 +1,13 @@
-"""`/mcp/`'s streams beyond one request and its answer (docs/mcp.md, "Streams" and "Notifications").
+"""`/mcp/`'s streams beyond one request and its answer (docs/mcp.md, "Streams", "Notifications" and "Resources
+and subscriptions").
 
 - The notification stream: a 2025-era client's `GET /mcp/` stays open, and hears
   `notifications/tools/list_changed` whenever what its session may see really changed, whatever changed it and
   in whichever process (`tools.catalog.snapshot.surface_announce`, heard on the channel layer): the stream keeps
-  its session's surface fingerprint and compares it with the new one.
+  its session's surface fingerprint and compares it with the new one. The same way, it hears
+  `notifications/resources/list_changed` when the session's resource list changed, and
+  `notifications/resources/updated` when a resource the session subscribed to changed (a stamp of each,
+  `tools.gateway.protocol.resource_stamps`). A 2026-era `subscriptions/listen` hears the same, as it asks.
 - Resumable call streams: the SSE stream of a `tools/call` opens with a priming event and numbers every event
   with an id; a client whose stream dropped sends `GET /mcp/` with `Last-Event-ID` and receives the call's
   progress it missed (read back from the call's numbered events, `CallEvent.seq`) and its result, without the
@@ -128,25 +132,18 @@ def event_of(caller: McpCaller, value: str) -> list | None:
 
 # --- what a session sees ----------------------------------------------------------------------------------
 
-def surface_fingerprint(tenant_id: int, session_id) -> str | None:
-    """A short digest of the session's tools/list as the MCP endpoint answers it; None when the session is gone."""
-    view = session_view(tenant_id, session_id, resources=False)
-    return None if view is None else view.tools
-
-
 @dataclass(frozen=True)
 class SessionView:
     """What a session sees, as its streams compare it: digests of its tool list and of its resource list, the
     resources its connection subscribed to (with their stamps when it did), and the watched resources' stamps
     now (`tools.gateway.protocol.resource_stamps`)."""
     tools: str
-    resources: str = ""
+    resources: str
     subscribed: dict[str, str | None] = field(default_factory=dict)
     stamps: dict[str, str | None] = field(default_factory=dict)
 
 
-def session_view(tenant_id: int, session_id, *, resources: bool = True, uris: list[str] | None = None) \
-        -> SessionView | None:
+def session_view(tenant_id: int, session_id, *, uris: list[str] | None = None) -> SessionView | None:
     """The session's view now, None when the session is gone. `uris`: the resources a 2026-era listen stream
     watches; without them, the ones the session subscribed to."""
     session = AgentSession.objects.for_tenant(tenant_id).select_related("tenant").filter(pk=session_id).first()
@@ -154,8 +151,6 @@ def session_view(tenant_id: int, session_id, *, resources: bool = True, uris: li
         return None
     listed = json.dumps(session_tools(session, "mcp"), sort_keys=True, separators=(",", ":"), default=str)
     tools = hashlib.sha256(listed.encode()).hexdigest()[:24]
-    if not resources:
-        return SessionView(tools=tools)
     subscribed = session_subscriptions(session) if uris is None else dict.fromkeys(uris)
     return SessionView(tools=tools, resources=resources_fingerprint(session), subscribed=subscribed,
                        stamps=resource_stamps(session, list(subscribed)) if subscribed else {})
