@@ -8,6 +8,7 @@ server processes on one PostgreSQL database and one Redis.
 - A resource the session may not read cannot be subscribed to (-32602), saying nothing of whether it exists; the
   bounds are refused the same way.
 - A 2026-era client names its resources in `subscriptions/listen`.
+- A notification stream resumed with `Last-Event-ID` after a change it missed says the resources were updated.
 """
 import json
 import warnings
@@ -21,7 +22,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from tests.live.conftest import _missing, _require_postgres, live_redis_url
 from tests.live.server import LiveServer, temporary_pg_database
-from tests.mcp.test_streams import new_session, rest
+from tests.mcp.test_streams import headers_of, new_session, rest, sse_events
 
 pytestmark = pytest.mark.live
 
@@ -219,3 +220,25 @@ def test_a_2026_era_client_names_its_resources_when_it_listens(servers):
     assert seen["honored"] == (True, [uri])
     assert [type(event).__name__ for event in seen["events"]] == ["ResourcesListChanged", "ResourceUpdated"]
     assert seen["events"][1].uri == uri
+
+
+def test_a_notification_stream_resumed_after_a_new_version_says_the_subscribed_resources_were_updated(servers):
+    first, second = servers
+    admin = first.admin_api_key
+    publish(first, admin, "resumed-notes", "v1")
+    session = new_session(first, "resume-sub-bot")
+    uri = "skill://resumed-notes/SKILL.md"
+    headers = headers_of(first, session)
+    with httpx2.Client(timeout=30) as http:
+        subscribe = {"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {"uri": uri}}
+        answer = http.post(f"{first.url}/mcp/", json=subscribe, headers=headers)
+        assert answer.status_code == 200, answer.text
+        with http.stream("GET", f"{first.url}/mcp/", headers={**headers, "Accept": "text/event-stream"}) as stream:
+            assert stream.status_code == 200
+            last, _ = next(sse_events(stream.iter_lines()))  # the stream's opening event; then the client is away
+        publish(second, admin, "resumed-notes", "v2")  # missed while away
+        resume = {**headers_of(second, session), "Last-Event-ID": last, "Accept": "text/event-stream"}
+        with http.stream("GET", f"{second.url}/mcp/", headers=resume) as stream:
+            assert stream.status_code == 200
+            told = next(json.loads(data) for _, data in sse_events(stream.iter_lines()) if data)
+    assert told == {"jsonrpc": "2.0", "method": UPDATED, "params": {"uri": uri}}
