@@ -70,6 +70,19 @@ def session_skill_paths(session: AgentSession, skills: list[SkillView]) -> dict[
     return paths
 
 
+def session_skill_files(session: AgentSession, skills: list[SkillView]) -> dict[tuple[str, str], int]:
+    """The files of these skills in the version the session reads, as {(skill name, path): file id}: one query.
+    A stored file never changes (a new version stores new ones)."""
+    if not skills:
+        return {}
+    wanted = reduce(or_, (Q(version__skill_id=skill.id,
+                            version__number=loaded_version(session, skill.name) or skill.current_version)
+                          for skill in skills))
+    names = {skill.id: skill.name for skill in skills}
+    return {(names[skill_id], path): pk for pk, skill_id, path in (
+        SkillFile.objects.for_tenant(session.tenant_id).filter(wanted).values_list("pk", "version__skill_id", "path"))}
+
+
 def tenant_skills(tenant):
     return Skill.objects.for_tenant(tenant).order_by("name")
 

@@ -69,6 +69,7 @@ KNOWN_METHODS = ["initialize", "ping", "tools/list", "tools/call", "resources/li
                  "resources/templates/list", "server/discover", "notifications/initialized",
                  "notifications/cancelled", "notifications/progress", "prompts/list", "completion/complete",
                  "logging/setLevel", "sampling/createMessage", "tasks/list"]
+URI_METHODS = ("resources/read", "resources/subscribe", "resources/unsubscribe")
 WRONG_TYPED = st.one_of(st.none(), st.booleans(), st.floats(), st.lists(st.integers(), max_size=2),
                         st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 UNSTORABLE_TEXT = st.sampled_from(["\x00", "a\x00b", "\ud800", "tail \udfff", "\udc00\ud800"])
@@ -263,7 +264,8 @@ class Eras:
 def _name_of(method, params):
     if not isinstance(params, dict):
         return None
-    return params.get("name") if method == "tools/call" else params.get("uri") if method == "resources/read" else None
+    return params.get("name") if method == "tools/call" else params.get("uri") if method in URI_METHODS \
+        else None
 
 
 def _is_utf8(body: bytes) -> bool:
@@ -322,6 +324,10 @@ def edge_cases(eras: Eras, era: str) -> list[Case]:
         ({**call, "id": None}, "a null id"),
         ({**call, "jsonrpc": "1.0"}, "JSON-RPC 1.0"),
         ({**call, "method": "tools/explode"}, "an unknown method"),
+        *((({**call, "method": method, "params": {"uri": uri}}, f"{method} {label}") for method in URI_METHODS[1:]
+           for uri, label in (("skill://x/SKILL.md", "of no resource"), ("skill://x/\x00", "with NUL"),
+                              ("skill://" + "x" * 100_000, "of a long URI"), (["skill://x/SKILL.md"], "of a list"),
+                              (None, "of null"), ("skill://[x/SKILL.md", "of no URI")))),
         ({**call, "method": "x" * 100_000}, "a long method"),
         ({**call, "params": []}, "params as an array"),
         ({**call, "params": {"name": "current_time", "arguments": []}}, "arguments as an array"),

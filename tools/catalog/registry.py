@@ -168,6 +168,11 @@ class ResourceProvider(Protocol):
         """The contents of `uri` (`{"uri", "mimeType", "text"}` or `{..., "blob"}` each), or None when it is no
         resource of this provider's or not one this session may read."""
 
+    # Optional: `stamps(session, uris) -> {uri: str | None}`, a short text that changes whenever the contents of
+    # one of these resources change for the session, None for one it may not read (or that is not this
+    # provider's), all at once. A provider without it is stamped by a digest of what `read` returns
+    # (`tools.gateway.protocol.resource_stamps`, for resource subscriptions on `/mcp/`).
+
 
 _resource_providers: list[ResourceProvider] = []
 

@@ -366,8 +366,8 @@ class McpEndpoint:
         except StreamIdRefused as exc:
             await Refusal(400, "Bad Request", "invalid", str(exc)).send(send, path)
             return
-        if payload and payload[0] == "n" and len(payload) == 2:
-            await notification_stream(caller, receive, send, known=payload[1])
+        if payload and payload[0] == "n" and len(payload) in (2, 4):
+            await notification_stream(caller, receive, send, known=payload[1:])
             return
         try:
             resumed = bool(payload) and payload[0] == "c" and len(payload) == 7 \

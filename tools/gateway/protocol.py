@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -76,6 +77,9 @@ CONNECTION_SESSION = "connection"  # a session opened by a 2025-era `initialize`
 URL_ELICITATION = "mcp_url_elicitation"  # in its context: the connection's client can open a URL for its person
 KEY_SESSION = "default"  # the key's session of an agent, for requests that name none
 LOG_LEVEL = "mcp_log_level"  # in its context: the level a 2025-era connection set with `logging/setLevel`
+SUBSCRIPTIONS = "mcp_resource_subscriptions"  # in its context: a 2025-era connection's {uri: stamp when subscribed}
+MAX_SUBSCRIPTIONS = 100  # resource subscriptions per session
+MAX_SUBSCRIBED_URI_CHARS = 1000
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")  # MCP's, rising
 MAX_INSTRUCTIONS_CHARS = 8000  # of the `instructions` an `initialize` answers with
 MAX_OUTPUT_PROBLEM_CHARS = 1000
@@ -685,11 +689,109 @@ async def _complete(ctx, params: types.CompleteRequestParams) -> types.CompleteR
     return types.CompleteResult(completion=types.Completion(values=[]))
 
 
+# --- resource subscriptions -------------------------------------------------------------------------------------
+# A 2025-era connection subscribes with `resources/subscribe`; its subscriptions are kept in its session (any
+# server process may serve its next request, or its notification stream), each with the resource's stamp when
+# subscribed, so a change made before the stream next looks is not missed. The notification stream
+# (`tools.gateway.streams`) compares the stamps whenever the tenant's surface may have changed. A 2026-era
+# client names its resources in `subscriptions/listen` instead, for that stream alone.
+
+def resource_stamps(session: AgentSession, uris: list[str]) -> dict[str, str | None]:
+    """For each URI, a short text that changes whenever the resource's contents change for the session, or None
+    when the session may not read it: a provider's own `stamps`, else a digest of what it reads."""
+    stamps: dict[str, str | None] = dict.fromkeys(uris)
+    for provider in resource_providers():
+        missing = [uri for uri in uris if stamps[uri] is None]
+        if not missing:
+            break
+        stamper = getattr(provider, "stamps", None)
+        if stamper is not None:
+            found = stamper(session, missing)
+        else:
+            found = {}
+            for uri in missing:
+                if (contents := provider.read(session, uri)) is not None:
+                    listed = json.dumps(contents, sort_keys=True, separators=(",", ":"), default=str)
+                    found[uri] = "digest:" + hashlib.sha256(listed.encode()).hexdigest()[:24]
+        for uri in missing:
+            if isinstance(found.get(uri), str):
+                stamps[uri] = found[uri]
+    return stamps
+
+
+def session_subscriptions(session: AgentSession) -> dict[str, str | None]:
+    """The resources a 2025-era connection subscribed to, with their stamps when it did."""
+    subscribed = session.context.get(SUBSCRIPTIONS) if isinstance(session.context, dict) else None
+    if not isinstance(subscribed, dict):
+        return {}
+    return {uri: stamp for uri, stamp in subscribed.items() if isinstance(uri, str) and isinstance(stamp, str | None)}
+
+
+def _subscriptions_changed(session: AgentSession, change) -> None:
+    """`change(subscriptions)` on the session's subscriptions, kept under the session's row lock."""
+    with transaction.atomic():
+        row = (AgentSession.objects.for_tenant(session.tenant_id).select_for_update()
+               .filter(pk=session.pk).only("id", "context").first())
+        if row is None:
+            return
+        context = row.context if isinstance(row.context, dict) else {}
+        subscribed = session_subscriptions(row)
+        if change(subscribed) is False:
+            return
+        row.context = {**context, SUBSCRIPTIONS: subscribed}
+        if not subscribed:
+            del row.context[SUBSCRIPTIONS]
+        row.save(update_fields=["context"])
+
+
+def mcp_resource_subscribe(session: AgentSession, uri: str) -> None:
+    """`resources/subscribe`: a resource the session may read is remembered for it (at most MAX_SUBSCRIPTIONS).
+    Anything else is JSON-RPC -32602, which says no more of a resource the session may not see than of one that
+    does not exist."""
+    if len(uri) > MAX_SUBSCRIBED_URI_CHARS:
+        raise MCPError(code=types.INVALID_PARAMS,
+                       message=f"a subscribed resource's URI is at most {MAX_SUBSCRIBED_URI_CHARS} characters")
+    stamp = resource_stamps(session, [uri])[uri]
+    if stamp is None:
+        raise MCPError(code=types.INVALID_PARAMS, message=f"no resource {uri[:300]!r} is available in this session")
+
+    def add(subscribed: dict) -> None:
+        if uri not in subscribed and len(subscribed) >= MAX_SUBSCRIPTIONS:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"a session subscribes to at most {MAX_SUBSCRIPTIONS} "
+                           "resources; unsubscribe from one first")
+        subscribed[uri] = stamp
+
+    _subscriptions_changed(session, add)
+
+
+def mcp_resource_unsubscribe(session: AgentSession, uri: str) -> None:
+    """`resources/unsubscribe`: forgotten, if it was subscribed."""
+    _subscriptions_changed(session, lambda subscribed: subscribed.pop(uri, None) is not None)
+
+
+async def _subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
+    await run_db(mcp_resource_subscribe, _caller(ctx).session, params.uri)
+    return types.EmptyResult()
+
+
+async def _unsubscribe(ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+    await run_db(mcp_resource_unsubscribe, _caller(ctx).session, params.uri)
+    return types.EmptyResult()
+
+
+def resources_fingerprint(session: AgentSession) -> str:
+    """A short digest of the resources and templates the session may list."""
+    listed = json.dumps(_resources(session), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(listed.encode()).hexdigest()[:24]
+
+
 class _GovernedServer(Server):
     def create_initialization_options(self, notification_options=None, *args, **kwargs):
-        # The handshake says what `_surface_changed` does: a changed surface is announced.
+        # The handshake says what the notification stream does (`tools.gateway.streams`): a changed tool list or
+        # resource list is announced.
         return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True, prompts_changed=True), *args, **kwargs)
+            notification_options or NotificationOptions(tools_changed=True, prompts_changed=True,
+                                                        resources_changed=True), *args, **kwargs)
 
 
 def _version() -> str:
@@ -753,7 +855,8 @@ def mcp_protocol_server(*, on_listen=None) -> Server:
         server = _GovernedServer(
             "toolkeeper", version=_version(), on_list_tools=_guarded(_list_tools), on_call_tool=_guarded(_call_tool),
             on_list_resources=_guarded(_list_resources), on_list_resource_templates=_guarded(_list_resource_templates),
-            on_read_resource=_guarded(_read_resource), on_list_prompts=_guarded(_list_prompts),
+            on_read_resource=_guarded(_read_resource), on_subscribe_resource=_guarded(_subscribe),
+            on_unsubscribe_resource=_guarded(_unsubscribe), on_list_prompts=_guarded(_list_prompts),
             on_get_prompt=_guarded(_get_prompt), on_completion=_guarded(_complete),
             on_set_logging_level=_guarded(_set_log_level),
             get_tool_input_schema=lambda name: None,

@@ -1,9 +1,13 @@
-"""`/mcp/`'s streams beyond one request and its answer (docs/mcp.md, "Streams" and "Notifications").
+"""`/mcp/`'s streams beyond one request and its answer (docs/mcp.md, "Streams", "Notifications" and "Resources
+and subscriptions").
 
 - The notification stream: a 2025-era client's `GET /mcp/` stays open, and hears
   `notifications/tools/list_changed` whenever what its session may see really changed, whatever changed it and
   in whichever process (`tools.catalog.snapshot.surface_announce`, heard on the channel layer): the stream keeps
-  its session's surface fingerprint and compares it with the new one.
+  its session's surface fingerprint and compares it with the new one. The same way, it hears
+  `notifications/resources/list_changed` when the session's resource list changed, and
+  `notifications/resources/updated` when a resource the session subscribed to changed (a stamp of each,
+  `tools.gateway.protocol.resource_stamps`). A 2026-era `subscriptions/listen` hears the same, as it asks.
 - Resumable call streams: the SSE stream of a `tools/call` opens with a priming event and numbers every event
   with an id; a client whose stream dropped sends `GET /mcp/` with `Last-Event-ID` and receives the call's
   progress it missed (read back from the call's numbered events, `CallEvent.seq`) and its result, without the
@@ -26,6 +30,7 @@ import json
 import logging
 import re
 import time
+from dataclasses import dataclass, field
 
 import anyio
 from anyio.abc import TaskStatus
@@ -38,8 +43,15 @@ from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import GET_STREAM_KEY, EventStore, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, ToolsListChanged, event_to_notification
+from mcp.shared.subscriptions import (
+    SUBSCRIPTION_ID_META_KEY,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+    event_to_notification,
+)
 from mcp.shared.transport_context import TransportContext
 from mcp_types import DEFAULT_NEGOTIATED_VERSION
 
@@ -52,12 +64,17 @@ from tools.calls.waiting import WaitPlan, run_db
 from tools.catalog.selectors import call_events, session_tools
 from tools.gateway.protocol import (
     CALLER_SCOPE,
+    MAX_SUBSCRIBED_URI_CHARS,
+    MAX_SUBSCRIPTIONS,
     STREAM_SCOPE,
     McpCaller,
     ProgressFeed,
     call_tool_result,
     request_key,
+    resource_stamps,
+    resources_fingerprint,
     session_log_level,
+    session_subscriptions,
 )
 from tools.models import TERMINAL_STATUSES, AgentSession, ToolCall
 
@@ -69,6 +86,8 @@ MAX_ID_PART = 300  # characters of a request id or progress token an event id ca
 PING_S = 15  # a comment on an idle stream this often keeps proxies and clients from closing it
 COALESCE_S = 0.05  # announcements arriving together (one sync adding many tools) are compared once
 LIST_CHANGED = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/tools/list_changed")
+RESOURCES_LIST_CHANGED = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/resources/list_changed")
+RESOURCE_UPDATED = "notifications/resources/updated"
 PROGRESS = "notifications/progress"
 STREAM_UNAVAILABLE = Refusal(503, "Service Unavailable", "unavailable", "The stream cannot be served now; retry.")
 
@@ -113,52 +132,107 @@ def event_of(caller: McpCaller, value: str) -> list | None:
 
 # --- what a session sees ----------------------------------------------------------------------------------
 
-def surface_fingerprint(tenant_id: int, session_id) -> str | None:
-    """A short digest of the session's tools/list as the MCP endpoint answers it; None when the session is gone."""
+@dataclass(frozen=True)
+class SessionView:
+    """What a session sees, as its streams compare it: digests of its tool list and of its resource list, the
+    resources its connection subscribed to (with their stamps when it did), and the watched resources' stamps
+    now (`tools.gateway.protocol.resource_stamps`)."""
+    tools: str
+    resources: str
+    subscribed: dict[str, str | None] = field(default_factory=dict)
+    stamps: dict[str, str | None] = field(default_factory=dict)
+
+
+def session_view(tenant_id: int, session_id, *, uris: list[str] | None = None) -> SessionView | None:
+    """The session's view now, None when the session is gone. `uris`: the resources a 2026-era listen stream
+    watches; without them, the ones the session subscribed to."""
     session = AgentSession.objects.for_tenant(tenant_id).select_related("tenant").filter(pk=session_id).first()
     if session is None:
         return None
     listed = json.dumps(session_tools(session, "mcp"), sort_keys=True, separators=(",", ":"), default=str)
+    tools = hashlib.sha256(listed.encode()).hexdigest()[:24]
+    subscribed = session_subscriptions(session) if uris is None else dict.fromkeys(uris)
+    return SessionView(tools=tools, resources=resources_fingerprint(session), subscribed=subscribed,
+                       stamps=resource_stamps(session, list(subscribed)) if subscribed else {})
+
+
+def stamps_digest(stamps: dict[str, str | None]) -> str:
+    listed = json.dumps(sorted(stamps.items()), separators=(",", ":"))
     return hashlib.sha256(listed.encode()).hexdigest()[:24]
 
 
-class SurfaceWatch:
-    """Announcements of the session's tenant on the channel layer, and whether they changed what the session sees."""
+@dataclass
+class Changes:
+    """What changed for a session since its stream last said: its tools, its resources, which watched resources."""
+    tools: bool = False
+    resources: bool = False
+    updated: list[str] = field(default_factory=list)
+    ended: bool = False  # the session is gone
 
-    def __init__(self, session: AgentSession):
+    def __bool__(self) -> bool:
+        return self.tools or self.resources or bool(self.updated) or self.ended
+
+
+class SurfaceWatch:
+    """Announcements of the session's tenant on the channel layer, and what they changed of what the session
+    sees. `uris`: the resources a 2026-era listen stream watches; without them (a 2025-era notification stream)
+    the watched resources are the session's subscriptions, read again each time, so that subscribing and
+    unsubscribing, in any process, take effect on every stream of the session."""
+
+    def __init__(self, session: AgentSession, *, uris: list[str] | None = None):
         self.tenant_id = session.tenant_id
         self.session_id = str(session.pk)
         self.group = surface_group(session.tenant_id)
+        self.uris = uris
         self.layer = None
         self.channel = ""
-        self.fingerprint: str | None = None
+        self.fingerprint: str | None = None  # of the tool list
+        self.resources = ""  # of the resource list
+        self.stamps: dict[str, str | None] = {}  # of the watched resources, as last said
+
+    def _view(self) -> SessionView | None:
+        return session_view(self.tenant_id, self.session_id, uris=self.uris)
 
     async def __aenter__(self) -> SurfaceWatch:
         self.layer = get_channel_layer()
         self.channel = await self.layer.new_channel()
         await self.layer.group_add(self.group, self.channel)  # before the first look: no change falls between
-        self.fingerprint = await run_db(surface_fingerprint, self.tenant_id, self.session_id)
+        view = await run_db(self._view)
+        if view is not None:
+            self.fingerprint, self.resources, self.stamps = view.tools, view.resources, view.stamps
         return self
 
     async def __aexit__(self, *exc) -> None:
         with contextlib.suppress(Exception):
             await self.layer.group_discard(self.group, self.channel)
 
+    def state(self) -> list:
+        """What a resumed stream compares with (in its event ids): the digests of what was last said."""
+        return [self.fingerprint, self.resources, stamps_digest(self.stamps)]
+
     def _concerns(self, message: dict) -> bool:
         return message.get("type") == "surface.changed" and message.get("session", "") in ("", self.session_id)
 
-    async def changed(self) -> bool:
-        """Wait for an announcement that concerns the session; True when its surface now differs from before."""
+    def compare(self, view: SessionView | None) -> Changes:
+        """What differs in `view` from what was last said; `view` is then what was said."""
+        if view is None:
+            self.fingerprint = None
+            return Changes(ended=True)
+        changes = Changes(tools=view.tools != self.fingerprint, resources=view.resources != self.resources)
+        # a resource subscribed since the last look is compared with its stamp when it was subscribed
+        changes.updated = [uri for uri, stamp in view.stamps.items()
+                           if stamp != self.stamps.get(uri, view.subscribed.get(uri))]
+        self.fingerprint, self.resources, self.stamps = view.tools, view.resources, view.stamps
+        return changes
+
+    async def changes(self) -> Changes:
+        """Wait for an announcement that concerns the session, and say what it changed (maybe nothing)."""
         while not self._concerns(await self.layer.receive(self.channel)):
             pass
         with contextlib.suppress(TimeoutError):
             while True:  # the rest of a burst
                 await asyncio.wait_for(self.layer.receive(self.channel), COALESCE_S)
-        now = await run_db(surface_fingerprint, self.tenant_id, self.session_id)
-        if now == self.fingerprint:
-            return False
-        self.fingerprint = now
-        return True
+        return self.compare(await run_db(self._view))
 
 
 # --- SSE on the wire ----------------------------------------------------------------------------------------
@@ -210,28 +284,39 @@ async def _disconnected(receive) -> None:
 
 # --- the notification stream ----------------------------------------------------------------------------------
 
-async def notification_stream(caller: McpCaller, receive, send, *, known: str | None = None) -> None:
-    """`GET /mcp/`: the session's notifications until the client goes. `known`: the fingerprint of the surface the
-    client last heard of (a resumed stream); a change it missed is announced at once."""
+def _updated(uri: str) -> dict:
+    return {"jsonrpc": "2.0", "method": RESOURCE_UPDATED, "params": {"uri": uri}}
+
+
+async def notification_stream(caller: McpCaller, receive, send, *, known: list | None = None) -> None:
+    """`GET /mcp/`: the session's notifications until the client goes. `known`: what the client last heard of (a
+    resumed stream: the digests of its tool list, and maybe of its resource list and subscribed resources); a
+    change it missed is announced at once (for subscribed resources: each of them, since which one is not
+    known)."""
     sse = Sse(send, caller)
     gone = asyncio.ensure_future(_disconnected(receive))
     try:
         async with SurfaceWatch(caller.session) as watch:
             await sse.start()
-            await sse.event(event=event_id(caller, ["n", watch.fingerprint]), retry=settings.TOOLKEEPER_MCP_RETRY_MS)
-            if known is not None and known != watch.fingerprint:
-                await sse.message(LIST_CHANGED, event=event_id(caller, ["n", watch.fingerprint]))
-            changing = asyncio.ensure_future(watch.changed())
+            await sse.event(event=event_id(caller, ["n", *watch.state()]), retry=settings.TOOLKEEPER_MCP_RETRY_MS)
+            if known is not None:
+                tools, resources, stamps = (*known, None, None)[:3]
+                missed = Changes(tools=tools != watch.fingerprint,
+                                 resources=resources is not None and resources != watch.resources,
+                                 updated=list(watch.stamps) if stamps is not None
+                                 and stamps != stamps_digest(watch.stamps) else [])
+                await _say(sse, caller, watch, missed)
+            changing = asyncio.ensure_future(watch.changes())
             try:
                 while not gone.done():
                     done, _ = await asyncio.wait({gone, changing}, timeout=PING_S,
                                                  return_when=asyncio.FIRST_COMPLETED)
                     if changing in done:
-                        if changing.result():
-                            if watch.fingerprint is None:  # the session ended
-                                break
-                            await sse.message(LIST_CHANGED, event=event_id(caller, ["n", watch.fingerprint]))
-                        changing = asyncio.ensure_future(watch.changed())
+                        changes = changing.result()
+                        if changes.ended:
+                            break
+                        await _say(sse, caller, watch, changes)
+                        changing = asyncio.ensure_future(watch.changes())
                     elif not done:
                         await sse.ping()
             finally:
@@ -246,25 +331,57 @@ async def notification_stream(caller: McpCaller, receive, send, *, known: str | 
         gone.cancel()
 
 
+async def _say(sse: Sse, caller: McpCaller, watch: SurfaceWatch, changes: Changes) -> None:
+    """The notifications `changes` calls for, on a 2025-era notification stream."""
+    said = event_id(caller, ["n", *watch.state()])
+    if changes.tools:
+        await sse.message(LIST_CHANGED, event=said)
+    if changes.resources:
+        await sse.message(RESOURCES_LIST_CHANGED, event=said)
+    for uri in changes.updated:
+        await sse.message(_updated(uri), event=said)
+
+
+def _listened_uris(requested) -> list[str]:
+    """The resources a 2026-era listen stream watches, within the bounds of a session's subscriptions."""
+    uris = list(dict.fromkeys(requested or ()))
+    if len(uris) > MAX_SUBSCRIPTIONS:
+        raise MCPError(code=types.INVALID_PARAMS, message=f"a listen stream watches at most {MAX_SUBSCRIPTIONS} "
+                       "resources")
+    if any(len(uri) > MAX_SUBSCRIBED_URI_CHARS for uri in uris):
+        raise MCPError(code=types.INVALID_PARAMS,
+                       message=f"a subscribed resource's URI is at most {MAX_SUBSCRIBED_URI_CHARS} characters")
+    return uris
+
+
 async def surface_listen(ctx, params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
     """A 2026-era `subscriptions/listen`: the era's notification stream, on the request's own response stream.
-    Of the change kinds, this endpoint honours `toolsListChanged`, sent as the GET stream's are."""
+    Honored: `toolsListChanged`, `resourcesListChanged` and `resourceSubscriptions` (every URI asked for, as a
+    subscription is honored whether or not its resource exists: a change is said only of what the session may
+    read, or could read and no longer can), sent as the GET stream's are; `promptsListChanged` is not."""
     caller: McpCaller = ctx.request.scope[CALLER_SCOPE]
     meta = {SUBSCRIPTION_ID_META_KEY: ctx.request_id}
-    honored = types.SubscriptionFilter(tools_list_changed=True if params.notifications.tools_list_changed else None)
-    async with SurfaceWatch(caller.session) as watch:
+    asked = params.notifications
+    uris = _listened_uris(asked.resource_subscriptions)
+    honored = types.SubscriptionFilter(tools_list_changed=True if asked.tools_list_changed else None,
+                                       resources_list_changed=True if asked.resources_list_changed else None,
+                                       resource_subscriptions=uris or None)
+    async with SurfaceWatch(caller.session, uris=uris) as watch:
         await ctx.session.send_notification(types.SubscriptionsAcknowledgedNotification(
             params=types.SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)),
             related_request_id=ctx.request_id)
-        if not honored.tools_list_changed:  # nothing to send until the client closes the stream
-            await asyncio.Event().wait()
+        if not (honored.tools_list_changed or honored.resources_list_changed or uris):
+            await asyncio.Event().wait()  # nothing to send until the client closes the stream
         while True:
-            if not await watch.changed():
-                continue
-            if watch.fingerprint is None:  # the session ended
+            changes = await watch.changes()
+            if changes.ended:
                 break
-            await ctx.session.send_notification(event_to_notification(ToolsListChanged(), meta),
-                                                related_request_id=ctx.request_id)
+            events = [*([ToolsListChanged()] if changes.tools and honored.tools_list_changed else []),
+                      *([ResourcesListChanged()] if changes.resources and honored.resources_list_changed else []),
+                      *(ResourceUpdated(uri=uri) for uri in changes.updated)]
+            for event in events:
+                await ctx.session.send_notification(event_to_notification(event, meta),
+                                                    related_request_id=ctx.request_id)
     return types.SubscriptionsListenResult(_meta=meta)
 
 

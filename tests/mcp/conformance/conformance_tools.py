@@ -158,7 +158,8 @@ class ConformanceResources:
 
     def resources(self, session) -> list[dict]:
         return [{"uri": "test://static-text", "name": "static-text", "mimeType": "text/plain"},
-                {"uri": "test://static-binary", "name": "static-binary", "mimeType": "image/png"}]
+                {"uri": "test://static-binary", "name": "static-binary", "mimeType": "image/png"},
+                {"uri": "test://watched-resource", "name": "watched-resource", "mimeType": "text/plain"}]
 
     def templates(self, session) -> list[dict]:
         return [{"uriTemplate": "test://template/{id}/data", "name": "template-data", "mimeType": "application/json"}]
@@ -166,6 +167,8 @@ class ConformanceResources:
     def read(self, session, uri: str) -> list[dict] | None:
         if uri == "test://static-text":
             return [{"uri": uri, "mimeType": "text/plain", "text": "This is the content of the static text resource."}]
+        if uri == "test://watched-resource":  # the resources-subscribe scenarios subscribe to it
+            return [{"uri": uri, "mimeType": "text/plain", "text": "This resource is watched."}]
         if uri == "test://static-binary":
             return [{"uri": uri, "mimeType": "image/png", "blob": PNG}]
         prefix, suffix = "test://template/", "/data"
