@@ -14,7 +14,7 @@ class ToolsConfig(AppConfig):
         from tools.calls.submit import Dispatch
         from tools.catalog.services import catalog_sync_all, tenant_seed_catalog
         from tools.catalog.snapshot import announce_on_bump, bump_on_change
-        from tools.models import BoundArgument, McpServer, RedactionRule, Tool, ToolGroup
+        from tools.models import BoundArgument, McpServer, RedactionRule, Tool, ToolGroup, UpstreamPrompt
         from tools.python import builtins, examples, source  # noqa: F401  (registers the shipped tools' source)
         from tools.python.plugins import plugins_load
 
@@ -24,8 +24,9 @@ class ToolsConfig(AppConfig):
         for position, step in ((100, Retry), (200, Redact), (300, Cap)):
             RESULT_STEPS.register(position, step)
         tenant_created.connect(tenant_seed_catalog, dispatch_uid="tools.seed_catalog")
-        # A server's tools leave the surface with it; redaction rules are cached under the same version.
-        for model in (Tool, ToolGroup, BoundArgument, McpServer, RedactionRule):
+        # A server's tools leave the surface with it; redaction rules are cached under the same version; a server's
+        # prompts are offered with its tools, and their changes are announced as the catalog's are.
+        for model in (Tool, ToolGroup, BoundArgument, McpServer, RedactionRule, UpstreamPrompt):
             post_save.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.save.{model.__name__}")
             post_delete.connect(bump_on_change, sender=model, dispatch_uid=f"tools.catalog.delete.{model.__name__}")
         m2m_changed.connect(bump_on_change, sender=ToolGroup.tools.through, dispatch_uid="tools.catalog.members")

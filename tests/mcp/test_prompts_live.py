@@ -180,3 +180,57 @@ def test_a_prompts_argument_is_completed_by_its_server_under_the_prompts_rules(s
     code, _ = code_of(server, lambda client: client.complete(greet, {"name": "name", "value": "A"}),
                       key=server.credentials["b_key"])
     assert code == types.INVALID_PARAMS
+
+
+def test_a_rule_that_hides_a_prompt_is_announced_on_the_notification_stream(server):
+    """A deny rule added over the API, with the client's notification stream open: the prompts changed, its tools
+    did not; only the prompts' list_changed is heard, and the prompt is gone from the next listing."""
+    heard: list[str] = []
+    streaming = None
+
+    async def opened(response):
+        if response.request.method == "GET" and response.status_code == 200:
+            streaming.set()
+
+    async def main():
+        nonlocal streaming
+        streaming = anyio.Event()
+        changed = anyio.Event()
+
+        async def hear(message):
+            method = getattr(getattr(message, "root", message), "method", "") or type(message).__name__
+            heard.append(method)
+            if "prompt" in method.lower():
+                changed.set()
+
+        headers = {**server.headers(None), "X-Toolkeeper-Agent": "prompt-watch"}
+        http_client = httpx2.AsyncClient(headers=headers, timeout=60, event_hooks={"response": [opened]})
+        transport = streamable_http_client(f"{server.url}/mcp/", http_client=http_client)
+        async with Client(transport, mode="legacy", message_handler=hear) as client:
+            with anyio.fail_after(30):
+                await streaming.wait()
+            assert "mcp__local__brief" in {p.name for p in (await client.list_prompts()).prompts}
+            rule = await anyio.to_thread.run_sync(rest_rule, server, "mcp__local__brief")
+            try:
+                with anyio.fail_after(30):
+                    await changed.wait()
+                return {p.name for p in (await client.list_prompts()).prompts}
+            finally:
+                await anyio.to_thread.run_sync(rest_delete_rule, server, rule)
+
+    listed = anyio.run(main)
+    assert "mcp__local__brief" not in listed and "mcp__local__greet" in listed
+    assert not any("tools" in method.lower() for method in heard), heard  # its tools were not touched
+
+
+def rest_rule(server, pattern: str) -> int:
+    with httpx2.Client(base_url=server.url, headers=server.headers(server.admin_api_key), timeout=30) as http:
+        response = http.post("/api/v1/rules", json={"behavior": "deny", "tool_pattern": pattern,
+                                                    "agents": ["prompt-watch"]})
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def rest_delete_rule(server, rule: int) -> None:
+    with httpx2.Client(base_url=server.url, headers=server.headers(server.admin_api_key), timeout=30) as http:
+        assert http.delete(f"/api/v1/rules/{rule}").status_code == 204

@@ -366,7 +366,7 @@ class McpEndpoint:
         except StreamIdRefused as exc:
             await Refusal(400, "Bad Request", "invalid", str(exc)).send(send, path)
             return
-        if payload and payload[0] == "n" and len(payload) in (2, 4):
+        if payload and payload[0] == "n" and len(payload) in (2, 4, 5):
             await notification_stream(caller, receive, send, known=payload[1:])
             return
         try:

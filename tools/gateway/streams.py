@@ -47,6 +47,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.subscriptions import (
     SUBSCRIPTION_ID_META_KEY,
+    PromptsListChanged,
     ResourcesListChanged,
     ResourceUpdated,
     ToolsListChanged,
@@ -62,6 +63,7 @@ from tenancy.grants import grant_of_key
 from tools.calls.runtime import runtime
 from tools.calls.waiting import WaitPlan, run_db
 from tools.catalog.selectors import call_events, session_tools
+from tools.gateway.prompts import prompt_listing, session_prompts
 from tools.gateway.protocol import (
     CALLER_SCOPE,
     MAX_SUBSCRIBED_URI_CHARS,
@@ -87,6 +89,7 @@ PING_S = 15  # a comment on an idle stream this often keeps proxies and clients 
 COALESCE_S = 0.05  # announcements arriving together (one sync adding many tools) are compared once
 LIST_CHANGED = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/tools/list_changed")
 RESOURCES_LIST_CHANGED = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/resources/list_changed")
+PROMPTS_LIST_CHANGED = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/prompts/list_changed")
 RESOURCE_UPDATED = "notifications/resources/updated"
 PROGRESS = "notifications/progress"
 STREAM_UNAVAILABLE = Refusal(503, "Service Unavailable", "unavailable", "The stream cannot be served now; retry.")
@@ -134,11 +137,12 @@ def event_of(caller: McpCaller, value: str) -> list | None:
 
 @dataclass(frozen=True)
 class SessionView:
-    """What a session sees, as its streams compare it: digests of its tool list and of its resource list, the
-    resources its connection subscribed to (with their stamps when it did), and the watched resources' stamps
-    now (`tools.gateway.protocol.resource_stamps`)."""
+    """What a session sees, as its streams compare it: digests of its tool list, of its resource list and of its
+    prompt list, the resources its connection subscribed to (with their stamps when it did), and the watched
+    resources' stamps now (`tools.gateway.protocol.resource_stamps`)."""
     tools: str
     resources: str
+    prompts: str = ""
     subscribed: dict[str, str | None] = field(default_factory=dict)
     stamps: dict[str, str | None] = field(default_factory=dict)
 
@@ -152,7 +156,10 @@ def session_view(tenant_id: int, session_id, *, uris: list[str] | None = None) -
     listed = json.dumps(session_tools(session, "mcp"), sort_keys=True, separators=(",", ":"), default=str)
     tools = hashlib.sha256(listed.encode()).hexdigest()[:24]
     subscribed = session_subscriptions(session) if uris is None else dict.fromkeys(uris)
-    return SessionView(tools=tools, resources=resources_fingerprint(session), subscribed=subscribed,
+    prompts = json.dumps([prompt_listing(p).model_dump(mode="json") for p in session_prompts(session)],
+                         sort_keys=True, separators=(",", ":"))
+    return SessionView(tools=tools, resources=resources_fingerprint(session),
+                       prompts=hashlib.sha256(prompts.encode()).hexdigest()[:24], subscribed=subscribed,
                        stamps=resource_stamps(session, list(subscribed)) if subscribed else {})
 
 
@@ -163,14 +170,16 @@ def stamps_digest(stamps: dict[str, str | None]) -> str:
 
 @dataclass
 class Changes:
-    """What changed for a session since its stream last said: its tools, its resources, which watched resources."""
+    """What changed for a session since its stream last said: its tools, its resources, its prompts, which watched
+    resources."""
     tools: bool = False
     resources: bool = False
     updated: list[str] = field(default_factory=list)
     ended: bool = False  # the session is gone
+    prompts: bool = False
 
     def __bool__(self) -> bool:
-        return self.tools or self.resources or bool(self.updated) or self.ended
+        return self.tools or self.resources or self.prompts or bool(self.updated) or self.ended
 
 
 class SurfaceWatch:
@@ -188,6 +197,7 @@ class SurfaceWatch:
         self.channel = ""
         self.fingerprint: str | None = None  # of the tool list
         self.resources = ""  # of the resource list
+        self.prompts = ""  # of the prompt list
         self.stamps: dict[str, str | None] = {}  # of the watched resources, as last said
 
     def _view(self) -> SessionView | None:
@@ -199,7 +209,8 @@ class SurfaceWatch:
         await self.layer.group_add(self.group, self.channel)  # before the first look: no change falls between
         view = await run_db(self._view)
         if view is not None:
-            self.fingerprint, self.resources, self.stamps = view.tools, view.resources, view.stamps
+            self.fingerprint, self.resources, self.prompts, self.stamps = (view.tools, view.resources, view.prompts,
+                                                                           view.stamps)
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -208,7 +219,7 @@ class SurfaceWatch:
 
     def state(self) -> list:
         """What a resumed stream compares with (in its event ids): the digests of what was last said."""
-        return [self.fingerprint, self.resources, stamps_digest(self.stamps)]
+        return [self.fingerprint, self.resources, stamps_digest(self.stamps), self.prompts]
 
     def _concerns(self, message: dict) -> bool:
         return message.get("type") == "surface.changed" and message.get("session", "") in ("", self.session_id)
@@ -218,11 +229,13 @@ class SurfaceWatch:
         if view is None:
             self.fingerprint = None
             return Changes(ended=True)
-        changes = Changes(tools=view.tools != self.fingerprint, resources=view.resources != self.resources)
+        changes = Changes(tools=view.tools != self.fingerprint, resources=view.resources != self.resources,
+                          prompts=view.prompts != self.prompts)
         # a resource subscribed since the last look is compared with its stamp when it was subscribed
         changes.updated = [uri for uri, stamp in view.stamps.items()
                            if stamp != self.stamps.get(uri, view.subscribed.get(uri))]
-        self.fingerprint, self.resources, self.stamps = view.tools, view.resources, view.stamps
+        self.fingerprint, self.resources, self.prompts, self.stamps = (view.tools, view.resources, view.prompts,
+                                                                       view.stamps)
         return changes
 
     async def changes(self) -> Changes:
@@ -300,9 +313,10 @@ async def notification_stream(caller: McpCaller, receive, send, *, known: list |
             await sse.start()
             await sse.event(event=event_id(caller, ["n", *watch.state()]), retry=settings.TOOLKEEPER_MCP_RETRY_MS)
             if known is not None:
-                tools, resources, stamps = (*known, None, None)[:3]
+                tools, resources, stamps, prompts = (*known, None, None, None)[:4]
                 missed = Changes(tools=tools != watch.fingerprint,
                                  resources=resources is not None and resources != watch.resources,
+                                 prompts=prompts is not None and prompts != watch.prompts,
                                  updated=list(watch.stamps) if stamps is not None
                                  and stamps != stamps_digest(watch.stamps) else [])
                 await _say(sse, caller, watch, missed)
@@ -338,6 +352,8 @@ async def _say(sse: Sse, caller: McpCaller, watch: SurfaceWatch, changes: Change
         await sse.message(LIST_CHANGED, event=said)
     if changes.resources:
         await sse.message(RESOURCES_LIST_CHANGED, event=said)
+    if changes.prompts:
+        await sse.message(PROMPTS_LIST_CHANGED, event=said)
     for uri in changes.updated:
         await sse.message(_updated(uri), event=said)
 
@@ -358,19 +374,20 @@ async def surface_listen(ctx, params: types.SubscriptionsListenRequestParams) ->
     """A 2026-era `subscriptions/listen`: the era's notification stream, on the request's own response stream.
     Honored: `toolsListChanged`, `resourcesListChanged` and `resourceSubscriptions` (every URI asked for, as a
     subscription is honored whether or not its resource exists: a change is said only of what the session may
-    read, or could read and no longer can), sent as the GET stream's are; `promptsListChanged` is not."""
+    read, or could read and no longer can) and `promptsListChanged`, sent as the GET stream's are."""
     caller: McpCaller = ctx.request.scope[CALLER_SCOPE]
     meta = {SUBSCRIPTION_ID_META_KEY: ctx.request_id}
     asked = params.notifications
     uris = _listened_uris(asked.resource_subscriptions)
     honored = types.SubscriptionFilter(tools_list_changed=True if asked.tools_list_changed else None,
+                                       prompts_list_changed=True if asked.prompts_list_changed else None,
                                        resources_list_changed=True if asked.resources_list_changed else None,
                                        resource_subscriptions=uris or None)
     async with SurfaceWatch(caller.session, uris=uris) as watch:
         await ctx.session.send_notification(types.SubscriptionsAcknowledgedNotification(
             params=types.SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)),
             related_request_id=ctx.request_id)
-        if not (honored.tools_list_changed or honored.resources_list_changed or uris):
+        if not (honored.tools_list_changed or honored.prompts_list_changed or honored.resources_list_changed or uris):
             await asyncio.Event().wait()  # nothing to send until the client closes the stream
         while True:
             changes = await watch.changes()
@@ -378,6 +395,7 @@ async def surface_listen(ctx, params: types.SubscriptionsListenRequestParams) ->
                 break
             events = [*([ToolsListChanged()] if changes.tools and honored.tools_list_changed else []),
                       *([ResourcesListChanged()] if changes.resources and honored.resources_list_changed else []),
+                      *([PromptsListChanged()] if changes.prompts and honored.prompts_list_changed else []),
                       *(ResourceUpdated(uri=uri) for uri in changes.updated)]
             for event in events:
                 await ctx.session.send_notification(event_to_notification(event, meta),
