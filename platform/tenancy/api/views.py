@@ -1,11 +1,18 @@
-"""The tenant's own settings through the admin API: its rate limits."""
+"""The tenant's own settings through the admin API: its rate limits and how it governs calls."""
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tenancy.models import Scope
-from tenancy.services import LIMIT_FIELDS, LIMIT_MAX, tenant_limits_set
+from tenancy.models import Behavior, Scope, ToolSurface
+from tenancy.services import (
+    GOVERNANCE_FIELDS,
+    LIMIT_FIELDS,
+    LIMIT_MAX,
+    PARALLEL_MAX,
+    tenant_governance_set,
+    tenant_limits_set,
+)
 
 
 class LimitsSerializer(serializers.Serializer):
@@ -34,3 +41,32 @@ class LimitsView(APIView):
         serializer.is_valid(raise_exception=True)
         tenant_limits_set(tenant=request.tenant, actor=request.user, **serializer.validated_data)
         return Response(limits_data(request.tenant))
+
+
+class GovernanceSerializer(serializers.Serializer):
+    default_behavior = serializers.ChoiceField(choices=Behavior.choices, required=False)
+    auto_allow_read_only = serializers.BooleanField(required=False)
+    max_parallel_calls = serializers.IntegerField(min_value=1, max_value=PARALLEL_MAX, required=False)
+    tool_surface = serializers.ChoiceField(choices=ToolSurface.choices, required=False)
+
+
+def governance_data(tenant) -> dict:
+    return {name: getattr(tenant, name) for name in GOVERNANCE_FIELDS}
+
+
+class GovernanceView(APIView):
+    """The decision when no rule matches, whether read-only tools run without asking, how many calls run at once,
+    and what a session is listed: its whole surface (`full`) or the core and the tool search (`search`)."""
+
+    required_scope = Scope.ADMIN
+
+    @extend_schema(responses=GovernanceSerializer)
+    def get(self, request):
+        return Response(governance_data(request.tenant))
+
+    @extend_schema(request=GovernanceSerializer, responses=GovernanceSerializer)
+    def patch(self, request):
+        serializer = GovernanceSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        tenant_governance_set(tenant=request.tenant, actor=request.user, **serializer.validated_data)
+        return Response(governance_data(request.tenant))
