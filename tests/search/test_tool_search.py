@@ -225,3 +225,15 @@ def test_search_and_enable_over_the_rest_api(tenant, world):
     assert enabled["status"] == "succeeded"
     names = {t["function"]["name"] for t in client.get(f"/api/v1/sessions/{sid}/tools").json()["tools"]}
     assert "ledger_post" in names
+
+
+def test_the_surface_preview_says_which_tools_the_search_reaches(tenant):
+    from tools.catalog.selectors import surface_preview
+
+    rule_create(tenant=tenant, behavior="deny", tool_pattern="payroll_run")
+    preview = surface_preview(tenant, "support-bot")
+    why = dict(preview.hidden)
+    assert "search_tools" in preview.shown and "ledger_post" not in preview.shown
+    assert why["ledger_post"].startswith("found with search_tools")
+    assert why["payroll_run"].startswith("denied by")
+    assert not why["vault_open"].startswith("found with")

@@ -248,8 +248,11 @@ def surface_preview(tenant, agent: str, user: str = "") -> SurfacePreview:
     shown = [exposed.name for exposed in visible_tools(session)]
     active = set(active_group_names(session, catalog.groups))
     in_active = sorted({name for group in catalog.groups if group.name in active for name in group.tool_names})
-    denied = exposure_hidden(tenant=tenant, agent=agent, user=user, names=in_active)
-    hidden = [(name, denied.get(name) or _not_listed_why(catalog.groups_of_tool.get(name, []), agent))
+    reachable = reachable_tool_names(session, catalog) if search_surface(session) else set()
+    denied = exposure_hidden(tenant=tenant, agent=agent, user=user, names=sorted(set(in_active) | reachable))
+    hidden = [(name, denied.get(name) or ("found with search_tools, then switched on with enable_tools"
+                                          if name in reachable else
+                                          _not_listed_why(catalog.groups_of_tool.get(name, []), agent)))
               for name in sorted(catalog.tools) if name not in shown]
     return SurfacePreview(agent=agent, user=user, active_groups=[g.name for g in catalog.groups if g.name in active],
                           shown=shown, hidden=hidden)
