@@ -23,7 +23,9 @@ triggers. A migration that alters `knowledge_chunk` must call `sqlite_install(sc
 again afterwards (it is idempotent and re-indexes every tenant's chunks). On PostgreSQL, `title` and
 `text` cannot change type while the generated column uses them.
 """
-import re
+from common.fulltext import MAX_TERMS, STOP_WORDS, postgres_tsquery, query_terms
+
+__all__ = ["MAX_TERMS", "STOP_WORDS", "postgres_tsquery", "query_terms"]
 
 _SQLITE_TOKENIZE = "porter unicode61 remove_diacritics 2"
 
@@ -114,36 +116,10 @@ def sqlite_install(schema_editor) -> None:
 
 # --- queries -----------------------------------------------------------------------------------
 
-# PostgreSQL's `english` stop words, so both backends ignore the same words in a query.
-_STOP_WORDS_TEXT = """
-a about above after again against all am an and any are as at be because been before being below between both
-but by can did do does doing don down during each few for from further had has have having he her here hers
-herself him himself his how i if in into is it its itself just me more most my myself no nor not now of off on
-once only or other our ours ourselves out over own s same she should so some such t than that the their theirs
-them themselves then there these they this those through to too under until up very was we were what when
-where which while who whom why will with you your yours yourself yourselves
-"""
-STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
-MAX_TERMS = 24
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def query_terms(query: str) -> list[str]:
-    """The words of a free-text query worth searching for: lower-cased, stop words out, each once."""
-    seen: dict[str, None] = {}
-    for word in _WORD.findall(query.lower()):
-        word = word.strip("_")
-        if word and word not in STOP_WORDS and len(word) <= 64:
-            seen.setdefault(word, None)
-    return list(seen)[:MAX_TERMS]
+# The words of a query and the PostgreSQL tsquery of them: common.fulltext (shared with the tool search).
 
 
 def sqlite_match(terms: list[str]) -> str:
     """An FTS5 query matching any of the terms (bm25 favours chunks with more of them). Each term is
     a quoted string, so nothing in a query is FTS syntax."""
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
-
-
-def postgres_tsquery(terms: list[str]) -> str:
-    """The text for to_tsquery(): terms OR-ed. Terms are \\w+ runs, so they carry no tsquery syntax."""
-    return " | ".join(terms)

@@ -8,7 +8,7 @@ from django.utils.text import Truncator
 from common.json_values import JSONValueField
 from console.search import SEARCH_MAX, uuid_or_none
 from tenancy.editing import text_lines
-from tenancy.models import SYSTEM_AGENT_RESERVED, Behavior, Scope, Tenant, is_system_agent
+from tenancy.models import SYSTEM_AGENT_RESERVED, Behavior, Scope, Tenant, ToolSurface, is_system_agent
 from tenancy.services import LIMIT_FIELDS, LIMIT_MAX, PARALLEL_MAX
 from tenancy.web import ListFilterForm, TenantForm, search_field
 from tools.catalog.schemas import argument_choices
@@ -224,10 +224,21 @@ class GovernanceForm(TenantForm):
         min_value=1, max_value=PARALLEL_MAX, label="Calls running at once",
         help_text=f"At most this many of the tenant's calls run at the same time (1 to {PARALLEL_MAX}); the others "
                   "wait their turn as queued.")
+    tool_surface = forms.ChoiceField(
+        required=False, label="Tools listed to a session", choices=[
+            (ToolSurface.FULL, "Every tool of its active groups"),
+            (ToolSurface.SEARCH, "The basic group and a tool search")],
+        help_text="With many tools, a model chooses better from a short list: with the tool search, a session is "
+                  "listed the basic group's tools, the groups it switches on itself and search_tools, and switches "
+                  "on the tools it finds with enable_tools. The search finds only tools the session may see.")
+
+    def clean_tool_surface(self) -> str:
+        return self.cleaned_data.get("tool_surface") or self.tenant.tool_surface  # a form without it keeps it
 
     def initial_for(self, tenant) -> dict:
         return {"default_behavior": tenant.default_behavior, "auto_allow_read_only": tenant.auto_allow_read_only,
-                "review_untrusted": tenant.review_untrusted, "max_parallel_calls": tenant.max_parallel_calls}
+                "review_untrusted": tenant.review_untrusted, "max_parallel_calls": tenant.max_parallel_calls,
+                "tool_surface": tenant.tool_surface}
 
 
 class McpTrustForm(TenantForm):

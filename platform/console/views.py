@@ -352,7 +352,8 @@ def _trust_set(*, tenant, actor, trusted):
 
 # The settings page's sections: each a form of its own, saved by its own service, on one page.
 SETTINGS_SECTIONS = {
-    "governance": (GovernanceForm, tenancy_services.tenant_governance_set, "Decisions and parallel calls saved."),
+    "governance": (GovernanceForm, tenancy_services.tenant_governance_set,
+                   "Decisions, parallel calls and tool surface saved."),
     "limits": (LimitsForm, tenancy_services.tenant_limits_set, "Limits saved."),
     "trust": (McpTrustForm, _trust_set, "Trust of MCP servers saved."),
 }

@@ -15,6 +15,13 @@ class Behavior(models.TextChoices):
     ALLOW = "allow"
 
 
+class ToolSurface(models.TextChoices):
+    """What a new session's model is listed (docs/governance.md#tool-search): every tool of its active groups, or
+    the core (the `basic` group) and the tool search, through which it switches on the tools it needs."""
+    FULL = "full"
+    SEARCH = "search"
+
+
 class Tenant(models.Model):
     slug = models.SlugField(max_length=50, unique=True)
     name = models.CharField(max_length=200)
@@ -26,6 +33,7 @@ class Tenant(models.Model):
         "review untrusted servers' tools", default=True,
         help_text="Calls of tools from untrusted MCP servers wait for a reviewer unless a rule decides them.")
     max_parallel_calls = models.PositiveIntegerField(default=8)
+    tool_surface = models.CharField(max_length=8, choices=ToolSurface.choices, default=ToolSurface.FULL)
     # Limits on what apps may ask of the platform (tenancy.entry.limits); 0 means no limit.
     key_requests_per_minute = models.PositiveIntegerField(
         "requests a minute per API key",

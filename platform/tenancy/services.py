@@ -17,6 +17,7 @@ from tenancy.models import (
     Role,
     Scope,
     Tenant,
+    ToolSurface,
     hash_secret,
     is_system_agent,
     new_key_material,
@@ -74,14 +75,16 @@ def _refuse_losing_the_last_admin(tenant: Tenant, user) -> None:
         raise ServiceError([LAST_ADMIN])
 
 
-GOVERNANCE_FIELDS = ("default_behavior", "auto_allow_read_only", "review_untrusted", "max_parallel_calls")
+GOVERNANCE_FIELDS = ("default_behavior", "auto_allow_read_only", "review_untrusted", "max_parallel_calls",
+                     "tool_surface")
 PARALLEL_MAX = 1000
 
 
 def tenant_governance_set(*, tenant: Tenant, actor=None, **values) -> Tenant:
     """Change how the tenant decides and runs calls: the decision when no rule matches, whether read-only
-    tools run without asking, whether untrusted servers' tools wait for a reviewer, and how many of its calls
-    run at once. Only the named settings change."""
+    tools run without asking, whether untrusted servers' tools wait for a reviewer, how many of its calls run at
+    once, and whether a session is listed its whole surface or the core and the tool search (`tool_surface`). Only
+    the named settings change."""
     errors = {name: ["not a setting"] for name in sorted(set(values) - set(GOVERNANCE_FIELDS))}
     if "default_behavior" in values and values["default_behavior"] not in Behavior.values:
         errors["default_behavior"] = [f"one of {', '.join(Behavior.values)}"]
@@ -91,6 +94,8 @@ def tenant_governance_set(*, tenant: Tenant, actor=None, **values) -> Tenant:
     parallel = values.get("max_parallel_calls", 1)
     if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= PARALLEL_MAX:
         errors["max_parallel_calls"] = [f"a whole number from 1 to {PARALLEL_MAX}"]
+    if "tool_surface" in values and values["tool_surface"] not in ToolSurface.values:
+        errors["tool_surface"] = [f"one of {', '.join(ToolSurface.values)}"]
     if errors:
         raise ServiceError(errors)
     return _tenant_change(tenant, values, actor=actor, verb="tenant.governance_set")

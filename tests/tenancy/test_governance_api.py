@@ -20,7 +20,7 @@ def test_the_admin_api_reads_and_sets_the_decision_settings(world):
     admin = world.a.client("admin")
     assert admin.get("/api/v1/governance").json() == {
         "default_behavior": "allow", "auto_allow_read_only": True, "review_untrusted": True,
-        "max_parallel_calls": world.a.tenant.max_parallel_calls}
+        "max_parallel_calls": world.a.tenant.max_parallel_calls, "tool_surface": "full"}
     patched = admin.patch("/api/v1/governance", {"review_untrusted": False}, format="json")
     assert patched.status_code == 200 and patched.json()["review_untrusted"] is False
     assert patched.json()["default_behavior"] == "allow"  # the others as they were

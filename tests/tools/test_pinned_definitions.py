@@ -10,9 +10,12 @@ from django.utils import timezone
 
 from approvals.models import Notification, NotificationChannel, NotifyEvent, Queue
 from audit.models import Event
+from common.errors import ServiceError
+from tenancy.services import tenant_governance_set
 from tools.calls.submit import calls_submit
+from tools.catalog.search import tools_search
 from tools.catalog.selectors import WITHHELD_WHY, surface_preview
-from tools.catalog.services import session_create
+from tools.catalog.services import session_create, session_tools_enable
 from tools.catalog.snapshot import catalog_snapshot
 from tools.models import McpServer, Tool, ToolGroup
 from tools.upstream.definitions import definition_diff, tool_definition_accept
@@ -293,3 +296,19 @@ def test_accepting_changes_is_a_servers_setting_off_by_default_and_its_change_au
     event = Event.objects.for_tenant(world.a.tenant).filter(verb="mcp_server.updated").latest("id")
     assert event.data["fields"] == ["accept_changes"] and event.data["accept_changes"] is True
     assert client.patch(f"{URL}/{server.pk}", {"accept_changes": "sometimes"}, format="json").status_code == 400
+
+
+def test_tool_search_never_finds_a_withheld_tool_nor_its_proposed_text(world, shifty):
+    server = registered(world)
+    tenant_governance_set(tenant=world.a.tenant, tool_surface="search")
+    session = session_create(tenant=world.a.tenant, agent="writer", api_key=world.a.key_objects["agent"])
+    assert [hit.name for hit in tools_search(session=session, query="dictionary")] == [TOOL]
+    shifty.offer(lookup(description="Looks up a word in the thesaurus."))
+    mcp_server_sync(server=server)
+    assert tools_search(session=session, query="dictionary") == []  # withheld: not found by its pinned text
+    assert tools_search(session=session, query="thesaurus") == []  # nor by the text waiting for review
+    with pytest.raises(ServiceError):
+        session_tools_enable(session=session, names=[TOOL])
+    waiting = Tool.objects.for_tenant(world.a.tenant).get(name=TOOL)
+    tool_definition_accept(tool=waiting, expected_hash=waiting.proposed_hash)
+    assert [hit.name for hit in tools_search(session=session, query="thesaurus")] == [TOOL]

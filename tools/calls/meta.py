@@ -1,9 +1,12 @@
 """Meta tools at run time: inline, in the request that submits the call (`meta_run`, from the pipeline's
 dispatch step), so a batch that activates a group and then calls one of its tools works in one request.
 Where they appear on the surface: `tools.catalog.meta`."""
+from common.errors import ServiceError
 from tools.calls.events import call_fail, call_transition
-from tools.catalog.registry import META_RESET_TOOLS, meta_providers
+from tools.catalog.registry import META_ENABLE_TOOLS, META_RESET_TOOLS, META_SEARCH_TOOLS, meta_providers
+from tools.catalog.search import tools_search
 from tools.catalog.selectors import loaded_skill_names
+from tools.catalog.services import session_tools_enable
 from tools.catalog.snapshot import catalog_snapshot, surface_announce, switchable_groups
 from tools.models import AgentSession, CallStatus, ToolCall
 from tools.python.decorators import ToolError
@@ -48,11 +51,28 @@ def session_groups_reset(*, session: AgentSession, choices) -> dict:
     }
 
 
+def session_tools_search(*, session: AgentSession, arguments) -> dict:
+    """search_tools: the tools this session may see that match the query (tools.catalog.search)."""
+    arguments = arguments if isinstance(arguments, dict) else {}
+    hits = tools_search(session=session, query=arguments.get("query"), limit=arguments.get("limit"))
+    return {"tools": [hit.as_dict() for hit in hits],
+            "next": "Switch the tools you need on with enable_tools; a listed one can be called already."
+            if hits else "No tool matches: try other words."}
+
+
 def meta_run(*, call: ToolCall, session: AgentSession) -> None:
     """Run a meta call that the dispatch step has moved to `running`, and settle it."""
     try:
         if call.tool_name == META_RESET_TOOLS:
             value = session_groups_reset(session=session, choices=call.effective_input)
+        elif call.tool_name in (META_SEARCH_TOOLS, META_ENABLE_TOOLS):
+            try:
+                if call.tool_name == META_SEARCH_TOOLS:
+                    value = session_tools_search(session=session, arguments=call.effective_input)
+                else:
+                    value = session_tools_enable(session=session, names=(call.effective_input or {}).get("names"))
+            except ServiceError as exc:
+                raise ToolError(exc.message, error_type="InvalidInput") from None
         else:
             provider = next((p for p in meta_providers() if p.name == call.tool_name), None)
             if provider is None:

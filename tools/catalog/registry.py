@@ -11,9 +11,13 @@ from typing import Any, Protocol
 
 META_RESET_TOOLS = "reset_tools"
 META_LOAD_SKILL = "load_skill_through_path"
+META_SEARCH_TOOLS = "search_tools"
+META_ENABLE_TOOLS = "enable_tools"
+# The meta tools of the catalog itself (tools.catalog.meta), which no other app may provide.
+CATALOG_META_TOOLS = frozenset({META_RESET_TOOLS, META_SEARCH_TOOLS, META_ENABLE_TOOLS})
 # Names of the meta tools the platform puts on a session's surface; no tool of a source or a tenant
 # may take one (compared as `tools.catalog.schemas.tool_name_reserved` does, so a look-alike cannot pass either).
-RESERVED_TOOL_NAMES = frozenset({META_RESET_TOOLS, META_LOAD_SKILL})
+RESERVED_TOOL_NAMES = CATALOG_META_TOOLS | {META_LOAD_SKILL}
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ _meta_providers: list[MetaToolProvider] = []
 
 
 def register_meta_provider(provider: MetaToolProvider) -> None:
-    if provider.name not in RESERVED_TOOL_NAMES or provider.name == META_RESET_TOOLS:
+    if provider.name not in RESERVED_TOOL_NAMES or provider.name in CATALOG_META_TOOLS:
         raise ValueError(f"{provider.name!r} is not a reserved meta tool name another app may provide")
     if all(known.name != provider.name for known in _meta_providers):
         _meta_providers.append(provider)

@@ -6,7 +6,8 @@ from datetime import datetime
 from django.core.cache import cache
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Sum
 
-from tools.catalog.meta import meta_tool, meta_tools
+from tenancy.models import ToolSurface
+from tools.catalog.meta import enabled_tool_names, meta_tool, meta_tools, search_surface
 from tools.catalog.registry import RESERVED_TOOL_NAMES, exposure_hidden, meta_providers
 from tools.catalog.snapshot import (
     CatalogSnapshot,
@@ -41,23 +42,55 @@ def loaded_skill_names(session: AgentSession) -> set[str]:
             if isinstance(loaded, dict) and isinstance(loaded.get("skill"), str)}
 
 
-def active_group_names(session: AgentSession, groups: list[GroupView]) -> list[str]:
+def active_group_names(session: AgentSession, groups: list[GroupView], *, search: bool | None = None) -> list[str]:
     """basic, the operator-managed groups that are on, the session's own switchable choices, and the groups
-    bound to the skills it loaded (for this session only); never a group limited to other agents."""
+    bound to the skills it loaded (for this session only); never a group limited to other agents. With the
+    tool search (`search`, by default the tenant's `tool_surface`), operator-managed groups are not listed up
+    front: their tools are found with search_tools and switched on one by one (docs/governance.md#tool-search)."""
     chosen = set(session.active_groups)
     skills = loaded_skill_names(session) if session.loaded_skills else ()
+    managed_on = not (search_surface(session) if search is None else search)
     return [
         group.name for group in groups
         if group.open_to(session.agent) and (
             group.name == RESERVED_GROUP
-            or (not group.switchable and group.default_active)
+            or (managed_on and not group.switchable and group.default_active)
             or (group.switchable and group.name in chosen)
             or (group.skill_ref and group.skill_ref in skills))
     ]
 
 
-def default_group_names(groups: list[GroupView], agent: str) -> list[str]:
-    """The switchable groups a new session of `agent` starts with."""
+def reachable_group_names(session: AgentSession, groups: list[GroupView]) -> list[str]:
+    """The groups whose tools this session may find with search_tools and switch on with enable_tools: those it
+    has on, as it would with the whole surface listed, and the switchable ones open to its agent (it could switch
+    them on with reset_tools anyway). Never an operator-managed group that is off, a group limited to other
+    agents, or the group of a skill it has not loaded."""
+    active = set(active_group_names(session, groups, search=False))
+    switchable = {group.name for group in switchable_groups(groups, session.agent)}
+    return [group.name for group in groups if group.name in active or group.name in switchable]
+
+
+def reachable_tool_names(session: AgentSession, catalog: CatalogSnapshot) -> set[str]:
+    """The enabled tools of the session's reachable groups (before the exposure filters)."""
+    reachable = set(reachable_group_names(session, catalog.groups))
+    return {name for group in catalog.groups if group.name in reachable for name in group.tool_names}
+
+
+def _enabled_reachable(session: AgentSession, catalog: CatalogSnapshot) -> set[str]:
+    """The tools the session switched on (enable_tools) that it may still reach: a tool whose group went off,
+    was limited to other agents or lost it, and a disabled tool, leave the surface again."""
+    enabled = enabled_tool_names(session)
+    if not enabled:
+        return set()
+    return {name for name in enabled if name in catalog.tools
+            and reachable_group_names(session, catalog.groups_of_tool.get(name, []))}
+
+
+def default_group_names(groups: list[GroupView], agent: str, *, tenant=None) -> list[str]:
+    """The switchable groups a new session of `agent` starts with: none when the tenant lists a new session the
+    core and the tool search only."""
+    if tenant is not None and getattr(tenant, "tool_surface", ToolSurface.FULL) == ToolSurface.SEARCH:
+        return []
     return [g.name for g in switchable_groups(groups, agent) if g.default_active]
 
 
@@ -153,7 +186,8 @@ def visible_tools(session: AgentSession, *, declared: bool = True) -> list[Expos
         return _with_declared(session, [] if replacing else visible_tools(session, declared=False))
     catalog = catalog_snapshot(session.tenant_id)
     active = set(active_group_names(session, catalog.groups))
-    names = sorted({name for group in catalog.groups if group.name in active for name in group.tool_names})
+    names = sorted({name for group in catalog.groups if group.name in active for name in group.tool_names}
+                   | _enabled_reachable(session, catalog))
     hidden = exposure_hidden(tenant=session.tenant, agent=session.agent, user=session.user,
                              user_verified=session.user_verified, names=names)
     return [_expose(catalog, catalog.tools[name], session.agent) for name in names
@@ -168,7 +202,8 @@ def visible_tool(session: AgentSession, name: str) -> ExposedTool | None:
     if name in RESERVED_TOOL_NAMES:
         return meta_tool(catalog, session, name)
     tool = catalog.tools.get(name)
-    if tool is None or not active_group_names(session, catalog.groups_of_tool.get(name, [])):
+    if tool is None or not (active_group_names(session, catalog.groups_of_tool.get(name, []))
+                            or name in _enabled_reachable(session, catalog)):
         return session_declared_tool(session, name) if session.declared_tools else None
     return _expose(catalog, tool, session.agent)
 
@@ -217,7 +252,7 @@ def _not_listed_why(groups: list[GroupView], agent: str) -> str:
 def new_session_of(tenant, agent: str, user: str = "") -> AgentSession:
     """A session of `agent` and `user` as it would start (not saved): for seeing what it would be shown."""
     return AgentSession(tenant=tenant, agent=agent, user=user,
-                        active_groups=default_group_names(catalog_snapshot(tenant.pk).groups, agent))
+                        active_groups=default_group_names(catalog_snapshot(tenant.pk).groups, agent, tenant=tenant))
 
 
 def surface_preview(tenant, agent: str, user: str = "") -> SurfacePreview:
@@ -227,8 +262,11 @@ def surface_preview(tenant, agent: str, user: str = "") -> SurfacePreview:
     shown = [exposed.name for exposed in visible_tools(session)]
     active = set(active_group_names(session, catalog.groups))
     in_active = sorted({name for group in catalog.groups if group.name in active for name in group.tool_names})
-    denied = exposure_hidden(tenant=tenant, agent=agent, user=user, names=in_active)
-    hidden = [(name, denied.get(name) or _not_listed_why(catalog.groups_of_tool.get(name, []), agent))
+    reachable = reachable_tool_names(session, catalog) if search_surface(session) else set()
+    denied = exposure_hidden(tenant=tenant, agent=agent, user=user, names=sorted(set(in_active) | reachable))
+    hidden = [(name, denied.get(name) or ("found with search_tools, then switched on with enable_tools"
+                                          if name in reachable else
+                                          _not_listed_why(catalog.groups_of_tool.get(name, []), agent)))
               for name in sorted(catalog.tools) if name not in shown]
     hidden = sorted(hidden + [(name, WITHHELD_WHY) for name in catalog.withheld])
     return SurfacePreview(agent=agent, user=user, active_groups=[g.name for g in catalog.groups if g.name in active],

@@ -10,7 +10,8 @@ from audit.services import audit_record
 from common.errors import ServiceError
 from tenancy.fastread import tables_exist
 from tenancy.models import SYSTEM_AGENT_RESERVED, Tenant, is_system_agent
-from tools.catalog.registry import sources
+from tools.catalog.meta import ENABLE_MAX, ENABLED_MAX, ENABLED_TOOLS, NAME_MAX, enabled_tool_names
+from tools.catalog.registry import exposure_hidden, sources
 from tools.catalog.schemas import (
     SchemaProblem,
     argument_problems,
@@ -18,7 +19,8 @@ from tools.catalog.schemas import (
     schema_check,
     tool_name_reserved,
 )
-from tools.catalog.selectors import default_group_names, groups_of
+from tools.catalog.selectors import default_group_names, groups_of, reachable_tool_names
+from tools.catalog.snapshot import catalog_snapshot
 from tools.models import RESERVED_GROUP, AgentSession, BoundArgument, Tool, ToolGroup, ToolSource
 
 logger = logging.getLogger(__name__)
@@ -303,7 +305,7 @@ def session_create(*, tenant, agent: str, user: str = "", user_verified: bool = 
         raise ServiceError({"agent": ["This field is required."]})
     if is_system_agent(agent):
         raise ServiceError({"agent": [SYSTEM_AGENT_RESERVED]})
-    default_groups = default_group_names(groups_of(tenant), agent)
+    default_groups = default_group_names(groups_of(tenant), agent, tenant=tenant)
     session = AgentSession.objects.create(
         tenant=tenant, api_key=api_key, agent=agent, user=user, user_verified=user_verified, context=context or {},
         active_groups=default_groups, person=person if user_verified else None,
@@ -330,3 +332,35 @@ def session_note_append(*, session: AgentSession, text: str) -> list[str]:
         current.save(update_fields=["state"])
     session.state = current.state
     return notes
+
+
+def session_tools_enable(*, session: AgentSession, names) -> dict:
+    """enable_tools: switch these tools on for this session only (docs/governance.md#tool-search). Each must be
+    one the session may find with search_tools; all or nothing. A name it may not find is refused as a missing
+    one is, so the answer never tells a hidden tool from none."""
+    if (not isinstance(names, list) or not 1 <= len(names) <= ENABLE_MAX
+            or not all(isinstance(name, str) and 0 < len(name) <= NAME_MAX for name in names)):
+        raise ServiceError({"names": [f"a list of 1 to {ENABLE_MAX} tool names"]})
+    names = list(dict.fromkeys(names))
+    catalog = catalog_snapshot(session.tenant_id)
+    reachable = reachable_tool_names(session, catalog)
+    candidates = [name for name in names if name in reachable]
+    hidden = exposure_hidden(tenant=session.tenant, agent=session.agent, user=session.user,
+                             user_verified=session.user_verified, names=candidates)
+    unknown = [name for name in names if name not in reachable or name in hidden]
+    if unknown:
+        raise ServiceError(f"no tool to switch on is named {', '.join(map(repr, unknown))}; find tools with "
+                           "search_tools. Nothing was changed.")
+    with transaction.atomic():
+        current = AgentSession.objects.for_tenant(session.tenant_id).select_for_update().get(pk=session.pk)
+        before = enabled_tool_names(current)
+        # names that left the session's reach since it switched them on make room
+        kept = [name for name in before if name in reachable]
+        added = [name for name in names if name not in kept]
+        if len(kept) + len(added) > ENABLED_MAX:
+            raise ServiceError(f"a session may switch on at most {ENABLED_MAX} tools; it has {len(kept)}. "
+                               "Nothing was changed.")
+        current.state = {**(current.state if isinstance(current.state, dict) else {}), ENABLED_TOOLS: kept + added}
+        current.save(update_fields=["state"])
+    session.state = current.state
+    return {"enabled": added, "already_enabled": [name for name in names if name not in added]}

@@ -52,7 +52,7 @@ from tools.calls.runtime import runtime
 from tools.calls.statements import session_calls_awaiting_approval
 from tools.calls.submit import call_cancel, calls_submit
 from tools.calls.waiting import WaitPlan, run_db
-from tools.catalog.registry import resource_providers
+from tools.catalog.registry import META_SEARCH_TOOLS, resource_providers
 from tools.catalog.selectors import (
     MCP_PRESENCE_S,
     mcp_presence_key,
@@ -358,8 +358,9 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
                     # SSE polling: the stream ends here, the call goes on; the client resumes with Last-Event-ID
                     stream.hang_up()
                     await asyncio.Event().wait()  # until the transport, its stream ended, cancels this handler
-    if exposed is not None and exposed.is_meta and calls[0].status == CallStatus.SUCCEEDED:
-        await _surface_changed(ctx)
+    if exposed is not None and exposed.is_meta and exposed.name != META_SEARCH_TOOLS \
+            and calls[0].status == CallStatus.SUCCEEDED:
+        await _surface_changed(ctx)  # the search only reads
     if (calls[0].status == CallStatus.FAILED and (calls[0].error or {}).get("errorType") == "AccountNotConnected"
             and _client_elicits_urls(ctx, session)
             and (asked := await run_db(_account_to_connect, calls[0])) is not None):

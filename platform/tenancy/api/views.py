@@ -5,7 +5,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from common.serializers import Serializer as StrictSerializer
-from tenancy.models import Behavior, Scope
+from tenancy.models import Behavior, Scope, ToolSurface
 from tenancy.services import (
     GOVERNANCE_FIELDS,
     LIMIT_FIELDS,
@@ -54,6 +54,9 @@ class GovernanceSerializer(StrictSerializer):
                                   "even when the default is allow")
     max_parallel_calls = serializers.IntegerField(
         min_value=1, max_value=PARALLEL_MAX, required=False, help_text="the tenant's calls that run at once")
+    tool_surface = serializers.ChoiceField(
+        choices=ToolSurface.choices, required=False,
+        help_text="what a session is listed: its whole surface (`full`), or the core and the tool search (`search`)")
 
 
 def governance_data(tenant) -> dict:
@@ -61,7 +64,8 @@ def governance_data(tenant) -> dict:
 
 
 class GovernanceView(APIView):
-    """How the tenant decides and runs calls (docs/governance.md, the decision); each change is audited."""
+    """How the tenant decides and runs calls, and what a session is listed (docs/governance.md); each change is
+    audited."""
 
     required_scope = Scope.ADMIN
 

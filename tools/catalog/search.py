@@ -1,0 +1,216 @@
+"""The tool search: which tools a session may see match a free-text query (docs/governance.md#tool-search).
+
+Policy comes first. The candidates are the tools of the session's reachable groups
+(`selectors.reachable_group_names`: its active groups and the switchable ones open to its agent), enabled, of an
+enabled server, and not hidden by an exposure filter (a deny rule that always refuses the session's agent and
+user). A tool outside them is never returned, and its name is not in any message: the search cannot tell a
+hidden tool from a missing one.
+
+The text searched is a tool's name (its `_`, `.` and `-` read as spaces), its description and its input
+schema's property names and descriptions, weighted in that order.
+
+- PostgreSQL: the generated, stored `tools_tool.search` tsvector (migration 0013; names weight A, description B,
+  schema C, the `english` configuration) with a GIN index, ranked with ts_rank_cd(): the tools holding every
+  word of the query first, then those holding any, one page of the tenant's enabled tools; a statement ranks at
+  most CANDIDATE_CAP matches. The reachable groups and the exposure filters are
+  applied to that page in memory (from the catalog snapshot), and a page they thin out is read again, four times
+  larger, until enough remain or the matches end.
+- SQLite (the embedded mode): no index in the database. Each catalog snapshot keeps a vocabulary of its tools'
+  words (built on the first search of that catalog version), and a query word matches the words it begins
+  after a light suffix stripping; a match in the name counts 3, in the description 2, in the schema 1.
+
+The query is hostile input: at most `meta.QUERY_MAX` characters, cut into plain words by
+`common.fulltext.query_terms` (no word carries tsquery syntax), and passed as a parameter.
+"""
+import re
+from dataclasses import dataclass
+
+from django.db import connection
+
+from common.errors import ServiceError
+from common.fulltext import postgres_tsquery, query_terms
+from tools.catalog.meta import QUERY_MAX, SEARCH_LIMIT_DEFAULT, SEARCH_LIMIT_MAX, enabled_tool_names
+from tools.catalog.registry import exposure_hidden
+from tools.catalog.selectors import active_group_names, reachable_group_names
+from tools.catalog.snapshot import CatalogSnapshot, catalog_snapshot
+from tools.models import AgentSession, Tool
+
+PG_CONFIG = "english"
+DESCRIPTION_MAX = 500  # characters of a description a hit carries
+
+
+@dataclass(frozen=True)
+class ToolHit:
+    name: str
+    description: str
+    listed: bool  # already on the session's surface
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "description": self.description, "listed": self.listed}
+
+
+def search_terms(query) -> list[str]:
+    """The words of `query` to search for; ServiceError when it is no text, too long, or has none."""
+    if not isinstance(query, str) or not query.strip():
+        raise ServiceError({"query": ["describe the tool you need in a few words"]})
+    if len(query) > QUERY_MAX:
+        raise ServiceError({"query": [f"at most {QUERY_MAX} characters"]})
+    terms = query_terms(query)
+    if not terms:
+        raise ServiceError({"query": ["the query has no searchable words (only stop words or punctuation)"]})
+    return terms
+
+
+def search_limit(limit) -> int:
+    if limit is None:
+        return SEARCH_LIMIT_DEFAULT
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_LIMIT_MAX:
+        raise ServiceError({"limit": [f"a whole number from 1 to {SEARCH_LIMIT_MAX}"]})
+    return limit
+
+
+def tools_search(*, session: AgentSession, query, limit=None) -> list[ToolHit]:
+    """The tools this session may see that match `query`, best first, at most `limit`."""
+    terms, limit = search_terms(query), search_limit(limit)
+    catalog = catalog_snapshot(session.tenant_id)
+    reachable = set(reachable_group_names(session, catalog.groups))
+    names = {name for group in catalog.groups if group.name in reachable for name in group.tool_names}
+    if not names:
+        return []
+    ranked = _ranked_postgres if connection.vendor == "postgresql" else _ranked_snapshot
+    found: list[str] = []
+    fetch = limit * 2 + 10
+    while True:
+        rows = ranked(catalog=catalog, tenant_id=session.tenant_id, terms=terms, names=names, fetch=fetch)
+        candidates = [name for name in rows if name in names]
+        hidden = exposure_hidden(tenant=session.tenant, agent=session.agent, user=session.user,
+                                 user_verified=session.user_verified, names=candidates)
+        found = [name for name in candidates if name not in hidden]
+        if len(found) >= limit or len(rows) < fetch:
+            break
+        fetch *= 4  # policy thinned the page out: read a larger one
+    found = found[:limit]
+    listed = listed_names(session, catalog, found)
+    return [_hit(catalog, name, name in listed) for name in found]
+
+
+def listed_names(session: AgentSession, catalog: CatalogSnapshot, names: list[str]) -> set[str]:
+    """Which of these found tools are on the session's surface already (as `selectors.visible_tool` says)."""
+    if not names:
+        return set()
+    active = set(active_group_names(session, catalog.groups))
+    enabled = set(enabled_tool_names(session))
+    return {name for name in names
+            if name in enabled or any(group.name in active for group in catalog.groups_of_tool.get(name, ()))}
+
+
+def _hit(catalog: CatalogSnapshot, name: str, listed: bool) -> ToolHit:
+    description = catalog.tools[name].description or ""
+    if len(description) > DESCRIPTION_MAX:
+        description = description[:DESCRIPTION_MAX - 1] + "…"
+    return ToolHit(name=name, description=description, listed=listed)
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------------
+
+CANDIDATE_CAP = 400  # matching tools ranked per statement (see _ranked_postgres)
+
+
+def _ranked_postgres(*, catalog, tenant_id: int, terms: list[str], names, fetch: int) -> list[str]:
+    """A page of the tenant's enabled tools that match, best first: those holding every word of the query, then,
+    when they are fewer than the page, those holding any. Each statement ranks at most CANDIDATE_CAP matches (the
+    first it finds), so a word shared by thousands of tools costs what 400 do (ranking costs about 10 µs a row on
+    a loaded machine); the tools holding every word, ranked first, keep the best answers within the cap.
+
+    The reachable groups are not a condition here: a semi-join to the memberships for each matching row cost more
+    than the ranking (30 ms for a common word at 10,000 tools); the caller keeps the reachable ones and reads a
+    larger page when too few remain."""
+    found = _ranked_statement(tenant_id, " & ".join(terms), fetch)
+    if len(found) < fetch and len(terms) > 1:
+        seen = set(found)
+        found += [name for name in _ranked_statement(tenant_id, postgres_tsquery(terms), fetch + len(found))
+                  if name not in seen][:fetch - len(found)]
+    return found
+
+
+def _ranked_statement(tenant_id: int, tsquery: str, fetch: int) -> list[str]:
+    table = connection.ops.quote_name(Tool._meta.db_table)
+    sql = (
+        "WITH q AS (SELECT to_tsquery(%s::regconfig, %s) AS query),"  # noqa: S608 (a quoted table name)
+        f" c AS (SELECT t.name, t.search FROM {table} t, q"
+        "  WHERE t.tenant_id = %s AND t.enabled AND t.search @@ q.query LIMIT %s)"
+        " SELECT c.name FROM c, q ORDER BY ts_rank_cd(c.search, q.query) DESC, c.name LIMIT %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [PG_CONFIG, tsquery, tenant_id, CANDIDATE_CAP, fetch])
+        return [row[0] for row in cursor.fetchall()]
+
+
+# --- the snapshot's vocabulary (SQLite) ------------------------------------------------------------
+
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+_SUFFIXES = ("ing", "ies", "es", "ed", "s")
+NAME_WEIGHT, DESCRIPTION_WEIGHT, SCHEMA_WEIGHT = 3, 2, 1
+
+
+def stem(word: str) -> str:
+    """A light stemming, so "issues" finds "issue" and "creating" finds "create"."""
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[:-len(suffix)]
+    return word
+
+
+def words(text: str) -> set[str]:
+    return {stem(token) for token in _TOKEN.findall(text.lower())}
+
+
+def schema_text(schema, depth: int = 0) -> list[str]:
+    """The property names and descriptions of a JSON Schema, at any depth (as migration 0013 reads them)."""
+    if depth > 32:
+        return []
+    found: list[str] = []
+    if isinstance(schema, dict):
+        properties = schema.get("properties")
+        if isinstance(properties, dict):
+            found += [key for key in properties if isinstance(key, str)]
+        description = schema.get("description")
+        if isinstance(description, str):
+            found.append(description)
+        for value in schema.values():
+            if isinstance(value, dict | list):
+                found += schema_text(value, depth + 1)
+    elif isinstance(schema, list):
+        for item in schema:
+            found += schema_text(item, depth + 1)
+    return found
+
+
+def _vocabulary(catalog: CatalogSnapshot) -> dict[str, dict[str, int]]:
+    """word → {tool name: weight}, built once per catalog snapshot."""
+    vocabulary = catalog.search_vocabulary
+    if vocabulary is None:
+        vocabulary = {}
+        for name, tool in catalog.tools.items():
+            for weight, text in ((SCHEMA_WEIGHT, " ".join(schema_text(tool.input_schema))),
+                                 (DESCRIPTION_WEIGHT, tool.description or ""), (NAME_WEIGHT, name)):
+                for word in words(text):
+                    weights = vocabulary.setdefault(word, {})
+                    weights[name] = max(weights.get(name, 0), weight)
+        catalog.search_vocabulary = vocabulary
+    return vocabulary
+
+
+def _ranked_snapshot(*, catalog, tenant_id: int, terms: list[str], names, fetch: int) -> list[str]:
+    vocabulary = _vocabulary(catalog)
+    scores: dict[str, int] = {}
+    for stemmed in {stem(part) for term in terms for part in _TOKEN.findall(term)}:
+        best: dict[str, int] = {}
+        for word, weights in vocabulary.items():
+            if word.startswith(stemmed):
+                for name, weight in weights.items():
+                    if name in names and weight > best.get(name, 0):
+                        best[name] = weight
+        for name, weight in best.items():
+            scores[name] = scores.get(name, 0) + weight
+    return sorted(scores, key=lambda name: (-scores[name], name))[:fetch]
