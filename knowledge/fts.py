@@ -23,9 +23,9 @@ triggers. A migration that alters `knowledge_chunk` must call `sqlite_install(sc
 again afterwards (it is idempotent and re-indexes every tenant's chunks). On PostgreSQL, `title` and
 `text` cannot change type while the generated column uses them.
 """
-from common.fulltext import MAX_TERMS, STOP_WORDS, postgres_tsquery, query_terms
+from common.fulltext import MAX_TERMS, STOP_WORDS, postgres_tsquery, query_terms, sqlite_match
 
-__all__ = ["MAX_TERMS", "STOP_WORDS", "postgres_tsquery", "query_terms"]
+__all__ = ["MAX_TERMS", "STOP_WORDS", "postgres_tsquery", "query_terms", "sqlite_match"]
 
 _SQLITE_TOKENIZE = "porter unicode61 remove_diacritics 2"
 
@@ -116,10 +116,5 @@ def sqlite_install(schema_editor) -> None:
 
 # --- queries -----------------------------------------------------------------------------------
 
-# The words of a query and the PostgreSQL tsquery of them: common.fulltext (shared with the tool search).
-
-
-def sqlite_match(terms: list[str]) -> str:
-    """An FTS5 query matching any of the terms (bm25 favours chunks with more of them). Each term is
-    a quoted string, so nothing in a query is FTS syntax."""
-    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+# The words of a query, the PostgreSQL tsquery and the FTS5 query of them: common.fulltext (shared with the tool
+# search).

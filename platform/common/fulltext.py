@@ -2,7 +2,8 @@
 
 A query comes from a model or a person, so it is hostile input: it is cut into `\\w+` words, lower-cased,
 stop words dropped, each word once, at most MAX_TERMS of them. A term is then only letters, digits and
-underscores, which carry no syntax of PostgreSQL's tsquery or SQLite's FTS5. Used by the knowledge search
+underscores, which carry no syntax of PostgreSQL's tsquery; for SQLite's FTS5 each is a quoted string (a
+phrase), so no word can be an FTS5 operator (`AND`, `NEAR`, a column filter). Used by the knowledge search
 (knowledge.fts) and the tool search (tools.catalog.search).
 """
 import re
@@ -34,3 +35,11 @@ def query_terms(query: str) -> list[str]:
 def postgres_tsquery(terms: list[str]) -> str:
     """The text for to_tsquery(): terms OR-ed. Terms are \\w+ runs, so they carry no tsquery syntax."""
     return " | ".join(terms)
+
+
+def sqlite_match(terms: list[str], operator: str = "OR") -> str:
+    """An FTS5 query of the terms joined by `operator` ("OR": any of them, bm25 favouring rows with more;
+    "AND": all of them). Each term is a quoted string, so nothing in a query is FTS5 syntax."""
+    if operator not in ("OR", "AND"):
+        raise ValueError(operator)
+    return f" {operator} ".join('"' + term.replace('"', '""') + '"' for term in terms)

@@ -9,26 +9,30 @@ hidden tool from a missing one.
 The text searched is a tool's name (its `_`, `.` and `-` read as spaces), its description and its input
 schema's property names and descriptions, weighted in that order.
 
-- PostgreSQL: the generated, stored `tools_tool.search` tsvector (migration 0013; names weight A, description B,
-  schema C, the `english` configuration) with a GIN index, ranked with ts_rank_cd(): the tools holding every
-  word of the query first, then those holding any, one page of the tenant's enabled tools; a statement ranks at
-  most CANDIDATE_CAP matches. The reachable groups and the exposure filters are
-  applied to that page in memory (from the catalog snapshot), and a page they thin out is read again, four times
-  larger, until enough remain or the matches end.
-- SQLite (the embedded mode): no index in the database. Each catalog snapshot keeps a vocabulary of its tools'
-  words (built on the first search of that catalog version), and a query word matches the words it begins
-  after a light suffix stripping; a match in the name counts 3, in the description 2, in the schema 1.
+Both databases rank with their own full-text index, the same way: the tools of the tenant, enabled, holding every
+word of the query first, then, when they are fewer than a page, those holding any; a statement ranks at most
+CANDIDATE_CAP matches (the first it finds). The reachable groups and the exposure filters are applied to that page
+in memory (from the catalog snapshot), and a page they thin out is read again, four times larger, until enough
+remain or the matches end.
+
+- PostgreSQL: the generated, stored `tools_tool.search` tsvector (migration 0015; names weight A, description B,
+  schema C, the `english` configuration) with a GIN index, ranked with ts_rank_cd().
+- SQLite (the embedded mode): the FTS5 table `tools_tool_fts` (migration 0016; Porter stemming), kept by
+  triggers on `tools_tool`, ranked with bm25() weighting the name, the description and the schema as
+  PostgreSQL's A, B and C (1, 0.4, 0.2). Its column `tenant` holds `t<tenant id>`, and the query requires it,
+  so a statement reads one tenant's rows. bm25() takes its statistics from the whole table, so another tenant's
+  catalog can change the order of a tenant's hits, never which tools are found.
 
 The query is hostile input: at most `meta.QUERY_MAX` characters, cut into plain words by
-`common.fulltext.query_terms` (no word carries tsquery syntax), and passed as a parameter.
+`common.fulltext.query_terms` (no word carries tsquery syntax; for FTS5 each is a quoted string,
+`common.fulltext.sqlite_match`), and passed as a parameter.
 """
-import re
 from dataclasses import dataclass
 
 from django.db import connection
 
 from common.errors import ServiceError
-from common.fulltext import postgres_tsquery, query_terms
+from common.fulltext import postgres_tsquery, query_terms, sqlite_match
 from tools.catalog.meta import QUERY_MAX, SEARCH_LIMIT_DEFAULT, SEARCH_LIMIT_MAX, enabled_tool_names
 from tools.catalog.registry import exposure_hidden
 from tools.catalog.selectors import active_group_names, reachable_group_names
@@ -77,11 +81,10 @@ def tools_search(*, session: AgentSession, query, limit=None) -> list[ToolHit]:
     names = {name for group in catalog.groups if group.name in reachable for name in group.tool_names}
     if not names:
         return []
-    ranked = _ranked_postgres if connection.vendor == "postgresql" else _ranked_snapshot
     found: list[str] = []
     fetch = limit * 2 + 10
     while True:
-        rows = ranked(catalog=catalog, tenant_id=session.tenant_id, terms=terms, names=names, fetch=fetch)
+        rows = _ranked(session.tenant_id, terms, fetch)
         candidates = [name for name in rows if name in names]
         hidden = exposure_hidden(tenant=session.tenant, agent=session.agent, user=session.user,
                                  user_verified=session.user_verified, names=candidates)
@@ -111,12 +114,12 @@ def _hit(catalog: CatalogSnapshot, name: str, listed: bool) -> ToolHit:
     return ToolHit(name=name, description=description, listed=listed)
 
 
-# --- PostgreSQL ----------------------------------------------------------------------------------
+# --- the full-text statements -------------------------------------------------------------------
 
-CANDIDATE_CAP = 400  # matching tools ranked per statement (see _ranked_postgres)
+CANDIDATE_CAP = 400  # matching tools ranked per statement (see _ranked)
 
 
-def _ranked_postgres(*, catalog, tenant_id: int, terms: list[str], names, fetch: int) -> list[str]:
+def _ranked(tenant_id: int, terms: list[str], fetch: int) -> list[str]:
     """A page of the tenant's enabled tools that match, best first: those holding every word of the query, then,
     when they are fewer than the page, those holding any. Each statement ranks at most CANDIDATE_CAP matches (the
     first it finds), so a word shared by thousands of tools costs what 400 do (ranking costs about 10 µs a row on
@@ -125,15 +128,16 @@ def _ranked_postgres(*, catalog, tenant_id: int, terms: list[str], names, fetch:
     The reachable groups are not a condition here: a semi-join to the memberships for each matching row cost more
     than the ranking (30 ms for a common word at 10,000 tools); the caller keeps the reachable ones and reads a
     larger page when too few remain."""
-    found = _ranked_statement(tenant_id, " & ".join(terms), fetch)
+    statement = _postgres_statement if connection.vendor == "postgresql" else _sqlite_statement
+    found = statement(tenant_id, terms, True, fetch)
     if len(found) < fetch and len(terms) > 1:
         seen = set(found)
-        found += [name for name in _ranked_statement(tenant_id, postgres_tsquery(terms), fetch + len(found))
+        found += [name for name in statement(tenant_id, terms, False, fetch + len(found))
                   if name not in seen][:fetch - len(found)]
     return found
 
 
-def _ranked_statement(tenant_id: int, tsquery: str, fetch: int) -> list[str]:
+def _postgres_statement(tenant_id: int, terms: list[str], every: bool, fetch: int) -> list[str]:
     table = connection.ops.quote_name(Tool._meta.db_table)
     sql = (
         "WITH q AS (SELECT to_tsquery(%s::regconfig, %s) AS query),"  # noqa: S608 (a quoted table name)
@@ -141,76 +145,26 @@ def _ranked_statement(tenant_id: int, tsquery: str, fetch: int) -> list[str]:
         "  WHERE t.tenant_id = %s AND t.enabled AND t.search @@ q.query LIMIT %s)"
         " SELECT c.name FROM c, q ORDER BY ts_rank_cd(c.search, q.query) DESC, c.name LIMIT %s"
     )
+    tsquery = " & ".join(terms) if every else postgres_tsquery(terms)
     with connection.cursor() as cursor:
         cursor.execute(sql, [PG_CONFIG, tsquery, tenant_id, CANDIDATE_CAP, fetch])
         return [row[0] for row in cursor.fetchall()]
 
 
-# --- the snapshot's vocabulary (SQLite) ------------------------------------------------------------
-
-_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
-_SUFFIXES = ("ing", "ies", "es", "ed", "s")
-NAME_WEIGHT, DESCRIPTION_WEIGHT, SCHEMA_WEIGHT = 3, 2, 1
+SQLITE_TABLE = "tools_tool_fts"  # migration 0016
+SQLITE_WEIGHTS = "0.0, 1.0, 0.4, 0.2"  # bm25() column weights: tenant, name, description, schema
 
 
-def stem(word: str) -> str:
-    """A light stemming, so "issues" finds "issue" and "creating" finds "create"."""
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[:-len(suffix)]
-    return word
-
-
-def words(text: str) -> set[str]:
-    return {stem(token) for token in _TOKEN.findall(text.lower())}
-
-
-def schema_text(schema, depth: int = 0) -> list[str]:
-    """The property names and descriptions of a JSON Schema, at any depth (as migration 0013 reads them)."""
-    if depth > 32:
-        return []
-    found: list[str] = []
-    if isinstance(schema, dict):
-        properties = schema.get("properties")
-        if isinstance(properties, dict):
-            found += [key for key in properties if isinstance(key, str)]
-        description = schema.get("description")
-        if isinstance(description, str):
-            found.append(description)
-        for value in schema.values():
-            if isinstance(value, dict | list):
-                found += schema_text(value, depth + 1)
-    elif isinstance(schema, list):
-        for item in schema:
-            found += schema_text(item, depth + 1)
-    return found
-
-
-def _vocabulary(catalog: CatalogSnapshot) -> dict[str, dict[str, int]]:
-    """word → {tool name: weight}, built once per catalog snapshot."""
-    vocabulary = catalog.search_vocabulary
-    if vocabulary is None:
-        vocabulary = {}
-        for name, tool in catalog.tools.items():
-            for weight, text in ((SCHEMA_WEIGHT, " ".join(schema_text(tool.input_schema))),
-                                 (DESCRIPTION_WEIGHT, tool.description or ""), (NAME_WEIGHT, name)):
-                for word in words(text):
-                    weights = vocabulary.setdefault(word, {})
-                    weights[name] = max(weights.get(name, 0), weight)
-        catalog.search_vocabulary = vocabulary
-    return vocabulary
-
-
-def _ranked_snapshot(*, catalog, tenant_id: int, terms: list[str], names, fetch: int) -> list[str]:
-    vocabulary = _vocabulary(catalog)
-    scores: dict[str, int] = {}
-    for stemmed in {stem(part) for term in terms for part in _TOKEN.findall(term)}:
-        best: dict[str, int] = {}
-        for word, weights in vocabulary.items():
-            if word.startswith(stemmed):
-                for name, weight in weights.items():
-                    if name in names and weight > best.get(name, 0):
-                        best[name] = weight
-        for name, weight in best.items():
-            scores[name] = scores.get(name, 0) + weight
-    return sorted(scores, key=lambda name: (-scores[name], name))[:fetch]
+def _sqlite_statement(tenant_id: int, terms: list[str], every: bool, fetch: int) -> list[str]:
+    table = connection.ops.quote_name(Tool._meta.db_table)
+    sql = (
+        f"WITH c AS (SELECT t.name, bm25({SQLITE_TABLE}, {SQLITE_WEIGHTS}) AS score"  # noqa: S608 (constants)
+        f"  FROM {SQLITE_TABLE} JOIN {table} t ON t.id = {SQLITE_TABLE}.rowid"
+        f"  WHERE {SQLITE_TABLE} MATCH %s AND t.tenant_id = %s AND t.enabled LIMIT %s)"
+        " SELECT c.name FROM c ORDER BY c.score, c.name LIMIT %s"
+    )
+    match = (f'tenant : "t{int(tenant_id)}" AND {{name description schema}} : '
+             f'({sqlite_match(terms, "AND" if every else "OR")})')
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [match, tenant_id, CANDIDATE_CAP, fetch])
+        return [row[0] for row in cursor.fetchall()]

@@ -67,8 +67,6 @@ class CatalogSnapshot:
     groups_of_tool: dict[str, list[GroupView]] = field(default_factory=dict)
     bindings: dict[int, list[tuple[str, str, object]]] = field(default_factory=dict)  # tool id → (agent, name, value)
     validators: dict[tuple, InputValidator] = field(default_factory=dict)
-    # the tool search's vocabulary where the database has no index for it (tools.catalog.search), built on first use
-    search_vocabulary: dict[str, dict[str, int]] | None = field(default=None, repr=False)
 
     def bound_values(self, tool: Tool, agent: str) -> dict:
         return bound_values(self.bindings.get(tool.pk, ()), agent)
