@@ -156,10 +156,12 @@ SQLITE_WEIGHTS = "0.0, 1.0, 0.4, 0.2"  # bm25() column weights: tenant, name, de
 
 
 def _sqlite_statement(tenant_id: int, terms: list[str], every: bool, fetch: int) -> list[str]:
+    """CROSS JOIN keeps the FTS5 table the outer loop: otherwise SQLite may walk the tenant's tools and run the
+    MATCH once for each (10,000 lookups a query)."""
     table = connection.ops.quote_name(Tool._meta.db_table)
     sql = (
         f"WITH c AS (SELECT t.name, bm25({SQLITE_TABLE}, {SQLITE_WEIGHTS}) AS score"  # noqa: S608 (constants)
-        f"  FROM {SQLITE_TABLE} JOIN {table} t ON t.id = {SQLITE_TABLE}.rowid"
+        f"  FROM {SQLITE_TABLE} CROSS JOIN {table} t ON t.id = {SQLITE_TABLE}.rowid"
         f"  WHERE {SQLITE_TABLE} MATCH %s AND t.tenant_id = %s AND t.enabled LIMIT %s)"
         " SELECT c.name FROM c ORDER BY c.score, c.name LIMIT %s"
     )
