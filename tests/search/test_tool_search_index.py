@@ -7,7 +7,7 @@ import importlib
 import pytest
 from django.db import connection
 
-from tools.catalog.search import tools_search
+from tools.catalog.search import sqlite_statement_sql, tools_search
 from tools.catalog.services import group_create, session_create, tool_external_create, tool_update
 from tools.models import Tool, ToolSource
 
@@ -163,3 +163,15 @@ def test_the_sqlite_migration_goes_back_and_forth_and_fills_existing_rows(tenant
     reachable(tenant, Tool.objects.for_tenant(tenant).get(name="written_between"))
     assert found(tenant, "quokka outage") == ["written_between"]
     assert found(tenant, "falcon")[0] == "falcon_report"
+
+
+def test_the_sqlite_statement_walks_the_matches_not_the_tenant_s_tools(tenant):
+    if connection.vendor != "sqlite":
+        pytest.skip("the FTS5 table exists on SQLite only")
+    for every in (True, False):
+        sql, params = sqlite_statement_sql(tenant.pk, ["invoice", "customer"], every)
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", [*params, 10])
+            steps = [row[-1] for row in cursor.fetchall() if row[-1].startswith(("SCAN", "SEARCH"))]
+        assert steps[0].startswith("SCAN tools_tool_fts VIRTUAL TABLE"), steps
+        assert steps[1].startswith("SEARCH t USING INTEGER PRIMARY KEY"), steps

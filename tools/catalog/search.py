@@ -155,9 +155,9 @@ SQLITE_TABLE = "tools_tool_fts"  # migration 0016
 SQLITE_WEIGHTS = "0.0, 1.0, 0.4, 0.2"  # bm25() column weights: tenant, name, description, schema
 
 
-def _sqlite_statement(tenant_id: int, terms: list[str], every: bool, fetch: int) -> list[str]:
-    """CROSS JOIN keeps the FTS5 table the outer loop: otherwise SQLite may walk the tenant's tools and run the
-    MATCH once for each (10,000 lookups a query)."""
+def sqlite_statement_sql(tenant_id: int, terms: list[str], every: bool) -> tuple[str, list]:
+    """The SQLite statement and its parameters but the page size (appended last). CROSS JOIN keeps the FTS5
+    table the outer loop: otherwise SQLite may walk the tenant's tools and run the MATCH once for each."""
     table = connection.ops.quote_name(Tool._meta.db_table)
     sql = (
         f"WITH c AS (SELECT t.name, bm25({SQLITE_TABLE}, {SQLITE_WEIGHTS}) AS score"  # noqa: S608 (constants)
@@ -167,6 +167,11 @@ def _sqlite_statement(tenant_id: int, terms: list[str], every: bool, fetch: int)
     )
     match = (f'tenant : "t{int(tenant_id)}" AND {{name description schema}} : '
              f'({sqlite_match(terms, "AND" if every else "OR")})')
+    return sql, [match, tenant_id, CANDIDATE_CAP]
+
+
+def _sqlite_statement(tenant_id: int, terms: list[str], every: bool, fetch: int) -> list[str]:
+    sql, params = sqlite_statement_sql(tenant_id, terms, every)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [match, tenant_id, CANDIDATE_CAP, fetch])
+        cursor.execute(sql, [*params, fetch])
         return [row[0] for row in cursor.fetchall()]
