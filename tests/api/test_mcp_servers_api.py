@@ -77,9 +77,10 @@ def test_tools_are_listed_with_their_upstream_names(world):
     tools = client.get(f"{URL}/{server_id}").json()["tools"]
     gone = Tool.objects.for_tenant(world.a.tenant).get(source_ref="repo.get")
     assert tools == [
-        {"id": gone.pk, "name": gone.name, "upstream_name": "repo.get", "enabled": False, "offered": False},
+        {"id": gone.pk, "name": gone.name, "upstream_name": "repo.get", "enabled": False, "offered": False,
+         "review": None},
         {"id": tools[1]["id"], "name": "mcp__github__search", "upstream_name": "search", "enabled": True,
-         "offered": True},
+         "offered": True, "review": None},
     ]
     assert client.get(URL).json()["results"][0]["tools"] == tools
 

@@ -48,6 +48,7 @@ from tenancy.grants import grant_of_key
 from tenancy.models import ApiKey
 from tenancy.selectors import access_row, key_sees_agent, person_name
 from tools.accounts.vault import connect_url
+from tools.calls.events import call_failure
 from tools.calls.runtime import runtime
 from tools.calls.statements import session_calls_awaiting_approval
 from tools.calls.submit import call_cancel, calls_submit
@@ -65,7 +66,6 @@ from tools.catalog.services import session_create
 from tools.catalog.snapshot import ExposedTool
 from tools.gateway import prompts as gateway_prompts
 from tools.models import TERMINAL_STATUSES, AgentSession, CallStatus, HttpEndpoint, Tool, ToolCall
-from tools.python.results import call_error
 
 logger = logging.getLogger("toolkeeper.mcp")
 
@@ -219,8 +219,8 @@ def call_tool_result(call: ToolCall, exposed: ExposedTool | None = None) -> type
         problems = exposed.output_problems(structured) if exposed is not None else []
         if problems:
             why = "; ".join(problems[:5])[:MAX_OUTPUT_PROBLEM_CHARS]
-            error = call_error(error_type="InvalidOutput", tool=call.tool_name, call_id=call.call_id,
-                               message=f"the result does not match the tool's output schema: {why}")
+            error = call_failure(call, error_type="InvalidOutput",
+                                 message=f"the result does not match the tool's output schema: {why}")[0]["error"]
             said = {"type": "text", "text": f"InvalidOutput: {error['error']}"}
             return types.CallToolResult.model_validate({
                 "content": [*(result.get("content") or []), said], "structuredContent": error, "isError": True})
