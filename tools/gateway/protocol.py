@@ -608,18 +608,26 @@ def _meta_value(ctx, key: str):
     return getattr(meta, "model_extra", None) and meta.model_extra.get(key)
 
 
-def mcp_log_level_set(session: AgentSession, level: str) -> None:
-    """A 2025-era connection's `logging/setLevel`: kept in its session, where every later request (whichever
-    server process answers it) reads it."""
+def session_context_changed(session: AgentSession, change) -> None:
+    """`change(context)` on the session's stored context, a copy, under the session's row lock: the MCP state a
+    connection keeps in its session (its log level, its subscriptions), which any server process reads. `change`
+    returns the new context, or None to leave it as it is."""
     with transaction.atomic():
         row = (AgentSession.objects.for_tenant(session.tenant_id).select_for_update()
                .filter(pk=session.pk).only("id", "context").first())
         if row is None:
             return
-        context = row.context if isinstance(row.context, dict) else {}
-        if context.get(LOG_LEVEL) != level:
-            row.context = {**context, LOG_LEVEL: level}
+        changed = change(dict(row.context) if isinstance(row.context, dict) else {})
+        if changed is not None:
+            row.context = changed
             row.save(update_fields=["context"])
+
+
+def mcp_log_level_set(session: AgentSession, level: str) -> None:
+    """A 2025-era connection's `logging/setLevel`: kept in its session, where every later request (whichever
+    server process answers it) reads it."""
+    session_context_changed(session, lambda context: None if context.get(LOG_LEVEL) == level
+                            else {**context, LOG_LEVEL: level})
 
 
 async def _set_log_level(ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
@@ -722,27 +730,29 @@ def resource_stamps(session: AgentSession, uris: list[str]) -> dict[str, str | N
 
 def session_subscriptions(session: AgentSession) -> dict[str, str | None]:
     """The resources a 2025-era connection subscribed to, with their stamps when it did."""
-    subscribed = session.context.get(SUBSCRIPTIONS) if isinstance(session.context, dict) else None
+    return _subscriptions_in(session.context)
+
+
+def _subscriptions_in(context) -> dict[str, str | None]:
+    subscribed = context.get(SUBSCRIPTIONS) if isinstance(context, dict) else None
     if not isinstance(subscribed, dict):
         return {}
     return {uri: stamp for uri, stamp in subscribed.items() if isinstance(uri, str) and isinstance(stamp, str | None)}
 
 
 def _subscriptions_changed(session: AgentSession, change) -> None:
-    """`change(subscriptions)` on the session's subscriptions, kept under the session's row lock."""
-    with transaction.atomic():
-        row = (AgentSession.objects.for_tenant(session.tenant_id).select_for_update()
-               .filter(pk=session.pk).only("id", "context").first())
-        if row is None:
-            return
-        context = row.context if isinstance(row.context, dict) else {}
-        subscribed = session_subscriptions(row)
+    """`change(subscriptions)` on the session's subscriptions, kept under the session's row lock (False: nothing
+    changed)."""
+    def changed(context: dict) -> dict | None:
+        subscribed = _subscriptions_in(context)
         if change(subscribed) is False:
-            return
-        row.context = {**context, SUBSCRIPTIONS: subscribed}
+            return None
+        context[SUBSCRIPTIONS] = subscribed
         if not subscribed:
-            del row.context[SUBSCRIPTIONS]
-        row.save(update_fields=["context"])
+            del context[SUBSCRIPTIONS]
+        return context
+
+    session_context_changed(session, changed)
 
 
 def mcp_resource_subscribe(session: AgentSession, uri: str) -> None:

@@ -172,6 +172,23 @@ def _taken(server: McpServer, name: str) -> bool:
     return (not include or name in include) and name not in exclude
 
 
+def _named(listed, skipped: list[tuple[str, str]]):
+    """(item, its upstream name) for each listed tool or prompt with a usable name, each name once; the others
+    are added to `skipped` with the reason."""
+    seen: set[str] = set()
+    for item in listed:
+        upstream_name = item.name if isinstance(item.name, str) else ""
+        if not upstream_name or len(upstream_name) > UPSTREAM_NAME_MAX or json_problem(upstream_name):
+            shown = upstream_name[:80] if upstream_name and not json_problem(upstream_name) else "(no usable name)"
+            skipped.append((shown, "the server gave it no usable name"))
+            continue
+        if upstream_name in seen:
+            skipped.append((upstream_name, "the server listed it twice"))
+            continue
+        seen.add(upstream_name)
+        yield item, upstream_name
+
+
 @transaction.atomic
 def mcp_tools_reconcile(*, server: McpServer, listed: list[UpstreamTool]) -> dict:
     """Bring the catalog in line with the tools the server lists (the rules: this module's docstring; what a
@@ -185,19 +202,9 @@ def mcp_tools_reconcile(*, server: McpServer, listed: list[UpstreamTool]) -> dic
     pinning = server.accept_changes or server.last_synced_at is None
     added = updated = disabled = held = 0
     skipped: list[tuple[str, str]] = []
-    seen: set[str] = set()
     kept: set[int] = set()
     joining: list[Tool] = []  # the tools added, for the group the server names
-    for upstream in listed:
-        upstream_name = upstream.name if isinstance(upstream.name, str) else ""
-        if not upstream_name or len(upstream_name) > UPSTREAM_NAME_MAX or json_problem(upstream_name):
-            shown = upstream_name[:80] if upstream_name and not json_problem(upstream_name) else "(no usable name)"
-            skipped.append((shown, "the server gave it no usable name"))
-            continue
-        if upstream_name in seen:
-            skipped.append((upstream_name, "the server listed it twice"))
-            continue
-        seen.add(upstream_name)
+    for upstream, upstream_name in _named(listed, skipped):
         if not _taken(server, upstream_name):
             continue
         definition, problem = _definition(server, upstream)
@@ -301,18 +308,8 @@ def mcp_prompts_reconcile(*, server: McpServer, listed: list[ListedPrompt] | Non
               UpstreamPrompt.objects.for_tenant(server.tenant_id).filter(mcp_server=server)}
     added = updated = 0
     skipped: list[tuple[str, str]] = []
-    seen: set[str] = set()
     kept: set[str] = set()
-    for prompt in listed or []:
-        upstream_name = prompt.name if isinstance(prompt.name, str) else ""
-        if not upstream_name or len(upstream_name) > UPSTREAM_NAME_MAX or json_problem(upstream_name):
-            shown = upstream_name[:80] if upstream_name and not json_problem(upstream_name) else "(no usable name)"
-            skipped.append((shown, "the server gave it no usable name"))
-            continue
-        if upstream_name in seen:
-            skipped.append((upstream_name, "the server listed it twice"))
-            continue
-        seen.add(upstream_name)
+    for prompt, upstream_name in _named(listed or [], skipped):
         values, problem = _prompt_definition(prompt)
         if values is None:
             skipped.append((upstream_name, problem))
