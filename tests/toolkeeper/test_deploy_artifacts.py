@@ -1,23 +1,31 @@
 """The deployment files in deploy/ (docs/observability.md, "Dashboards and alerts").
 
-Prometheus loads the example configuration with the alert rules; each alert fires when it should and stays
-quiet when it should not (deploy/prometheus/alerts_test.yml, run by `promtool test rules`); the Grafana
+Prometheus loads the example configuration with the alert rules, and a real Prometheus server running it sends
+the token to /metrics and fires an alert; each alert fires when it should and stays quiet when it should not
+(deploy/prometheus/alerts_test.yml, run by `promtool test rules`); the Grafana
 dashboard is one Grafana imports, and each of its queries is valid PromQL that shows data over series of the
 platform's metrics. Every metric name the files use is one the platform defines.
 
-promtool comes with Debian's `prometheus` package (`.ci/run` installs it). Without it the tests that run it
-skip, unless TOOLKEEPER_REQUIRE_SERVICES=1, where they fail.
+promtool and prometheus come with Debian's `prometheus` package (`.ci/run` installs it). Without them the tests
+that run them skip, unless TOOLKEEPER_REQUIRE_SERVICES=1, where they fail.
 """
+import http.server
 import itertools
 import json
 import os
 import re
 import shutil
 import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.live.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
@@ -99,14 +107,20 @@ def substituted(expr: str, tenant: str = ".*") -> str:
     return expr.replace("$__rate_interval", "5m").replace("${tenant}", tenant).replace("$tenant", tenant)
 
 
-@pytest.fixture
-def promtool():
-    path = shutil.which("promtool")
+def installed(program: str) -> str:
+    """The path of a program of Debian's prometheus package; or skip (fail with TOOLKEEPER_REQUIRE_SERVICES=1)."""
+    path = shutil.which(program)
     if path is None:
-        problem = "promtool is not installed (Debian's prometheus package)"
+        problem = f"{program} is not installed (Debian's prometheus package)"
         if os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1":
             pytest.fail(f"{problem}; it is required (TOOLKEEPER_REQUIRE_SERVICES=1)")
         pytest.skip(problem)
+    return path
+
+
+@pytest.fixture
+def promtool():
+    path = installed("promtool")
 
     def run(*args, cwd=None):
         return subprocess.run([path, *map(str, args)], capture_output=True, text=True, timeout=120, cwd=cwd,
@@ -129,6 +143,86 @@ def test_prometheus_loads_the_example_configuration_with_the_alert_rules(promtoo
     checked = promtool("check", "config", tmp_path / SCRAPE_CONFIG.name)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"SUCCESS: {len(alert_rules())} rules found" in checked.stdout
+
+
+class Exporter(http.server.BaseHTTPRequestHandler):
+    """/metrics as the platform serves it: 404 without the right bearer token; with it, one tenant's audit chain
+    broken and another's intact."""
+
+    token = "a-token"
+    seen: list[str] = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        authorization = self.headers.get("Authorization", "")
+        self.seen.append(authorization)
+        if self.path != "/metrics" or authorization != f"Bearer {self.token}":
+            self.send_error(404)
+            return
+        body = (b"# TYPE toolkeeper_audit_chain_broken gauge\n"
+                b'toolkeeper_audit_chain_broken{tenant="acme"} 1\n'
+                b'toolkeeper_audit_chain_broken{tenant="beta"} 0\n')
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def prometheus_api(port: int, path: str, **query) -> dict:
+    url = f"http://127.0.0.1:{port}/api/v1/{path}?{urllib.parse.urlencode(query)}"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.load(response)["data"]
+
+
+@pytest.mark.live
+def test_a_prometheus_server_scrapes_with_the_example_and_fires_an_alert(tmp_path):
+    """The example as a Prometheus server runs it (its target and intervals made local and short): the token
+    from the file beside it reaches /metrics, and the audit chain's alert fires for the broken tenant only."""
+    binary = installed("prometheus")
+    exporter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+    threading.Thread(target=exporter.serve_forever, daemon=True).start()
+    config = yaml.safe_load(SCRAPE_CONFIG.read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    [job] = config["scrape_configs"]
+    job["scheme"] = "http"
+    job["static_configs"] = [{"targets": [f"127.0.0.1:{exporter.server_address[1]}"]}]
+    (tmp_path / SCRAPE_CONFIG.name).write_text(yaml.safe_dump(config))
+    shutil.copy(ALERTS, tmp_path / ALERTS.name)
+    (tmp_path / "toolkeeper-metrics-token").write_text(f"{Exporter.token}\n")
+    port = free_port()
+    log = tmp_path / "prometheus.log"
+    Exporter.seen.clear()
+    with log.open("w") as output:
+        server = subprocess.Popen([binary, f"--config.file={tmp_path / SCRAPE_CONFIG.name}",
+                                   f"--storage.tsdb.path={tmp_path / 'data'}",
+                                   f"--web.listen-address=127.0.0.1:{port}"],
+                                  stdout=output, stderr=subprocess.STDOUT)
+    try:
+        firing = []
+        deadline = time.monotonic() + 90
+        while not firing and time.monotonic() < deadline and server.poll() is None:
+            time.sleep(0.5)
+            try:
+                alerts = prometheus_api(port, "alerts")["alerts"]
+            except OSError:
+                continue  # not listening yet
+            firing = [alert["labels"] for alert in alerts if alert["state"] == "firing"]
+        assert server.poll() is None, log.read_text()
+        assert firing == [{"alertname": "ToolkeeperAuditChainBroken", "severity": "critical", "tenant": "acme"}]
+        assert Exporter.seen and set(Exporter.seen) == {f"Bearer {Exporter.token}"}
+        [up] = prometheus_api(port, "query", query='up{job="toolkeeper"}')["result"]
+        assert up["value"][1] == "1"
+        groups = prometheus_api(port, "rules")["groups"]
+        assert {rule["name"] for group in groups for rule in group["rules"]} == {
+            rule["alert"] for rule in alert_rules()}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        exporter.shutdown()
+        exporter.server_close()
 
 
 def test_the_example_scrapes_metrics_with_the_bearer_token_from_a_file():
