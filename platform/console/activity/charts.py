@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-WIDTH, HEIGHT = 720, 220
+WIDTH, BAR_WIDTH, HEIGHT = 1100, 540, 220  # the time charts span the page, the bar charts half of it
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 26
 X_LABELS = 6  # bucket labels along the time axis
-BAR_HEIGHT, BAR_GAP, BAR_LABEL = 12, 10, 190
+BAR_HEIGHT, BAR_GAP, BAR_LABEL = 12, 10, 170
 AXIS, GRID, TEXT = "#5d6678", "#dde1e8", "#1d2330"
 
 
@@ -38,12 +38,12 @@ def _ceiling(value: float) -> float:
     return next(step * power for step in (1, 2, 5, 10) if step * power >= value * (1 - 1e-9))
 
 
-def _frame(chart_id: str, title: str, desc: str, body: str, *, height: int = HEIGHT) -> SafeString:
+def _frame(chart_id: str, title: str, desc: str, body: str, *, width: int = WIDTH, height: int = HEIGHT) -> SafeString:
     return format_html(
         '<svg class="chart" id="{id}" role="img" aria-labelledby="{id}-title {id}-desc" viewBox="0 0 {w} {h}" '
         'width="100%" preserveAspectRatio="xMinYMin meet" xmlns="http://www.w3.org/2000/svg">'
         '<title id="{id}-title">{title}</title><desc id="{id}-desc">{desc}</desc>{body}</svg>',
-        id=chart_id, w=WIDTH, h=height, title=title, desc=desc, body=mark_safe(body))  # noqa: S308 (built below, escaped)
+        id=chart_id, w=width, h=height, title=title, desc=desc, body=mark_safe(body))  # noqa: S308 (built below, escaped)
 
 
 def _value_axis(top: float, fmt: Callable[[float], str]) -> str:
@@ -128,7 +128,7 @@ def bar_chart(*, chart_id: str, title: str, desc: str, rows: Sequence[tuple[str,
     top = _ceiling(max((v for _, values in rows for v in values if v is not None), default=0))
     group = len(series) * BAR_HEIGHT + BAR_GAP
     height = TOP + group * max(len(rows), 1) + 8
-    span = WIDTH - BAR_LABEL - RIGHT - 70
+    span = BAR_WIDTH - BAR_LABEL - RIGHT - 60
     marks = []
     for r, (label, values) in enumerate(rows):
         y0 = TOP + group * r
@@ -146,10 +146,10 @@ def bar_chart(*, chart_id: str, title: str, desc: str, rows: Sequence[tuple[str,
                 '</rect><text x="{tx}" y="{ty}" font-size="11" fill="{axis}">{value}</text>',
                 x=BAR_LABEL, y=_number(y), w=_number(width), h=BAR_HEIGHT - 2, colour=colour, label=label, name=name,
                 value=fmt(value), tx=_number(BAR_LABEL + width + 4), ty=_number(y + BAR_HEIGHT - 3), axis=AXIS))
-    return _frame(chart_id, title, desc, "".join(marks), height=height)
+    return _frame(chart_id, title, desc, "".join(marks), width=BAR_WIDTH, height=height)
 
 
-def _clip(label: str, most: int = 28) -> str:
+def _clip(label: str, most: int = 24) -> str:
     return label if len(label) <= most else label[:most - 1] + "…"
 
 

@@ -30,6 +30,10 @@ def _count(value: float) -> str:
     return str(round(value))
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _labels(activity: Activity) -> list[str]:
     """Each bucket's start in the viewer's time zone."""
     return [timezone.localtime(start).strftime("%H:%M") for start in activity.starts]
@@ -42,9 +46,9 @@ def _calls(activity: Activity, labels: list[str]) -> dict:
     totals = {status: sum(bucket.get(status, 0) for bucket in counts) for status in statuses}
     busiest = max(range(len(counts)), key=lambda i: (sum(counts[i].values()), i)) if seen else None
     per = "minute" if activity.span.width == 60 else f"{activity.span.width // 60} minutes"
-    summary = (f"{activity.total_calls} calls, "
+    summary = (f"{_n(activity.total_calls, 'call')}: "
                + ", ".join(f"{totals[status]} {status}" for status in statuses)
-               + f"; the busiest {per} began at {labels[busiest]} ({sum(counts[busiest].values())} calls)."
+               + f"; the busiest {per} began at {labels[busiest]} ({_n(sum(counts[busiest].values()), 'call')})."
                if seen else "No calls.")
     return {
         "svg": column_chart(
@@ -64,7 +68,7 @@ def _latency(activity: Activity, labels: list[str]) -> dict:
     buckets = [activity.latency.get(i) for i in range(activity.span.count)]
     measured = sum(bucket["n"] for bucket in buckets if bucket)
     slowest = max((i for i, bucket in enumerate(buckets) if bucket), key=lambda i: (buckets[i][95], i), default=None)
-    summary = (f"{measured} calls ran without waiting for a person; the slowest p95 was "
+    summary = (f"{_n(measured, 'call')} ran without waiting for a person; the slowest p95 was "
                f"{duration_text(buckets[slowest][95])}, at {labels[slowest]}." if measured else "No call finished.")
     return {
         "svg": line_chart(
@@ -83,7 +87,7 @@ def _approvals(activity: Activity) -> dict:
     queues = activity.approval_waits
     decided = sum(queue["decided"] for queue in queues)
     pending = sum(queue["pending"] for queue in queues)
-    summary = (f"{decided} requests decided, {pending} waiting now, in {len(queues)} queues." if queues
+    summary = (f"{_n(decided, 'request')} decided, {pending} waiting now, in {_n(len(queues), 'queue')}." if queues
                else "No approval requests.")
     return {
         "svg": bar_chart(
@@ -99,8 +103,8 @@ def _approvals(activity: Activity) -> dict:
 
 def _top_tools(activity: Activity) -> dict:
     tools = activity.top_tools
-    summary = (f"The {len(tools)} tools called most; {tools[0]['name']} the most ({tools[0]['calls']} calls)."
-               if tools else "No calls.")
+    summary = (f"The {_n(len(tools), 'tool')} called most; {tools[0]['name']} the most "
+               f"({_n(tools[0]['calls'], 'call')})." if tools else "No calls.")
     return {
         "svg": bar_chart(
             chart_id="chart-tools", title="Top tools: calls and failures", desc=summary, fmt=_count,
@@ -115,8 +119,8 @@ def _top_tools(activity: Activity) -> dict:
 def _upstream(activity: Activity) -> dict:
     servers = activity.upstream
     failed = sum(server["failed"] for server in servers)
-    summary = (f"{failed} failed of {sum(server['calls'] for server in servers)} calls to {len(servers)} upstream "
-               f"servers." if servers else "No calls of MCP or HTTP tools.")
+    summary = (f"{failed} failed of {_n(sum(server['calls'] for server in servers), 'call')} to "
+               f"{_n(len(servers), 'upstream server')}." if servers else "No calls of MCP or HTTP tools.")
     return {
         "svg": bar_chart(
             chart_id="chart-upstream", title="Upstream errors by server", desc=summary, fmt=_count,
