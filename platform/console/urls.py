@@ -7,6 +7,7 @@ from django.urls import include, path
 from audit import pages as audit_pages
 from audit.pages import TargetLink, register_target_links
 from console import views
+from console.activity import pages as activity_pages
 from tenancy.models import ApiKey, Invitation, Membership, OAuthGrant
 from tenancy.people import pages as people_pages
 from tenancy.web import register_url_objects
@@ -61,6 +62,7 @@ register_target_links({
 
 tenant_pages = [
     path("", views.dashboard, name="dashboard"),
+    path("activity/", activity_pages.activity, name="activity"),
     path("tools/", views.tool_list, name="tool_list"),
     path("tools/<int:tool_id>/", views.tool_detail, name="tool_detail"),
     path("tools/<int:tool_id>/disable/", views.tool_disable, name="tool_disable"),

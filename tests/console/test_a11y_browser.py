@@ -92,8 +92,9 @@ def test_every_console_page_passes_axe_and_the_phone_layout_works(toolkeeper_ser
         assert not problems, "axe found serious or critical violations:\n" + "\n".join(
             f"{path}\n  " + "\n  ".join(found) for path, found in problems.items())
         paths = {urlsplit(url).path for url in visited}
-        for expected in ("/t/demo/", "/t/demo/tools/", "/t/demo/inbox/", "/t/demo/rules/", "/t/demo/keys/",
-                         "/t/demo/knowledge/", "/t/demo/skills/", "/t/demo/sessions/", "/t/demo/calls/"):
+        for expected in ("/t/demo/", "/t/demo/activity/", "/t/demo/tools/", "/t/demo/inbox/", "/t/demo/rules/",
+                         "/t/demo/keys/", "/t/demo/knowledge/", "/t/demo/skills/", "/t/demo/sessions/",
+                         "/t/demo/calls/"):
             assert expected in paths, (expected, sorted(paths))
         assert any(re.fullmatch(r"/t/demo/inbox/\d+/", path) for path in paths), sorted(paths)
         assert len(visited) >= 30, sorted(paths)

@@ -7,9 +7,9 @@ from tests.console.conftest import console_url
 pytestmark = pytest.mark.django_db
 
 # Pages a member of each role may open with GET (the rest are POST-only or need a higher role).
-READ_PAGES = ["dashboard", "tool_list", "tool_detail", "tool_plugins", "group_list", "binding_list", "apikey_list",
-              "session_list", "session_detail", "call_list", "call_detail", "mcp_server_list", "mcp_server_detail",
-              "redaction_rule_list", "search", "upstream_accounts", "oauth_provider_list"]
+READ_PAGES = ["dashboard", "activity", "tool_list", "tool_detail", "tool_plugins", "group_list", "binding_list",
+              "apikey_list", "session_list", "session_detail", "call_list", "call_detail", "mcp_server_list",
+              "mcp_server_detail", "redaction_rule_list", "search", "upstream_accounts", "oauth_provider_list"]
 OPERATOR_PAGES = ["group_create", "group_edit", "group_delete", "binding_create", "tenant_settings",
                   "mcp_server_create", "mcp_server_edit", "mcp_server_delete", "http_tool_create",
                   "http_tool_edit", "http_tool_delete", "tool_result_steps", "call_cancel", "tool_disable",
