@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from django.urls import reverse
 
 from approvals.models import ApprovalRequest
 from approvals.services import request_decide, rule_create
@@ -259,3 +260,43 @@ def test_a_tool_process_never_loads_the_tracing_sdk(tmp_path):
         seen[flag] = result.stdout.split()
     # a server process is on, and loads the SDK at its first span only
     assert seen == {"1": ["False", "False"], "": ["True", "False"]}
+
+
+def test_the_call_page_shows_the_trace_id_as_text(world):
+    call = world.a.calls[0]
+    page = reverse("console:call_detail", args=[world.a.tenant.slug, call.pk])
+    assert 'id="call-trace"' not in world.a.console("viewer").get(page).content.decode()  # untraced: no line
+    ToolCall.objects.for_tenant(world.a.tenant).filter(pk=call.pk).update(trace_id=APP_TRACE)
+    assert f'<code id="call-trace">{APP_TRACE}</code>' in world.a.console("viewer").get(page).content.decode()
+    hostile = '<i>"x"</i>&'  # never stored by the platform (it writes hex ids only); escaped all the same
+    ToolCall.objects.for_tenant(world.a.tenant).filter(pk=call.pk).update(trace_id=hostile)
+    html = world.a.console("viewer").get(page).content.decode()
+    assert hostile not in html and '<code id="call-trace">&lt;i&gt;&quot;x&quot;&lt;/i&gt;&amp;</code>' in html
+
+
+def test_json_logs_are_configured_by_the_setting_and_escape_hostile_text(tmp_path):
+    probe = ("import logging, os, sys; sys.path[:0] = ['platform', '.'];"
+             "os.environ['DJANGO_SETTINGS_MODULE'] = 'toolkeeper.settings';"
+             "import django; django.setup(); from common.logs import log_context;"
+             "log = logging.getLogger('toolkeeper.calls');"
+             "log.warning('plain');"
+             "ctx = log_context(call_id='c-1', tenant='acme', trace_id='" + APP_TRACE + "', step='execution');"
+             "ctx.__enter__(); log.warning('a %s', 'line\\nbreak \"quoted\" \\u2028 é');"
+             "ctx.__exit__(None, None, None)")
+    env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE"}}
+    env.update(TOOLKEEPER_DATA_DIR=str(tmp_path / "data"))
+    lines = {}
+    for form in ("json", ""):
+        result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={**env, "TOOLKEEPER_LOG_FORMAT": form},
+                                capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+        lines[form] = [line for line in result.stderr.split("\n") if line and "TOOLKEEPER_SECRETS_KEY" not in line]
+    assert lines[""] == ["plain", "a line", 'break "quoted" \u2028 é']  # Python's plain lines
+    first, second = (json.loads(line) for line in lines["json"])  # two records, two lines, whatever they hold
+    assert all(line.isascii() for line in lines["json"])
+    assert first | {"time": None} == {"time": None, "level": "WARNING", "logger": "toolkeeper.calls",
+                                      "message": "plain", "call_id": None, "tenant": None, "trace_id": None,
+                                      "step": None}
+    assert second["message"] == 'a line\nbreak "quoted" \u2028 é'
+    assert (second["call_id"], second["tenant"], second["trace_id"], second["step"]) == (
+        "c-1", "acme", APP_TRACE, "execution")
