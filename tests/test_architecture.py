@@ -11,9 +11,11 @@ import grimp
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
 PACKAGES = CONFIG["root_packages"]
-# Imports that must run late: none but AppConfig.ready's, where Django has loaded every app. (Celery beat's
-# schedule is read by its scheduler, tools.tasks.RuntimeScheduler, once Django is set up.)
-LATE_IMPORTS: set = set()
+# Imports that must run late: AppConfig.ready's, where Django has loaded every app (Celery beat's schedule is read
+# by its scheduler, tools.tasks.RuntimeScheduler, once Django is set up), and the OpenTelemetry SDK's, which loads
+# only in a process that traces: with tracing off (a tool process above all, which must start fast) no process pays
+# its 0.2 s of imports (common/tracing.py, `_sdk`).
+LATE_IMPORTS: set = {("common/tracing.py", "_sdk")}
 
 
 def layered_modules() -> set[str]:

@@ -8,6 +8,7 @@ class ToolsConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import m2m_changed, post_delete, post_migrate, post_save
 
+        from common.tracing import tracing_setup
         from tenancy.signals import member_left, tenant_created, version_bumped
         from tools.calls.aftercare import RESULT_STEPS, Cap, Redact, ResultRules, Retry
         from tools.calls.pipeline import CALL_STEPS, Bind, Normalize, Validate
@@ -23,6 +24,10 @@ class ToolsConfig(AppConfig):
             CALL_STEPS.register(position, step)
         for position, step in ((100, Retry), (200, Redact), (300, Cap)):
             RESULT_STEPS.register(position, step)
+        # Traces (docs/observability.md): on when the environment names an OTLP endpoint; a tool process runs no
+        # call's machinery, so it never traces.
+        if not settings.TOOLKEEPER_TOOL_PROCESS:
+            tracing_setup(role="mcp-host" if settings.TOOLKEEPER_MCP_HOST_PROCESS else "server")
         tenant_created.connect(tenant_seed_catalog, dispatch_uid="tools.seed_catalog")
         # A server's tools leave the surface with it; redaction rules are cached under the same version; a server's
         # prompts are offered with its tools, and their changes are announced as the catalog's are.

@@ -354,6 +354,12 @@ class ToolCall(TenantOwned):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Its trace (docs/observability.md, "Traces"), chosen at submission; empty when it is not traced. The root span
+    # (received → settled) is recorded when it settles, with this span id; later spans, in any process, are its
+    # children. `trace_parent_id`: the app's span the root continues (a `traceparent` it sent), if any.
+    trace_id = models.CharField(max_length=32, blank=True, default="")
+    trace_span_id = models.CharField(max_length=16, blank=True, default="")
+    trace_parent_id = models.CharField(max_length=16, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at"]

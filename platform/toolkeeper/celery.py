@@ -3,8 +3,10 @@ import gc
 import os
 
 from celery import Celery
-from celery.signals import task_prerun, worker_process_init
+from celery.signals import task_prerun, worker_process_init, worker_process_shutdown
 from django.db import close_old_connections, connections
+
+from common.tracing import tracing_flush, tracing_setup
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolkeeper.settings")
 
@@ -21,9 +23,16 @@ def prepare_worker_process(**kwargs):
     next period."""
     for connection in connections.all():
         connection.settings_dict["CONN_MAX_AGE"] = 60
+    tracing_setup(role="worker")  # its spans say they come from a worker (docs/observability.md)
     # Long-lived objects of a worker process stay out of the garbage collector's full passes.
     gc.collect()
     gc.freeze()
+
+
+@worker_process_shutdown.connect
+def flush_traces(**kwargs):
+    """A worker process ends without `atexit`: the spans it still holds are exported first."""
+    tracing_flush()
 
 
 @task_prerun.connect

@@ -429,10 +429,15 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout"
 if TOOLKEEPER_EXECUTOR == "celery" and CELERY_BROKER_URL == "memory://":
     raise ImproperlyConfigured("TOOLKEEPER_EXECUTOR=celery needs REDIS_URL (or CELERY_BROKER_URL)")
 
+# Logs (docs/observability.md, "Logs"): TOOLKEEPER_LOG_FORMAT=json makes each record one JSON object a line, with the
+# call it was logged for (call_id, tenant, trace_id, step); anything else keeps Python's plain lines.
+TOOLKEEPER_LOG_FORMAT = "json" if os.environ.get("TOOLKEEPER_LOG_FORMAT", "").strip().lower() == "json" else "text"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"json": {"()": "common.logs.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler",
+                             **({"formatter": "json"} if TOOLKEEPER_LOG_FORMAT == "json" else {})}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {
         "toolkeeper": {"level": os.environ.get("LOG_LEVEL", "INFO")},

@@ -1,6 +1,7 @@
 """One distributed deployment for the whole directory: a private redis-server, a fresh PostgreSQL
 database, daphne with TOOLKEEPER_EXECUTOR=celery, a Celery worker (prefork, 2 processes) and beat,
-all with the test-only tools of `stack_tools` (settings `stack_settings`).
+all with the test-only tools of `stack_tools` (settings `stack_settings`), and a test OTLP receiver
+(tests/otlp_receiver.py) that every process of the stack exports its traces to (`deployment.otlp`).
 
 Two tenants: `demo` (seeded by `manage.py bootstrap`) and `bravo` (created here), each with a
 console user, an agent key and an admin key; plus a revoked key of `demo`. Tests that stop the
@@ -19,6 +20,7 @@ import pytest
 from tests.distributed.stack import DistributedStack, redis_server_binary
 from tests.distributed.support import Api, TenantAccess
 from tests.live.server import pg_admin_url, pg_available
+from tests.otlp_receiver import Receiver, serve
 
 REQUIRE_SERVICES = os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1"
 BRAVO_PASSWORD = "bravo-password-for-tests"
@@ -51,6 +53,7 @@ class Deployment:
     a: TenantAccess
     b: TenantAccess
     revoked_key: str
+    otlp: Receiver
 
     @property
     def url(self) -> str:
@@ -74,7 +77,10 @@ def deployment():
         _missing(f"PostgreSQL ({pg_admin_url()})")
     if redis_server_binary() is None:
         _missing("redis-server (the broker of the distributed tests)")
-    stack = DistributedStack(settings_module="tests.distributed.stack_settings")
+    receiving = serve()  # before the stack: its processes export their spans as soon as they run calls
+    otlp = next(receiving)
+    stack = DistributedStack(settings_module="tests.distributed.stack_settings", extra_env={
+        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"})
     stack.start()
     try:
         creds = stack.server.credentials
@@ -86,12 +92,14 @@ def deployment():
             b=TenantAccess(slug="bravo", api_key=bravo["api_key"], admin_key=bravo["admin_api_key"],
                            username="bravo-admin", password=BRAVO_PASSWORD),
             revoked_key=bravo["revoked_key"],
+            otlp=otlp,
         )
     except BaseException:
         print(stack.log_tail())
         raise
     finally:
         stack.stop()
+        receiving.close()
 
 
 @pytest.fixture(autouse=True)

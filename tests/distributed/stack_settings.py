@@ -12,6 +12,6 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.distributed.stack_tools"]
 TOOLKEEPER_TOOL_PROCESSES = 1  # per worker process
 TOOLKEEPER_MCP_STDIO_SERVERS = {"testkit": {
     "command": sys.executable, "args": ["-m", "tests.mcp.servers", "stdio"],
-    "env": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}, "tenant_env": ["MCP_TEST_STATE"],
+    "env": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}, "tenant_env": ["MCP_TEST_STATE", "MCP_TEST_OTLP"],
 }}
 TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]

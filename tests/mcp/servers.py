@@ -29,6 +29,10 @@ Tools:
   characters long, then answers
 - `bad_shape`: declares an output schema (an integer `n`) and answers structuredContent that breaks it
 
+Traces: a call whose request carries `params._meta.traceparent` is recorded (`{"event": "traceparent", ...}`);
+with MCP_TEST_OTLP (an OTLP/HTTP endpoint) set, the server also exports a span of its own for the call, a child of
+that traceparent (service name `test-mcp-upstream`), as an instrumented server would.
+
 `/sse?idle_close=S` is an SSE stream that the server cuts once nothing was sent on it for S seconds (as an idle
 timeout of a server or a proxy in front of it does).
 
@@ -39,9 +43,11 @@ Prompts (`prompts/get` is recorded with the Authorization header it carried):
 - MCP_TEST_PROMPT_FILE names a file read at each listing: a line `+NAME` adds a prompt of that name (no
   arguments), a line `-NAME` takes one away.
 """
+import contextlib
 import json
 import os
 import sys
+from functools import cache
 
 import anyio
 import mcp_types as types
@@ -157,7 +163,49 @@ async def list_tools(ctx, params) -> types.ListToolsResult:
                                  next_cursor=str(following) if following < len(tools) else None)
 
 
+def _traceparent(ctx, params) -> str | None:
+    for meta in (getattr(params, "meta", None), getattr(ctx, "meta", None)):
+        found = meta.get("traceparent") if isinstance(meta, dict) else (getattr(meta, "model_extra", None) or {}).get(
+            "traceparent")
+        if isinstance(found, str):
+            return found
+    return None
+
+
+@cache
+def _tracer():
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "test-mcp-upstream",
+                                                        "process.pid": os.getpid()}))
+    endpoint = os.environ["MCP_TEST_OTLP"].rstrip("/") + "/v1/traces"
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    return provider.get_tracer("tests.mcp.servers")
+
+
+def _server_span(name: str, traceparent: str | None):
+    if not traceparent or not os.environ.get("MCP_TEST_OTLP"):
+        return contextlib.nullcontext()
+    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    parent = TraceContextTextMapPropagator().extract({"traceparent": traceparent})
+    return _tracer().start_as_current_span(f"tools/call {name}", context=parent, kind=SpanKind.SERVER,
+                                           attributes={"mcp.method.name": "tools/call"})
+
+
 async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    traceparent = _traceparent(ctx, params)
+    if traceparent is not None:
+        record("traceparent", name=params.name, traceparent=traceparent)
+    with _server_span(params.name, traceparent):
+        return await _call_tool(ctx, params)
+
+
+async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
     name, arguments = params.name, params.arguments or {}
     record("call", name=name, arguments=arguments, authorization=authorization(ctx))
     if name in ("echo", LONG_NAME) or any(tool.name == name for tool in added):

@@ -293,11 +293,14 @@ class CallSerializer(serializers.ModelSerializer):
     decision = DecisionSerializer(allow_null=True)
     result = CallResultSerializer(allow_null=True)
     error = CallErrorSerializer(allow_null=True)
+    trace_id = serializers.CharField(allow_null=True, min_length=32, max_length=32, help_text=(
+        "the call's trace (32 hex digits) when tracing is on and sampled it, else null; a `traceparent` sent with the "
+        "call makes it the app's trace"))
 
     class Meta:
         model = ToolCall
         fields = ["id", "call_id", "session", "tool", "input", "status", "decision", "result", "error",
-                  "approval", "created_at", "finished_at"]
+                  "approval", "trace_id", "created_at", "finished_at"]
 
     @extend_schema_field(CallApprovalSerializer(allow_null=True))
     def get_approval(self, call) -> dict | None:
@@ -312,7 +315,7 @@ def call_json(call, extras: dict) -> dict:
     return {
         "id": str(call.pk), "call_id": call.call_id, "session": str(call.session_id), "tool": call.tool_name,
         "input": call.input, "status": call.status, "decision": call.decision, "result": call.result,
-        "error": call.error, "approval": extras.get(call.pk, {}).get("approval"),
+        "error": call.error, "approval": extras.get(call.pk, {}).get("approval"), "trace_id": call.trace_id or None,
         "created_at": _timestamp(call.created_at), "finished_at": _timestamp(call.finished_at),
     }
 

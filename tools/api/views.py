@@ -151,7 +151,7 @@ class CallSubmitView(AgentView):
                                                       mode=validated["tools_mode"]) if "tools" in validated else None
         with versions_known(session.tenant_id, *versions_read_with(api_key)):
             calls = tool_calls.calls_submit(session=session, calls=validated["calls"], api_key=api_key,
-                                            declared=request_tools)
+                                            declared=request_tools, traceparent=request.headers.get("traceparent"))
         plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls, timeout=wait,
                         until=SETTLED_STATUSES, grant=grant_of(request), render=calls_payload,
                         offline=s.calls_data_offline)

@@ -16,6 +16,7 @@ from django.conf import settings
 
 from tools.calls.events import call_event_append
 from tools.calls.pipeline import CallContext, Step
+from tools.calls.traces import call_span
 from tools.catalog.registry import StepChain
 from tools.models import EventKind, Tool, ToolCall
 from tools.python.decorators import ToolError
@@ -249,8 +250,9 @@ def result_finish(*, call: ToolCall, result: dict) -> tuple[dict, dict]:
     through the same steps as an executed call's, less retries. Returns the result the model may see and the
     call fields to store with it; a step that fails the call turns the result into an error result."""
     outcome = Outcome(call=call, tool=call.tool, result=result, executed=False)
-    result_steps_run(outcome)
-    effects_record(outcome, while_status=call.status)
+    with call_span(call, "after_steps"):
+        result_steps_run(outcome)
+        effects_record(outcome, while_status=call.status)
     if outcome.error is not None:
         error_type, message = outcome.error
         return {"state": "error", "content": [{"type": "text", "text": f"{error_type}: {message}"}],

@@ -15,6 +15,7 @@ from realtime.broadcast import publish_on_commit
 from realtime.groups import calls_group, session_group
 from tenancy.fastread import insert_instance, this_connection
 from tools.calls.statements import INCREMENTS, UNIQUE_CALL_ID, call_insert_with_events, call_update_with_event
+from tools.calls.traces import call_moved
 from tools.calls.waiting import settle_notify
 from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, CallStatus, ToolCall
 from tools.python.results import call_error, error_result
@@ -62,12 +63,13 @@ def call_transition(*, call: ToolCall, from_statuses, to_status: str, event_data
                                      kind="status", data=data, at=at, condition=condition)
         if seq is None:
             return False
-        call.status = to_status
+        before, call.status = call.status, to_status
         for name, value in fields.items():
             if name in INCREMENTS:
                 value = getattr(call, name) + value
             setattr(call, name, value)
         call.event_seq = seq
+        call_moved(call, before, to_status)
         _publish(call, seq, "status", data, at)
         if to_status in SETTLED_STATUSES:
             transaction.on_commit(lambda: settle_notify(call))
@@ -83,11 +85,12 @@ def call_record(call: ToolCall, *, status: str | None = None, passing: tuple[str
     for name, value in fields.items():
         setattr(call, name, value)
     # One reading of the clock for its first events and, for a call that settles at once (denied, failed at
-    # submission), its end; the row is created then, or at a time a step read before (a start), never after.
+    # submission), its end; the row is created then, or at a time read before (when it was received, a start),
+    # never after.
     at = timezone.now()
     if status in TERMINAL_STATUSES and call.finished_at is None:
         call.finished_at = at
-    created = min([at] + [t for t in (call.started_at, call.finished_at) if t is not None])
+    created = min([at] + [t for t in (call.created_at, call.started_at, call.finished_at) if t is not None])
     if status is None:
         return insert_instance(call, unless_taken=UNIQUE_CALL_ID, now=created)
     events = [("status", {"status": passed}) for passed in passing]
@@ -99,6 +102,7 @@ def call_record(call: ToolCall, *, status: str | None = None, passing: tuple[str
             return False
         for seq, (kind, data) in enumerate(events, start=1):
             _publish(call, seq, kind, data, at)
+        call_moved(call, None, status)
         if status in SETTLED_STATUSES:
             transaction.on_commit(lambda: settle_notify(call))
     return True

@@ -12,6 +12,7 @@ from django.utils import timezone
 from tools.calls.aftercare import Outcome, effects_record, error_is_transient, result_steps_run
 from tools.calls.events import call_event_append, call_fail, call_transition
 from tools.calls.statements import lease_lapsed_condition
+from tools.calls.traces import call_span, span_failed
 from tools.catalog.registry import source_for
 from tools.models import AgentSession, CallStatus, EventKind, ToolCall
 from tools.python.decorators import LOG_LEVELS, CallCancelled, ToolContext, ToolError, progress_numbers
@@ -33,7 +34,26 @@ def call_claim(*, call: ToolCall) -> ToolCall | None:
 
 def call_execute(*, call: ToolCall, cancelled: threading.Event) -> None:
     """Invoke the claimed call's tool, pass the outcome through the after-execution steps (which may run it
-    again) and record it, unless someone settled the call meanwhile."""
+    again) and record it, unless someone settled the call meanwhile: within the call's `execution` span, in this
+    process (a server's executor thread, a Celery worker)."""
+    with call_span(call, "execution") as span:
+        outcome = _execute(call, cancelled)
+        if outcome is not None and outcome.error is not None:
+            span_failed(span, outcome.error[0])
+    if outcome is None:
+        return
+    if outcome.error is not None:
+        error_type, message = outcome.error
+        call_fail(call=call, error_type=error_type, message=message, from_statuses=[CallStatus.RUNNING],
+                  **outcome.fields)
+        return
+    call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.SUCCEEDED,
+                    result=outcome.result, error=None, **outcome.fields)
+
+
+def _execute(call: ToolCall, cancelled: threading.Event) -> Outcome | None:
+    """`call_execute`'s runs of the tool and its after-steps: the outcome to settle the call with; None when
+    someone else settled it meanwhile."""
     tool = call.tool
     session: AgentSession = call.session
 
@@ -69,23 +89,18 @@ def call_execute(*, call: ToolCall, cancelled: threading.Event) -> None:
     while True:
         outcome = _invoke(call, source, ctx, attempt=attempt, deadline=deadline)
         if outcome is None:
-            return  # whoever cancelled (or timed out) the call already settled it
-        result_steps_run(outcome)
-        if not effects_record(outcome, while_status=CallStatus.RUNNING):
-            return
+            return None  # whoever cancelled (or timed out) the call already settled it
+        with call_span(call, "after_steps"):
+            result_steps_run(outcome)
+            if not effects_record(outcome, while_status=CallStatus.RUNNING):
+                return None
         if outcome.retry_after is None:
             break
         # The wait ends early at a cancel or the timeout, which settle the call themselves.
         if cancelled.wait(outcome.retry_after) or not _next_attempt(call):
-            return
+            return None
         attempt += 1
-    if outcome.error is not None:
-        error_type, message = outcome.error
-        call_fail(call=call, error_type=error_type, message=message, from_statuses=[CallStatus.RUNNING],
-                  **outcome.fields)
-        return
-    call_transition(call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.SUCCEEDED,
-                    result=outcome.result, error=None, **outcome.fields)
+    return outcome
 
 
 def _invoke(call: ToolCall, source, ctx: ToolContext, *, attempt: int, deadline: float) -> Outcome | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 
 from tools.calls.events import call_failure, call_transition
+from tools.calls.traces import call_span
 from tools.catalog.declared import call_exposed
 from tools.catalog.registry import StepChain
 from tools.catalog.schemas import ToolMisconfigured, bound_overrides, with_bound
@@ -179,10 +180,11 @@ def pipeline_run(ctx: CallContext, *, resume_after: str | None = None, rerun: tu
             if ctx.exposed is None:
                 not_available(ctx, f"{ctx.call.tool_name!r} is no longer available in this session")
                 return
-    with transaction.atomic(savepoint=False):
+    with transaction.atomic(savepoint=False), call_span(ctx.call, "policy"):
         for step in steps:
-            if not step.process(ctx):
-                break
+            with call_span(ctx.call, step.name):
+                if not step.process(ctx):
+                    break
         ctx.flush()
 
 

@@ -20,6 +20,7 @@ from tools.calls.meta import meta_run
 from tools.calls.pipeline import CallContext, Step, pipeline_run
 from tools.calls.runtime import runtime
 from tools.calls.statements import calls_in_flight, session_call_count_add
+from tools.calls.traces import call_trace_fields
 from tools.catalog.services import session_create
 from tools.models import AgentSession, CallStatus, Tool, ToolCall
 from tools.python.results import interrupted_result
@@ -129,9 +130,11 @@ class _CallRecorder:
         return True
 
 
-def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None, declared=None) -> list[ToolCall]:
+def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None, declared=None,
+                 traceparent: str | None = None) -> list[ToolCall]:
     """Record and govern a batch of calls, in request order; `declared`: the tools the request declared for its
-    own calls (tools.catalog.declared.Declarations).
+    own calls (tools.catalog.declared.Declarations); `traceparent`: the app's, as it sent it (the calls' traces
+    continue a valid one; anything else is ignored).
 
     Resending a call_id the session already has returns that call, not a second execution;
     reusing it for a different call is a conflict.
@@ -143,7 +146,7 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None, decl
     token = _claims_in_submission.set(claims)
     try:
         return _submitted(session=session, calls=calls, api_key=api_key, declared=declared, explicit=explicit,
-                          claims=claims)
+                          claims=claims, traceparent=traceparent)
     except BaseException:
         if claims is not None:
             claims.settle_after_error(runtime().executor)
@@ -153,7 +156,7 @@ def calls_submit(*, session: AgentSession, calls: list[dict], api_key=None, decl
 
 
 def _submitted(*, session: AgentSession, calls: list[dict], api_key, declared, explicit: list,
-               claims: _Claims | None) -> list[ToolCall]:
+               claims: _Claims | None, traceparent: str | None) -> list[ToolCall]:
     with transaction.atomic():
         if claims is not None:
             transaction.on_commit(claims.mark_committed)  # first of the callbacks: they run after the commit
@@ -178,9 +181,12 @@ def _submitted(*, session: AgentSession, calls: list[dict], api_key, declared, e
                 tenant=session.tenant, session=session, call_id=spec.get("id") or generated.take(),
                 tool_name=spec["name"], input=spec.get("input", {}),
                 declared_tool=declared.declared_tool(spec["name"]) if declared is not None else None,
+                **call_trace_fields(traceparent),
             )
             results.append(call)
-            # the row is written by the chain's first move (or at its end), with that move's event
+            # the row is written by the chain's first move (or at its end), with that move's event; it was created
+            # when it was received, before the chain (its trace's root span starts then)
+            call.created_at = timezone.now()
             record = _CallRecorder(call, ids=None if spec.get("id") else generated, api_key=api_key)
             pipeline_run(CallContext(call=call, session=session, declared=declared, record=record))
     return results
@@ -204,6 +210,7 @@ def work_start(*, tenant, tool_name: str, arguments: dict, actor) -> ToolCall:
                 {"documents": f"{len(arguments['documents'])} documents"} if "documents" in arguments else {}),
             effective_input=arguments,
             decision={"behavior": "allow", "rule": None, "reason": f"work started by {label}"},
+            **call_trace_fields(),
         )
         audit_record(tenant=tenant, actor=actor, verb="work.started", target=f"call:{call.pk}",
                      data={"tool": tool.name})

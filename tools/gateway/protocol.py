@@ -42,6 +42,7 @@ from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from common.errors import Conflict, ServiceError
+from common.tracing import TRACEPARENT
 from realtime.groups import session_group
 from tenancy.fastread import fetch_one
 from tenancy.grants import grant_of_key
@@ -251,7 +252,8 @@ def pending_approval_twin(session: AgentSession, tool_name: str, arguments: dict
     return None if twin is None else fetch_one(ToolCall, tenant=session.tenant_id, pk=twin)
 
 
-def _submitted(caller: McpCaller, spec: dict, cancel_key: str | None) -> tuple[ExposedTool | None, list[ToolCall]]:
+def _submitted(caller: McpCaller, spec: dict, cancel_key: str | None,
+               traceparent: str | None = None) -> tuple[ExposedTool | None, list[ToolCall]]:
     """The tool as the session sees it and the call: the one still awaiting approval for the same arguments,
     or a new one; (None, []) when the session has no such tool. One trip to the database pool. With a
     `cancel_key`, the call is remembered under it for a cancel of the request that may come (and a resumption of
@@ -260,10 +262,11 @@ def _submitted(caller: McpCaller, spec: dict, cancel_key: str | None) -> tuple[E
     if exposed is None:  # a tool withheld for review gets a call, which fails saying so (ToolDefinitionChanged)
         if not withheld_from(caller.session, spec["name"]):
             return None, []
-        return None, calls_submit(session=caller.session, calls=[spec], api_key=caller.api_key)
+        return None, calls_submit(session=caller.session, calls=[spec], api_key=caller.api_key,
+                                  traceparent=traceparent)
     twin = pending_approval_twin(caller.session, spec["name"], spec["input"])
     calls = [twin] if twin is not None else calls_submit(session=caller.session, calls=[spec],
-                                                         api_key=caller.api_key)
+                                                         api_key=caller.api_key, traceparent=traceparent)
     if cancel_key is not None:
         cache.set(cancel_key, str(calls[0].pk), settings.TOOLKEEPER_MCP_MAX_WAIT_S + 60)
     return exposed, calls
@@ -325,7 +328,7 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
     async with ProgressFeed(session, progress=_progress_token(ctx) is not None, log_level=_log_level(ctx, session),
                             stream=stream) as feed:
         with waiter.watching(session.pk) as watch:
-            exposed, calls = await run_db(_submitted, caller, spec, cancel_key)
+            exposed, calls = await run_db(_submitted, caller, spec, cancel_key, _traceparent(ctx))
             if not calls:
                 raise MCPError(code=types.INVALID_PARAMS,
                                message=f"no tool named {params.name!r} is available in this session")
@@ -633,6 +636,13 @@ def mcp_log_level_set(session: AgentSession, level: str) -> None:
 async def _set_log_level(ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
     await run_db(mcp_log_level_set, _caller(ctx).session, params.level)
     return types.EmptyResult()
+
+
+def _traceparent(ctx):
+    """The client's trace context for a call (OpenTelemetry's MCP conventions): `params._meta.traceparent`, else the
+    request's `traceparent` header. Whatever it is, a call's trace continues a valid one and ignores the rest."""
+    found = _meta_value(ctx, TRACEPARENT)
+    return found if isinstance(found, str) else ctx.request.headers.get(TRACEPARENT)
 
 
 def _progress_token(ctx):

@@ -50,8 +50,10 @@ from common.errors import ServiceError
 from common.json_values import flags_check, json_parse, json_problem, seconds_check
 from common.outbound import OutboundRefused, ResponseTooLarge, check_url, http_client
 from common.secrets import SecretUnreadable
+from common.tracing import TRACEPARENT, child_span, current_traceparent, span_error
 from tools.accounts import providers, vault
 from tools.accounts.oauth import OAuthFailed
+from tools.calls.traces import call_trace
 from tools.catalog.registry import register_source
 from tools.catalog.schemas import declared_object_schema, tool_name_reserved
 from tools.models import HttpEndpoint, OAuthProvider, Tool, ToolSource
@@ -373,6 +375,17 @@ class HttpSource:
             request["headers"]["Authorization"] = f"Bearer {token}"
             secrets["Authorization"] = token  # hidden from answers that echo it, as a stored secret is
         forms = _secret_forms(secrets)
+        call = getattr(ctx, "call", None)
+        with child_span(call_trace(call) if call is not None else None, request["method"], {
+                "http.request.method": request["method"], "toolkeeper.http_tool": tool.name}, client=True) as span:
+            _traced(request)
+            try:
+                return self._answer(endpoint, request, secrets, forms, token, tool, ctx)
+            except ToolError as exc:
+                span_error(span, exc.error_type)
+                raise
+
+    def _answer(self, endpoint, request, secrets, forms, token, tool, ctx) -> dict:
         try:
             check_url(request["url"])
             status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
@@ -391,6 +404,15 @@ class HttpSource:
         except Exception as exc:
             raise _failure(exc, forms) from None
         return result_of(status, content_type, body, endpoint, forms)
+
+
+def _traced(request: dict) -> None:
+    """Our span's `traceparent` on the request, in place of any header of that name the tool's configuration has
+    (no one else speaks for our trace); without a span, the headers are left as they are."""
+    traceparent = current_traceparent()
+    if traceparent is not None:
+        request["headers"] = {name: value for name, value in request["headers"].items()
+                              if name.lower() != TRACEPARENT} | {TRACEPARENT: traceparent}
 
 
 register_source(HttpSource())

@@ -81,6 +81,7 @@ from common.children import ChildGone, ChildSide, start_child
 from common.command_env import ENV_NAME, env_name_refusal
 from common.outbound import OutboundRefused, ResponseTooLarge, async_http_client
 from common.secrets import SecretDict
+from common.tracing import TRACEPARENT, current_traceparent, remote_span, span_error, tracing_flush
 
 logger = logging.getLogger("toolkeeper.mcp")
 stderr_logger = logging.getLogger("toolkeeper.mcp.stderr")
@@ -767,8 +768,24 @@ class _Pool:
         return [value for value in result.completion.values if isinstance(value, str)][:MAX_COMPLETIONS]
 
     async def call_tool(self, endpoint: McpEndpoint, name: str, arguments: dict, timeout_s: float,
-                        progress: Callable | None, log: Callable | None = None) -> dict:
+                        progress: Callable | None, log: Callable | None = None, traceparent: str | None = None) -> dict:
+        """`traceparent`: the call's span that asked (from the calling process): the request is a span of its
+        trace, and the server hears that span's context in `params._meta.traceparent` (OpenTelemetry's MCP
+        conventions; per request, as the session is shared: its transport's HTTP headers are the session's)."""
+        with remote_span(traceparent, f"tools/call {name}", {
+                "mcp.method.name": "tools/call", "gen_ai.tool.name": name, "gen_ai.operation.name": "execute_tool",
+                "toolkeeper.mcp.server": endpoint.name}) as span:
+            try:
+                return await self._call_tool(endpoint, name, arguments, timeout_s, progress, log,
+                                             None if span is None else current_traceparent())
+            except BaseException as exc:
+                span_error(span, type(exc).__name__)
+                raise
+
+    async def _call_tool(self, endpoint: McpEndpoint, name: str, arguments: dict, timeout_s: float,
+                         progress: Callable | None, log: Callable | None, traceparent: str | None) -> dict:
         deadline = anyio.current_time() + timeout_s
+        meta = {TRACEPARENT: traceparent} if traceparent else None
 
         async def send(session: _Session):
             sink = object()
@@ -777,7 +794,7 @@ class _Pool:
             try:
                 return await session.client.call_tool(
                     name, arguments, read_timeout_seconds=max(0.001, deadline - anyio.current_time()),
-                    progress_callback=progress)
+                    progress_callback=progress, meta=meta)
             finally:
                 session.log_sinks.pop(id(sink), None)
 
@@ -1091,7 +1108,8 @@ def mcp_call_tool(endpoint: McpEndpoint, upstream_name: str, arguments: dict, *,
         raise UpstreamCancelled("the call was cancelled")
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     request = {"op": "call", "endpoint": endpoint, "name": upstream_name, "arguments": dict(arguments or {}),
-               "timeout_s": float(timeout_s), "progress": on_progress is not None, "log": on_log is not None}
+               "timeout_s": float(timeout_s), "progress": on_progress is not None, "log": on_log is not None,
+               "traceparent": current_traceparent()}  # the calling span (the execution): the request is its child
     if _here():
         state = _loop()
         stop = state.portal.start_task_soon(_operation(state.pool, request, inbox.put)).cancel
@@ -1148,7 +1166,7 @@ def _operation(pool: _Pool, request: dict, put: Callable[[tuple], None]):
             if op == "call":
                 value = await pool.call_tool(endpoint, request["name"], request["arguments"], request["timeout_s"],
                                              progress if request["progress"] else None,
-                                             log if request.get("log") else None)
+                                             log if request.get("log") else None, request.get("traceparent"))
             elif op == "list":
                 value = [dataclasses.asdict(tool) for tool in await pool.list_tools(endpoint)]
             elif op == "prompts":
@@ -1438,4 +1456,5 @@ def host_main(fd: int) -> None:
             running[number] = future
             future.add_done_callback(lambda _done, number=number: running.pop(number, None))
     mcp_sessions_close()
+    tracing_flush()  # os._exit runs no atexit hook
     os._exit(0)
