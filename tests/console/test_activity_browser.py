@@ -83,3 +83,28 @@ def test_the_charts_change_when_a_call_settles(toolkeeper_server):  # noqa: F811
         expect(page.get_by_role("link", name="Last day")).to_have_attribute("aria-current", "page")
         assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
         csp.assert_clean()
+
+
+def test_the_charts_move_on_by_themselves_while_no_call_does(toolkeeper_server):  # noqa: F811
+    """Time buckets roll forward with nobody calling: the page reloads its charts each minute it is shown."""
+    chromium_or_skip()
+    from playwright.sync_api import expect
+
+    server = toolkeeper_server
+    with chromium_context(server.url, step_ms=STEP_MS) as (context, csp):
+        page = context.new_page()
+        page.clock.install()
+        log_in(page, server, "/t/demo/activity/", who="reviewer")
+        expect(page.locator("#live-indicator")).to_have_text("live")
+        page.evaluate("window.__reloads = 0; document.addEventListener('live:refreshed',"
+                      " (e) => { if (e.detail.regions.includes('activity')) window.__reloads += 1; })")
+        page.clock.fast_forward(30_000)
+        page.wait_for_timeout(300)
+        assert page.evaluate("window.__reloads") == 0  # not before the minute is up
+        for _ in range(STEP_MS // 100):
+            page.clock.fast_forward(1_000)
+            if page.evaluate("window.__reloads") >= 1:
+                break
+            page.wait_for_timeout(100)
+        assert page.evaluate("window.__reloads") >= 1, "the charts were never reloaded"
+        csp.assert_clean()
