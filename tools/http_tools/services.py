@@ -45,6 +45,7 @@ import httpx2
 from django.db import transaction
 
 from audit.services import audit_record
+from common import metrics
 from common.documents import DocumentRefused, document_parse
 from common.errors import ServiceError
 from common.json_values import flags_check, json_parse, json_problem, seconds_check
@@ -375,8 +376,11 @@ class HttpSource:
         forms = _secret_forms(secrets)
         try:
             check_url(request["url"])
-            status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
-                                               cancelled=getattr(ctx, "cancel_signal", None))
+            with metrics.upstream_request("http", tenant=ctx.tenant.slug, server=tool.name) as sent:
+                status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
+                                                   cancelled=getattr(ctx, "cancel_signal", None))
+                if status >= 500:
+                    sent.failed()
             if status == 401 and token is not None:
                 # Refused before its recorded end (revoked or replaced at the authorization server): renewed once
                 # and sent again. A 401 means the API did nothing with the request, so sending it again is safe.
@@ -384,8 +388,11 @@ class HttpSource:
                 if renewed != token:  # the same one again (renewed moments ago): the API's 401 stands
                     request["headers"]["Authorization"] = f"Bearer {renewed}"
                     forms = _secret_forms({**secrets, "Renewed": renewed})
-                    status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
-                                                       cancelled=getattr(ctx, "cancel_signal", None))
+                    with metrics.upstream_request("http", tenant=ctx.tenant.slug, server=tool.name) as sent:
+                        status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
+                                                           cancelled=getattr(ctx, "cancel_signal", None))
+                        if status >= 500:
+                            sent.failed()
         except ToolError:
             raise
         except Exception as exc:

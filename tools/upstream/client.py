@@ -77,10 +77,12 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from common import metrics
 from common.children import ChildGone, ChildSide, start_child
 from common.command_env import ENV_NAME, env_name_refusal
 from common.outbound import OutboundRefused, ResponseTooLarge, async_http_client
 from common.secrets import SecretDict
+from tenancy.selectors import tenant_slug
 
 logger = logging.getLogger("toolkeeper.mcp")
 stderr_logger = logging.getLogger("toolkeeper.mcp.stderr")
@@ -138,6 +140,7 @@ class McpEndpoint:
     server_id: int | None = None  # the McpServer row, when built from one
     name: str = ""  # the server's name, for messages and logs
     account: str = ""  # whose account the session acts as: "" the tenant's credential, else a person's
+    tenant: str = ""  # the server's tenant's slug, for the metrics' labels
 
 
 @dataclass(frozen=True)
@@ -265,7 +268,7 @@ def endpoint_of(server, *, bearer: str = "", account: str = "") -> McpEndpoint:
     digest = salted_hmac("toolkeeper.mcp.endpoint", shape, algorithm="sha256").hexdigest()[:24]
     return McpEndpoint(key=f"mcp:{server.pk}:{digest}", transport=transport, url=url, headers=SecretDict(headers),
                        command=command, args=args, env=SecretDict(env), timeout_s=float(server.timeout_s),
-                       server_id=server.pk, name=server.name, account=account)
+                       server_id=server.pk, name=server.name, account=account, tenant=tenant_slug(server.tenant_id))
 
 
 def endpoint_server_id(key: str) -> int | None:
@@ -668,6 +671,10 @@ class _Pool:
     async def _request(self, endpoint: McpEndpoint, deadline: float, send):
         """`await send(session)` on the endpoint's session; sent again once, on a new session, when the server
         cannot have run it (`_retry_safely`). MCPError (other than a safe retry) is the caller's to map."""
+        with metrics.upstream_request("mcp", tenant=endpoint.tenant, server=endpoint.name):
+            return await self._request_once_more(endpoint, deadline, send)
+
+    async def _request_once_more(self, endpoint: McpEndpoint, deadline: float, send):
         for attempt in (1, 2):
             session = await self.session(endpoint, deadline)
             session.in_use += 1
