@@ -99,6 +99,9 @@ class Variant:
         self.paths = [f"/api/v1/sessions/{new_session(c, n)}/calls" for n, c in enumerate(self.pool)]
 
     def round(self, per_client: int, record: bool = True) -> None:
+        for client in self.pool:  # fresh connections: an idle one may have been closed while others ran
+            client.close()
+        self.pool = [Client(self.server.port, self.server.api_key) for _ in self.paths]
         pid = self.server.process.pid
         before = cpu_seconds(pid)
         calls = [lambda n=n: self.pool[n].timed(self.paths[n], GOVERNED_BODY, check_governed)

@@ -3,12 +3,10 @@ import gc
 import os
 
 from celery import Celery
-from celery.signals import task_prerun, worker_init, worker_process_init, worker_process_shutdown
+from celery.signals import task_prerun, worker_process_init
 from django.db import close_old_connections, connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolkeeper.settings")
-
-from common import metrics  # noqa: E402  (after the settings module is named: it reads the metrics directory)
 
 app = Celery("toolkeeper")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -23,25 +21,9 @@ def prepare_worker_process(**kwargs):
     next period."""
     for connection in connections.all():
         connection.settings_dict["CONN_MAX_AGE"] = 60
-    # Its metrics (common.metrics): a process id an ended child had starts without that one's live gauges; a
-    # child runs one call at a time, so the worker's capacity is the sum over its children.
-    metrics.process_dead(os.getpid())
-    metrics.executor_capacity("celery", 1)
     # Long-lived objects of a worker process stay out of the garbage collector's full passes.
     gc.collect()
     gc.freeze()
-
-
-@worker_process_shutdown.connect
-def forget_worker_process(pid=None, **kwargs):
-    """A child that ends takes its live gauges (busy, capacity) out of the sums."""
-    metrics.process_dead(pid or os.getpid())
-
-
-@worker_init.connect
-def sweep_metrics(**kwargs):
-    """A worker starting: the metrics files of processes that ended are removed (common.metrics.sweep)."""
-    metrics.sweep()
 
 
 @task_prerun.connect
