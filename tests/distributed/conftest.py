@@ -22,6 +22,7 @@ from tests.live.server import pg_admin_url, pg_available
 
 REQUIRE_SERVICES = os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1"
 BRAVO_PASSWORD = "bravo-password-for-tests"
+METRICS_TOKEN = "distributed-scrape-token"
 
 SEED_BRAVO = f"""
 import json
@@ -74,7 +75,8 @@ def deployment():
         _missing(f"PostgreSQL ({pg_admin_url()})")
     if redis_server_binary() is None:
         _missing("redis-server (the broker of the distributed tests)")
-    stack = DistributedStack(settings_module="tests.distributed.stack_settings")
+    stack = DistributedStack(settings_module="tests.distributed.stack_settings",
+                             extra_env={"TOOLKEEPER_METRICS_TOKEN": METRICS_TOKEN})  # /metrics (test_metrics.py)
     stack.start()
     try:
         creds = stack.server.credentials

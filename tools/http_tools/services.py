@@ -51,6 +51,7 @@ from common.errors import ServiceError
 from common.json_values import flags_check, json_parse, json_problem, seconds_check
 from common.outbound import OutboundRefused, ResponseTooLarge, check_url, http_client
 from common.secrets import SecretUnreadable
+from tenancy.selectors import tenant_slug
 from tools.accounts import providers, vault
 from tools.accounts.oauth import OAuthFailed
 from tools.catalog.registry import register_source
@@ -347,6 +348,12 @@ def _provider_token(endpoint: HttpEndpoint, ctx, refused: str | None = None) -> 
                         error_type="UpstreamUnavailable") from None
 
 
+def _tenant_of(tool: Tool, ctx) -> str:
+    """The tool's tenant's slug for the metrics: the call's tenant when its context holds it."""
+    slug = getattr(getattr(ctx, "tenant", None), "slug", None)
+    return slug if isinstance(slug, str) else tenant_slug(tool.tenant_id)
+
+
 class HttpSource:
     kinds = ("http",)
 
@@ -376,7 +383,7 @@ class HttpSource:
         forms = _secret_forms(secrets)
         try:
             check_url(request["url"])
-            with metrics.upstream_request("http", tenant=ctx.tenant.slug, server=tool.name) as sent:
+            with metrics.upstream_request("http", tenant=_tenant_of(tool, ctx), server=tool.name) as sent:
                 status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
                                                    cancelled=getattr(ctx, "cancel_signal", None))
                 if status >= 500:
@@ -388,7 +395,7 @@ class HttpSource:
                 if renewed != token:  # the same one again (renewed moments ago): the API's 401 stands
                     request["headers"]["Authorization"] = f"Bearer {renewed}"
                     forms = _secret_forms({**secrets, "Renewed": renewed})
-                    with metrics.upstream_request("http", tenant=ctx.tenant.slug, server=tool.name) as sent:
+                    with metrics.upstream_request("http", tenant=_tenant_of(tool, ctx), server=tool.name) as sent:
                         status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
                                                            cancelled=getattr(ctx, "cancel_signal", None))
                         if status >= 500:

@@ -82,7 +82,6 @@ from common.children import ChildGone, ChildSide, start_child
 from common.command_env import ENV_NAME, env_name_refusal
 from common.outbound import OutboundRefused, ResponseTooLarge, async_http_client
 from common.secrets import SecretDict
-from tenancy.selectors import tenant_slug
 
 logger = logging.getLogger("toolkeeper.mcp")
 stderr_logger = logging.getLogger("toolkeeper.mcp.stderr")
@@ -268,7 +267,7 @@ def endpoint_of(server, *, bearer: str = "", account: str = "") -> McpEndpoint:
     digest = salted_hmac("toolkeeper.mcp.endpoint", shape, algorithm="sha256").hexdigest()[:24]
     return McpEndpoint(key=f"mcp:{server.pk}:{digest}", transport=transport, url=url, headers=SecretDict(headers),
                        command=command, args=args, env=SecretDict(env), timeout_s=float(server.timeout_s),
-                       server_id=server.pk, name=server.name, account=account, tenant=tenant_slug(server.tenant_id))
+                       server_id=server.pk, name=server.name, account=account, tenant=_tenant_of(server))
 
 
 def endpoint_server_id(key: str) -> int | None:
@@ -1210,6 +1209,22 @@ HOST_SETTINGS = ("TOOLKEEPER_MCP_STDIO_SERVERS", "TOOLKEEPER_MCP_SESSION_IDLE_S"
 HOST_MAIN = "import sys; from tools.upstream.client import host_main; host_main(int(sys.argv[1]))"
 _ERRORS = {cls.__name__: cls for cls in (UpstreamUnavailable, UpstreamTimedOut, UpstreamRefused,
                                          UpstreamUnauthorized, UpstreamToolError, UpstreamCancelled)}
+
+
+_tenant_slugs: dict[int, str] = {}  # a tenant's slug never changes
+
+
+def _tenant_of(server) -> str:
+    """The server's tenant's slug for the metrics: read once per process (this module is loaded before Django's
+    apps in the host process, so it imports no model)."""
+    if server.tenant_id is None:
+        return ""
+    slug = _tenant_slugs.get(server.tenant_id)
+    if slug is None:
+        if len(_tenant_slugs) >= 10_000:
+            _tenant_slugs.clear()
+        slug = _tenant_slugs[server.tenant_id] = server.tenant.slug
+    return slug
 
 
 def _endpoint_json(endpoint: McpEndpoint) -> dict:
