@@ -18,13 +18,14 @@ from approvals.models import (
 from approvals.notifications import notify_request
 from approvals.selectors import approvals_of, approved_edit, evaluate
 from audit.services import audit_record
+from common import metrics
 from common.errors import Conflict, NotPermitted, ServiceError
 from realtime.broadcast import publish_on_commit
 from realtime.groups import inbox_group
 from tenancy.models import REVIEW_ROLES, Membership
 from tenancy.versions import version_bump
 from tools.calls.aftercare import result_finish
-from tools.calls.events import call_fail, call_transition
+from tools.calls.events import call_fail, call_source, call_transition
 from tools.calls.pipeline import input_problems, pipeline_resume
 from tools.catalog.declared import call_exposed
 from tools.catalog.schemas import with_bound
@@ -32,6 +33,7 @@ from tools.models import CallStatus, ToolCall, ToolSource
 from tools.python.results import tool_result
 
 PERMISSION_STEP = "permission"
+DECIDED = frozenset({RequestStatus.APPROVED, RequestStatus.REJECTED, RequestStatus.RESPONDED})  # a reviewer's word
 EXPIRE_BATCH = 500  # requests (and external calls) the periodic job settles per pass, most overdue first
 RULE_FIELDS = ("behavior", "tool_pattern", "arg_match", "agents", "users", "user_verified", "queue", "priority",
                "enabled", "note")
@@ -299,6 +301,9 @@ def _finish(request: ApprovalRequest, status: str) -> bool:
     if moved:
         request.status = status
         _announce(request, status)
+        if metrics.ENABLED and status in DECIDED:
+            metrics.step_observe("approval_wait", call_source(request.call),
+                                 (timezone.now() - request.opened_at).total_seconds())
     return bool(moved)
 
 
@@ -463,7 +468,10 @@ def external_result_post(*, call: ToolCall, actor, state: str, content: list, st
     if call.status != CallStatus.AWAITING_EXTERNAL:
         raise Conflict(f"the call is {call.status}, not awaiting an external result")
     with transaction.atomic():
-        return call_respond(call=call, actor=actor, state=state, content=content, structured=structured)
+        call_respond(call=call, actor=actor, state=state, content=content, structured=structured)
+    if metrics.ENABLED:  # the wait began as the call was received: the chain before it takes no time worth telling
+        metrics.step_observe("external_wait", call_source(call), (timezone.now() - call.created_at).total_seconds())
+    return call
 
 
 def request_cancel_for_call(sender, call, **kwargs) -> None:

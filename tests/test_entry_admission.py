@@ -272,6 +272,26 @@ def test_every_mcp_method_refuses_a_value_no_entry_takes_before_anything_is_stor
     assert ToolCall.all_tenants.count() == before
 
 
+# --- /metrics ------------------------------------------------------------------------------------------------------
+
+def test_the_scrape_is_no_tenants_entry_and_takes_only_its_own_token(one_request_a_minute, client, settings):
+    """`/metrics` (docs/observability.md, "Exposing /metrics") is the deployment's, not a tenant's: it does not call
+    `admit`, because no tenant's key, login or limit applies to it. Its one way in is the deployment's token: a
+    tenant's API key is refused (401), and a tenant whose minute is used up does not stop the scrape. Unconfigured,
+    it is not there (404)."""
+    world = one_request_a_minute
+    settings.TOOLKEEPER_METRICS_TOKEN = "scrape-token"
+    key = _every_scope_key(world)
+    assert client.get("/api/v1/tools", HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200  # the minute's one
+    assert client.get("/api/v1/tools", HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 429
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 401
+    client.force_login(world.a.users["admin"])
+    assert client.get("/metrics").status_code == 401  # a console login is no token either
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-token").status_code == 200
+    settings.TOOLKEEPER_METRICS_TOKEN = ""
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-token").status_code == 404
+
+
 # --- the function itself ------------------------------------------------------------------------------------------
 
 def test_admit_checks_who_then_the_limits_then_the_value(one_request_a_minute):

@@ -31,8 +31,10 @@ from tools.upstream.client import UpstreamTool
 from tools.upstream.servers import mcp_server_create, mcp_tools_reconcile
 
 # account/: a person's own pages, in no tenant (tests/tenancy/test_people.py, tests/identity/test_oauth_pages.py);
-# oauth/: the consent page, which offers only the person's own tenants (tests/identity/test_oauth_pages.py)
-SKIPPED_PREFIXES = ("admin/", "api/schema/", "api/docs/", "login/", "logout/", "account/", "oauth/")
+# oauth/: the consent page, which offers only the person's own tenants (tests/identity/test_oauth_pages.py);
+# metrics: the deployment's scrape, in no tenant, with its own token (tests/toolkeeper/test_metrics.py,
+# tests/test_entry_admission.py)
+SKIPPED_PREFIXES = ("admin/", "api/schema/", "api/docs/", "login/", "logout/", "account/", "oauth/", "metrics")
 API_PREFIX = "api/"
 CONSOLE_PREFIXES = ("t/",)  # the console, the inbox and other apps' tenant pages
 METHODS = ("get", "post", "put", "patch", "delete")

@@ -8,11 +8,13 @@ class ToolsConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import m2m_changed, post_delete, post_migrate, post_save
 
+        from audit.selectors import CHAIN_WATCH_S, audit_chains_watch
         from common.tracing import tracing_setup
         from tenancy.signals import member_left, tenant_created, version_bumped
         from tools.calls.aftercare import RESULT_STEPS, Cap, Redact, ResultRules, Retry
         from tools.calls.pipeline import CALL_STEPS, Bind, Normalize, Validate
         from tools.calls.submit import Dispatch
+        from tools.catalog.registry import register_periodic
         from tools.catalog.services import catalog_sync_all, tenant_seed_catalog
         from tools.catalog.snapshot import announce_on_bump, bump_on_change
         from tools.models import BoundArgument, McpServer, RedactionRule, Tool, ToolGroup, UpstreamPrompt
@@ -29,6 +31,8 @@ class ToolsConfig(AppConfig):
         if not settings.TOOLKEEPER_TOOL_PROCESS:
             tracing_setup(role="mcp-host" if settings.TOOLKEEPER_MCP_HOST_PROCESS else "server")
         tenant_created.connect(tenant_seed_catalog, dispatch_uid="tools.seed_catalog")
+        # every tenant's audit chain, verified as it grows (toolkeeper_audit_chain_broken, docs/observability.md)
+        register_periodic("audit.chain_watch", lambda: audit_chains_watch(), every_s=CHAIN_WATCH_S)
         # A server's tools leave the surface with it; redaction rules are cached under the same version; a server's
         # prompts are offered with its tools, and their changes are announced as the catalog's are.
         for model in (Tool, ToolGroup, BoundArgument, McpServer, RedactionRule, UpstreamPrompt):

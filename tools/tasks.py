@@ -1,9 +1,12 @@
 """Celery tasks of the distributed mode: thin wrappers that take ids or names and call the worker's side
 (`tools.calls.worker`) or the runtime's periodic jobs (`tools.calls.runtime`)."""
+import os
+
 from celery import shared_task
 from celery.beat import PersistentScheduler
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 
+from common import metrics
 from tools.calls.executors import RUN_CALL_TASK
 from tools.calls.runtime import BACKGROUND_TASK, PERIODIC_TASK, background_threads, runtime
 from tools.calls.worker import ClaimOutcome, worker_run_call
@@ -43,3 +46,19 @@ class RuntimeScheduler(PersistentScheduler):
 @worker_process_init.connect
 def start_worker_process(**kwargs) -> None:
     runtime().worker_process_start()
+    # Its metrics (common.metrics): a process id an ended child had starts without that one's live gauges; a
+    # child runs one call at a time, so the worker's capacity is the sum over its children.
+    metrics.process_dead(os.getpid())
+    metrics.executor_capacity("celery", 1)
+
+
+@worker_process_shutdown.connect
+def forget_worker_process(pid=None, **kwargs) -> None:
+    """A child that ends takes its live gauges (busy, capacity) out of the sums."""
+    metrics.process_dead(pid or os.getpid())
+
+
+@worker_init.connect
+def sweep_metrics(**kwargs) -> None:
+    """A worker starting: the metrics files of processes that ended are removed (common.metrics.sweep)."""
+    metrics.sweep()

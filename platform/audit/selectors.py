@@ -17,6 +17,8 @@ from audit.chain import (
     heads_digest,
 )
 from audit.models import ChainHead, Event
+from common import metrics
+from tenancy.models import Tenant
 
 INTACT, BROKEN, UNSIGNED, UNVERIFIABLE = "intact", "broken", "unsigned", "unverifiable"
 WALK_CHUNK = 2000  # entries fetched at a time: a long chain is streamed, never loaded whole
@@ -264,3 +266,26 @@ def audit_check_recent(*, tenant) -> tuple[ChainCheck, object]:
         found = (audit_check(tenant=tenant), timezone.now())
         cache.set(cache_key, found, timeout=RECENT_CHECK_S)
     return found
+
+
+CHAIN_WATCH_S = 60  # how often the periodic job verifies every tenant's chain (what it walked before is not read again)
+CHAIN_WATCH_FULL_S = 3600  # …and how often it walks each chain from its start again
+
+
+def audit_chains_watch(*, now=None) -> dict[str, str]:
+    """The periodic verification behind `toolkeeper_audit_chain_broken`: each tenant's chain, resumed from this
+    job's last intact walk of it (kept in the cache, shared by the processes that run the job) and walked whole
+    again every CHAIN_WATCH_FULL_S. Returns each tenant's status by slug."""
+    now = now or timezone.now()
+    statuses = {}
+    for tenant in Tenant.objects.only("pk", "slug").order_by("pk"):
+        cache_key = f"tk:audit-watch:{tenant.pk}"
+        kept = cache.get(cache_key)
+        resume = None
+        if kept is not None and kept[0].status == INTACT and (now - kept[1]).total_seconds() < CHAIN_WATCH_FULL_S:
+            resume = kept[0]
+        check = audit_check(tenant=tenant, resume=resume)
+        cache.set(cache_key, (check, kept[1] if resume is not None else now), timeout=2 * CHAIN_WATCH_FULL_S)
+        metrics.audit_chain(tenant=tenant.slug, broken=check.status == BROKEN)
+        statuses[tenant.slug] = check.status
+    return statuses

@@ -13,11 +13,14 @@ console login's) and the tenant's requests per minute, and one past a limit is c
 """
 import asyncio
 import logging
+import time
+from datetime import datetime
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from common import metrics
 from common.errors import NotPermitted, RateLimited
 from tenancy.entry.admission import Entry, NotAuthenticated, admit
 from tenancy.entry.authentication import bearer_token
@@ -125,23 +128,26 @@ class EventStream(AsyncJsonWebsocketConsumer):
         """Streams are one-way; a client message is ignored."""
 
     async def call_event(self, message):
-        await self.forward(message)
+        if await self.forward(message) and metrics.ENABLED:  # a live event: from its append (its time) to here
+            metrics.fanout_observe(time.time() - datetime.fromisoformat(message["at"]).timestamp())
 
     async def inbox_event(self, message):
         if not self.ended:
             await self.send_json({k: v for k, v in message.items() if k != "type"})
 
-    async def forward(self, message: dict):
+    async def forward(self, message: dict) -> bool:
+        """Send a call's event (once); whether it was sent."""
         if self.ended:
-            return
+            return False
         call_id = message["call"]
         if self.call_filter and call_id != self.call_filter:
-            return
+            return False
         if message["seq"] <= self.sent.get(call_id, 0):
-            return
+            return False
         self.sent[call_id] = message["seq"]
         await self.send_json({"call": call_id, "seq": message["seq"], "kind": message["kind"],
                               "data": message["data"], "at": message["at"]})
+        return True
 
     # -- subclass hooks --
     def authorize(self):

@@ -12,6 +12,24 @@ from tenancy.fastread import fetch_one
 from tenancy.models import SYSTEM_AGENT, ApiKey, Membership, OAuthToken, Scope, Tenant, hash_secret, split_key
 from tenancy.versions import versioned_models
 
+_tenant_slugs: dict[int, str] = {}  # a tenant's slug never changes
+TENANT_SLUGS_KEPT = 10_000
+
+
+def tenant_slug(tenant_id: int | None, tenant: Tenant | None = None) -> str:
+    """The tenant's slug (a metric's label): from `tenant` when the caller holds it, else read once per process; ""
+    for an object of no tenant (yet)."""
+    slug = _tenant_slugs.get(tenant_id)
+    if slug is None:
+        if tenant is None:
+            tenant = Tenant.objects.only("slug").filter(pk=tenant_id).first() if tenant_id is not None else None
+            if tenant is None:
+                return ""
+        if len(_tenant_slugs) >= TENANT_SLUGS_KEPT:
+            _tenant_slugs.clear()
+        slug = _tenant_slugs[tenant_id] = tenant.slug
+    return slug
+
 
 def apikey_from_token(token: str) -> ApiKey | None:
     """The active key a bearer token names, or None. The tenant's configuration versions come with it

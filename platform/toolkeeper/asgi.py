@@ -31,8 +31,14 @@ if "daphne.server" in sys.modules:
     from toolkeeper.daphne_request import use_in_daphne
 
     use_in_daphne()
+from common import metrics  # noqa: E402
+from toolkeeper.metrics import side_server_start  # noqa: E402
 from toolkeeper.routing import websocket_urlpatterns  # noqa: E402
 from tools.calls.runtime import runtime  # noqa: E402
+
+# The metrics files of processes that ended are removed (never a running one's); the scrape's own address, if set.
+metrics.sweep()
+side_server_start()
 
 # The mode's duties of a server process (embedded: recover orphaned calls, run the periodic jobs).
 runtime().start()

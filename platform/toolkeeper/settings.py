@@ -429,6 +429,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout"
 if TOOLKEEPER_EXECUTOR == "celery" and CELERY_BROKER_URL == "memory://":
     raise ImproperlyConfigured("TOOLKEEPER_EXECUTOR=celery needs REDIS_URL (or CELERY_BROKER_URL)")
 
+# Metrics (common.metrics, docs/observability.md): prometheus_client's multiprocess mode keeps each process's values
+# in this directory, one per host (set before any process imports prometheus_client: every process loads these
+# settings first). `/metrics` answers with a bearer token, or on a separate bind address; neither set: 404.
+PROMETHEUS_MULTIPROC_DIR = os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(DATA_DIR / "metrics"))
+Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
+TOOLKEEPER_METRICS_TOKEN = os.environ.get("TOOLKEEPER_METRICS_TOKEN", "")
+TOOLKEEPER_METRICS_ADDR = os.environ.get("TOOLKEEPER_METRICS_ADDR", "").strip()
+
 # Logs (docs/observability.md, "Logs"): TOOLKEEPER_LOG_FORMAT=json makes each record one JSON object a line, with the
 # call it was logged for (call_id, tenant, trace_id, step); anything else keeps Python's plain lines.
 TOOLKEEPER_LOG_FORMAT = "json" if os.environ.get("TOOLKEEPER_LOG_FORMAT", "").strip().lower() == "json" else "text"

@@ -8,6 +8,7 @@ from tenancy.api.urls import urlpatterns as tenancy_api
 from tenancy.oauth import pages as oauth_pages
 from tenancy.people import pages as people_pages
 from tenancy.signin import pages as signin_pages
+from toolkeeper.metrics import metrics_view
 from tools.accounts import pages as account_pages
 
 api_v1 = [
@@ -45,6 +46,8 @@ urlpatterns = [
     path("oauth/consent/", oauth_pages.consent, name="oauth_consent"),
     path("account/upstream/callback/", account_pages.accounts_callback, name="accounts_callback"),
     path("oauth/upstream-client.json", account_pages.accounts_client_document, name="accounts_client_document"),
+    # Prometheus's scrape: a bearer token's, outside any tenant (404 unless configured; docs/observability.md)
+    path("metrics", metrics_view, name="metrics"),
     path("t/<slug:tenant>/", include("approvals.urls")),
     path("t/<slug:tenant>/knowledge/", include("knowledge.urls")),
     path("t/<slug:tenant>/skills/", include("skills.urls")),

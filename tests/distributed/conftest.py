@@ -24,6 +24,7 @@ from tests.otlp_receiver import Receiver, serve
 
 REQUIRE_SERVICES = os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1"
 BRAVO_PASSWORD = "bravo-password-for-tests"
+METRICS_TOKEN = "distributed-scrape-token"
 
 SEED_BRAVO = f"""
 import json
@@ -80,7 +81,8 @@ def deployment():
     receiving = serve()  # before the stack: its processes export their spans as soon as they run calls
     otlp = next(receiving)
     stack = DistributedStack(settings_module="tests.distributed.stack_settings", extra_env={
-        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"})
+        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "TOOLKEEPER_METRICS_TOKEN": METRICS_TOKEN})  # /metrics (test_metrics.py)
     stack.start()
     try:
         creds = stack.server.credentials

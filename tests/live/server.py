@@ -85,7 +85,7 @@ class LiveServer:
     # -- environment ------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("DJANGO_", "TOOLKEEPER_", "PYTEST_")) and k not in {
+               if not k.startswith(("DJANGO_", "TOOLKEEPER_", "PYTEST_", "PROMETHEUS_")) and k not in {
                    "DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS"}}
         paths = [*self.extra_pythonpath, str(ROOT), str(ROOT / "platform")]
         env.update({

@@ -266,13 +266,13 @@ def test_calls_admit_asks_for_the_counts_only_when_a_limit_applies_to_new_calls(
     def not_counted():
         raise AssertionError("in_flight() called")
 
-    tenant = SimpleNamespace(key_calls_in_flight=1, tenant_calls_in_flight=1)
+    tenant = SimpleNamespace(slug="t", key_calls_in_flight=1, tenant_calls_in_flight=1)
     key = object()
     for adding in (0, -1):  # nothing added: nothing refused, even with both limits already passed
         limits.calls_admit(tenant=tenant, api_key=key, adding=adding, in_flight=not_counted)
-    no_limits = SimpleNamespace(key_calls_in_flight=0, tenant_calls_in_flight=0)
+    no_limits = SimpleNamespace(slug="t", key_calls_in_flight=0, tenant_calls_in_flight=0)
     limits.calls_admit(tenant=no_limits, api_key=key, adding=5, in_flight=not_counted)
-    key_limit_only = SimpleNamespace(key_calls_in_flight=1, tenant_calls_in_flight=0)
+    key_limit_only = SimpleNamespace(slug="t", key_calls_in_flight=1, tenant_calls_in_flight=0)
     limits.calls_admit(tenant=key_limit_only, api_key=None, adding=5, in_flight=not_counted)
     with pytest.raises(RateLimited) as refused:
         limits.calls_admit(tenant=key_limit_only, api_key=key, adding=2, in_flight=lambda: (0, 0))

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from tools.calls.events import call_event_append
+from common import metrics
+from tools.calls.events import call_event_append, call_source
 from tools.calls.pipeline import CallContext, Step
 from tools.calls.traces import call_span
 from tools.catalog.registry import StepChain
@@ -227,6 +228,12 @@ def result_steps() -> tuple[ResultStep, ...]:
 
 
 def result_steps_run(outcome: Outcome) -> None:
+    watch = metrics.stopwatch("after_steps")
+    _result_steps(outcome)
+    watch.stop_with(call_source, outcome.call)
+
+
+def _result_steps(outcome: Outcome) -> None:
     for step in result_steps():
         if step.executed_only and not outcome.executed:
             continue

@@ -11,13 +11,15 @@ from contextlib import nullcontext
 from django.db import transaction
 from django.utils import timezone
 
+from common import metrics
 from realtime.broadcast import publish_on_commit
 from realtime.groups import calls_group, session_group
 from tenancy.fastread import insert_instance, this_connection
+from tenancy.selectors import tenant_slug
 from tools.calls.statements import INCREMENTS, UNIQUE_CALL_ID, call_insert_with_events, call_update_with_event
 from tools.calls.traces import call_moved
 from tools.calls.waiting import settle_notify
-from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, CallStatus, ToolCall
+from tools.models import SETTLED_STATUSES, TERMINAL_STATUSES, CallStatus, Tool, ToolCall
 from tools.python.results import call_error, error_result
 
 
@@ -28,6 +30,47 @@ def _writing():
     if conn.vendor == "postgresql" and not conn.in_atomic_block:
         return nullcontext()
     return transaction.atomic(savepoint=False)
+
+
+# --- the labels of a call's metrics (common.metrics): bounded, read without a query on the hot path ---
+
+_tool_sources: dict[int, str] = {}  # a tool row's source never changes
+NOT_ON_SURFACE = frozenset({"ToolNotAvailable", "ToolDefinitionChanged"})
+TOOL_SOURCES_KEPT = 10_000
+
+
+def call_tenant(call: ToolCall) -> str:
+    if not metrics.TENANT_LABELS:
+        return metrics.ALL_TENANTS
+    return tenant_slug(call.tenant_id, call.tenant if ToolCall.tenant.is_cached(call) else None)
+
+
+def call_source(call: ToolCall) -> str:
+    """The kind of the call's tool: its source (python, mcp, http, external, builtin…), `declared` for a tool its
+    app declared, `meta` for a meta tool, `none` for a call of no tool on the surface."""
+    if call.declared_tool is not None:
+        return "declared"
+    if call.tool_id is None:
+        error = call.error if isinstance(call.error, dict) else {}
+        return "none" if error.get("errorType") in NOT_ON_SURFACE else "meta"
+    if ToolCall.tool.is_cached(call) and call.tool is not None:
+        return call.tool.source
+    source = _tool_sources.get(call.tool_id)
+    if source is None:
+        found = Tool.objects.for_tenant(call.tenant_id).filter(pk=call.tool_id).values_list("source", flat=True)
+        if len(_tool_sources) >= TOOL_SOURCES_KEPT:
+            _tool_sources.clear()
+        source = _tool_sources[call.tool_id] = found.first() or "none"
+    return source
+
+
+def _count_settled(call: ToolCall, created_at) -> None:
+    """A call's final status, counted once its transaction commits (a rolled-back move never happened)."""
+    decision = call.decision.get("behavior", "none") if isinstance(call.decision, dict) else "none"
+    labels = {"tenant": call_tenant(call), "source": call_source(call), "status": str(call.status),
+              "decision": decision if decision in ("allow", "deny", "ask") else "none"}
+    seconds = (call.finished_at - created_at).total_seconds() if call.finished_at and created_at else None
+    transaction.on_commit(lambda: metrics.call_settled(seconds=seconds, **labels))
 
 
 def _publish(call: ToolCall, seq: int, kind: str, data: dict, at) -> None:
@@ -73,6 +116,8 @@ def call_transition(*, call: ToolCall, from_statuses, to_status: str, event_data
         _publish(call, seq, "status", data, at)
         if to_status in SETTLED_STATUSES:
             transaction.on_commit(lambda: settle_notify(call))
+        if metrics.ENABLED and to_status in TERMINAL_STATUSES:
+            _count_settled(call, call.created_at)
     return True
 
 
@@ -105,6 +150,8 @@ def call_record(call: ToolCall, *, status: str | None = None, passing: tuple[str
         call_moved(call, None, status)
         if status in SETTLED_STATUSES:
             transaction.on_commit(lambda: settle_notify(call))
+        if metrics.ENABLED and status in TERMINAL_STATUSES:
+            _count_settled(call, created)
     return True
 
 

@@ -9,8 +9,9 @@ import time
 from django.db.models import F
 from django.utils import timezone
 
+from common import metrics
 from tools.calls.aftercare import Outcome, effects_record, error_is_transient, result_steps_run
-from tools.calls.events import call_event_append, call_fail, call_transition
+from tools.calls.events import call_event_append, call_fail, call_source, call_transition
 from tools.calls.statements import lease_lapsed_condition
 from tools.calls.traces import call_span, span_failed
 from tools.catalog.registry import source_for
@@ -87,7 +88,9 @@ def _execute(call: ToolCall, cancelled: threading.Event) -> Outcome | None:
     deadline = time.monotonic() + (tool.timeout_s if tool is not None else 30.0)  # the executor's own timer rules
     attempt = 1
     while True:
+        run = metrics.stopwatch("execution")
         outcome = _invoke(call, source, ctx, attempt=attempt, deadline=deadline)
+        run.stop_with(call_source, call)
         if outcome is None:
             return None  # whoever cancelled (or timed out) the call already settled it
         with call_span(call, "after_steps"):

@@ -25,6 +25,7 @@ from django.db import close_old_connections
 from django.db.models import Q
 from django.utils import timezone
 
+from common import metrics
 from tools.calls.execution import call_claim, call_execute, call_time_out
 from tools.models import CallStatus, ToolCall
 from tools.python.isolation import CallStop
@@ -101,6 +102,7 @@ class LocalExecutor:
         self._running_per_tenant: Counter = Counter()
         self._busy_sessions: set[str] = set()
         self._deadlines = Deadlines()
+        metrics.executor_capacity("local", workers)
 
     def queued_fields(self) -> dict:
         """Fields the dispatch step writes with the move to `queued`: none here."""
@@ -165,12 +167,14 @@ class LocalExecutor:
 
     def _count_running(self, job: Job) -> None:
         self._running[job.call_id] = job
+        metrics.executor_busy("local", len(self._running))
         self._running_per_tenant[job.tenant_id] += 1
         if not job.concurrency_safe:
             self._busy_sessions.add(job.session_id)
 
     def _uncount_running(self, job: Job) -> None:
         self._running.pop(job.call_id, None)
+        metrics.executor_busy("local", len(self._running))
         self._running_per_tenant[job.tenant_id] -= 1
         if not job.concurrency_safe:
             self._busy_sessions.discard(job.session_id)

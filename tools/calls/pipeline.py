@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from tools.calls.events import call_failure, call_transition
+from common import metrics
+from tools.calls.events import call_failure, call_source, call_transition
 from tools.calls.traces import call_span
 from tools.catalog.declared import call_exposed
 from tools.catalog.registry import StepChain
@@ -180,12 +181,16 @@ def pipeline_run(ctx: CallContext, *, resume_after: str | None = None, rerun: tu
             if ctx.exposed is None:
                 not_available(ctx, f"{ctx.call.tool_name!r} is no longer available in this session")
                 return
+    policy = metrics.stopwatch("policy")  # the steps before dispatch (or until one settles the call)
     with transaction.atomic(savepoint=False), call_span(ctx.call, "policy"):
         for step in steps:
+            if step.name == "dispatch":
+                policy.stop_with(call_source, ctx.call)
             with call_span(ctx.call, step.name):
                 if not step.process(ctx):
                     break
         ctx.flush()
+    policy.stop_with(call_source, ctx.call)
 
 
 def input_problems(*, session: AgentSession, tool_name: str, new_input, call: ToolCall | None = None) -> list[str]:

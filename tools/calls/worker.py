@@ -26,6 +26,7 @@ from django.db import (
 )
 from django.utils import timezone
 
+from common import metrics
 from tenancy.fastread import fetch_one
 from tenancy.selectors import versions_read_with
 from tenancy.versions import versioned_models, versions_known
@@ -166,17 +167,34 @@ class CallWatch:
 call_watch = CallWatch()
 
 
+class _Running:
+    """The calls this worker process runs now (`toolkeeper_executor_busy{executor="celery"}`)."""
+
+    def __init__(self):
+        self.lock, self.count = threading.Lock(), 0
+
+    def add(self, change: int) -> None:
+        with self.lock:
+            self.count += change
+            metrics.executor_busy("celery", self.count)
+
+
+running = _Running()
+
+
 def worker_run_call(*, call_id) -> str:
     outcome, call = call_claim_limited(call_id=call_id)
     if call is None:
         return outcome
     cancelled = CallStop()
     call_watch.add(call, cancelled, call.tool.timeout_s if call.tool else 30.0)
+    running.add(1)
     try:
         # the after-execution steps check their caches against the versions read with the call
         with versions_known(call.tenant_id, *versions_read_with(call)):
             call_execute(call=call, cancelled=cancelled)
     finally:
+        running.add(-1)
         call_watch.remove(call)
     return ClaimOutcome.CLAIMED
 

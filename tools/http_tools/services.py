@@ -45,12 +45,14 @@ import httpx2
 from django.db import transaction
 
 from audit.services import audit_record
+from common import metrics
 from common.documents import DocumentRefused, document_parse
 from common.errors import ServiceError
 from common.json_values import flags_check, json_parse, json_problem, seconds_check
 from common.outbound import OutboundRefused, ResponseTooLarge, check_url, http_client
 from common.secrets import SecretUnreadable
 from common.tracing import TRACEPARENT, child_span, current_traceparent, span_error
+from tenancy.selectors import tenant_slug
 from tools.accounts import providers, vault
 from tools.accounts.oauth import OAuthFailed
 from tools.calls.traces import call_trace
@@ -348,6 +350,12 @@ def _provider_token(endpoint: HttpEndpoint, ctx, refused: str | None = None) -> 
                         error_type="UpstreamUnavailable") from None
 
 
+def _tenant_of(tool: Tool, ctx) -> str:
+    """The tool's tenant's slug for the metrics: the call's tenant when its context holds it."""
+    slug = getattr(getattr(ctx, "tenant", None), "slug", None)
+    return slug if isinstance(slug, str) else tenant_slug(tool.tenant_id)
+
+
 class HttpSource:
     kinds = ("http",)
 
@@ -388,8 +396,11 @@ class HttpSource:
     def _answer(self, endpoint, request, secrets, forms, token, tool, ctx) -> dict:
         try:
             check_url(request["url"])
-            status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
-                                               cancelled=getattr(ctx, "cancel_signal", None))
+            with metrics.upstream_request("http", tenant=_tenant_of(tool, ctx), server=tool.name) as sent:
+                status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
+                                                   cancelled=getattr(ctx, "cancel_signal", None))
+                if status >= 500:
+                    sent.failed()
             if status == 401 and token is not None:
                 # Refused before its recorded end (revoked or replaced at the authorization server): renewed once
                 # and sent again. A 401 means the API did nothing with the request, so sending it again is safe.
@@ -397,8 +408,11 @@ class HttpSource:
                 if renewed != token:  # the same one again (renewed moments ago): the API's 401 stands
                     request["headers"]["Authorization"] = f"Bearer {renewed}"
                     forms = _secret_forms({**secrets, "Renewed": renewed})
-                    status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
-                                                       cancelled=getattr(ctx, "cancel_signal", None))
+                    with metrics.upstream_request("http", tenant=_tenant_of(tool, ctx), server=tool.name) as sent:
+                        status, content_type, body = _send(request, timeout_s=tool.timeout_s + BACKSTOP_S,
+                                                           cancelled=getattr(ctx, "cancel_signal", None))
+                        if status >= 500:
+                            sent.failed()
         except ToolError:
             raise
         except Exception as exc:

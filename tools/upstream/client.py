@@ -77,6 +77,7 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from common import metrics
 from common.children import ChildGone, ChildSide, start_child
 from common.command_env import ENV_NAME, env_name_refusal
 from common.outbound import OutboundRefused, ResponseTooLarge, async_http_client
@@ -139,6 +140,7 @@ class McpEndpoint:
     server_id: int | None = None  # the McpServer row, when built from one
     name: str = ""  # the server's name, for messages and logs
     account: str = ""  # whose account the session acts as: "" the tenant's credential, else a person's
+    tenant: str = ""  # the server's tenant's slug, for the metrics' labels
 
 
 @dataclass(frozen=True)
@@ -266,7 +268,7 @@ def endpoint_of(server, *, bearer: str = "", account: str = "") -> McpEndpoint:
     digest = salted_hmac("toolkeeper.mcp.endpoint", shape, algorithm="sha256").hexdigest()[:24]
     return McpEndpoint(key=f"mcp:{server.pk}:{digest}", transport=transport, url=url, headers=SecretDict(headers),
                        command=command, args=args, env=SecretDict(env), timeout_s=float(server.timeout_s),
-                       server_id=server.pk, name=server.name, account=account)
+                       server_id=server.pk, name=server.name, account=account, tenant=_tenant_of(server))
 
 
 def endpoint_server_id(key: str) -> int | None:
@@ -669,6 +671,10 @@ class _Pool:
     async def _request(self, endpoint: McpEndpoint, deadline: float, send):
         """`await send(session)` on the endpoint's session; sent again once, on a new session, when the server
         cannot have run it (`_retry_safely`). MCPError (other than a safe retry) is the caller's to map."""
+        with metrics.upstream_request("mcp", tenant=endpoint.tenant, server=endpoint.name):
+            return await self._request_once_more(endpoint, deadline, send)
+
+    async def _request_once_more(self, endpoint: McpEndpoint, deadline: float, send):
         for attempt in (1, 2):
             session = await self.session(endpoint, deadline)
             session.in_use += 1
@@ -1221,6 +1227,22 @@ HOST_SETTINGS = ("TOOLKEEPER_MCP_STDIO_SERVERS", "TOOLKEEPER_MCP_SESSION_IDLE_S"
 HOST_MAIN = "import sys; from tools.upstream.client import host_main; host_main(int(sys.argv[1]))"
 _ERRORS = {cls.__name__: cls for cls in (UpstreamUnavailable, UpstreamTimedOut, UpstreamRefused,
                                          UpstreamUnauthorized, UpstreamToolError, UpstreamCancelled)}
+
+
+_tenant_slugs: dict[int, str] = {}  # a tenant's slug never changes
+
+
+def _tenant_of(server) -> str:
+    """The server's tenant's slug for the metrics: read once per process (this module is loaded before Django's
+    apps in the host process, so it imports no model)."""
+    if server.tenant_id is None:
+        return ""
+    slug = _tenant_slugs.get(server.tenant_id)
+    if slug is None:
+        if len(_tenant_slugs) >= 10_000:
+            _tenant_slugs.clear()
+        slug = _tenant_slugs[server.tenant_id] = server.tenant.slug
+    return slug
 
 
 def _endpoint_json(endpoint: McpEndpoint) -> dict:

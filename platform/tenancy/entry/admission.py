@@ -29,6 +29,7 @@ from enum import StrEnum
 
 from rest_framework.throttling import BaseThrottle
 
+from common import metrics
 from common.errors import NotPermitted, ServiceError
 from common.json_values import json_problem
 from tenancy.entry.authentication import INVALID_KEY, MALFORMED_AUTHORIZATION, bearer_token
@@ -122,18 +123,19 @@ def admit(*, entry: Entry, authorization: str | None = None, api_key: ApiKey | N
     The caller is an `authorization` header value, an `api_key` already found by `api_key_for_token`, or a
     console `user` whose membership of `tenant` the entry has checked. `scope`: what a key must have.
     """
-    if authorization is not None:
-        api_key = api_key_for_token(authorization, entry=entry)
-    if api_key is not None:
-        if scope is not None and not api_key.has_scope(scope):
-            raise NotPermitted(f"This API key lacks the {scope} scope.")
-        tenant, user = api_key.tenant, None
-    elif user is None or not user.is_authenticated or tenant is None:
-        raise NotAuthenticated("Authentication credentials were not provided.")
-    requests_admit(tenant=tenant, api_key=api_key, user=user)
-    if value is not NO_VALUE and (problem := json_problem(value)):
-        raise _value_refusal(value, problem)
-    return Admission(entry=entry, tenant=tenant, api_key=api_key, user=user)
+    with metrics.stopwatch("admission"):  # every entry's checks, refused or not (the tool is not known yet)
+        if authorization is not None:
+            api_key = api_key_for_token(authorization, entry=entry)
+        if api_key is not None:
+            if scope is not None and not api_key.has_scope(scope):
+                raise NotPermitted(f"This API key lacks the {scope} scope.")
+            tenant, user = api_key.tenant, None
+        elif user is None or not user.is_authenticated or tenant is None:
+            raise NotAuthenticated("Authentication credentials were not provided.")
+        requests_admit(tenant=tenant, api_key=api_key, user=user)
+        if value is not NO_VALUE and (problem := json_problem(value)):
+            raise _value_refusal(value, problem)
+        return Admission(entry=entry, tenant=tenant, api_key=api_key, user=user)
 
 
 def _value_refusal(value, problem: str) -> ValueRefused:

@@ -22,6 +22,7 @@ from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from common import metrics
 from common.errors import RateLimited
 from tenancy.models import ApiKey, Tenant
 
@@ -99,20 +100,21 @@ def requests_admit(*, tenant: Tenant, api_key: ApiKey | None = None, user=None) 
     checks = []
     if tenant.key_requests_per_minute:
         if api_key is not None:
-            checks.append((f"k{api_key.pk}", tenant.key_requests_per_minute, "this API key"))
+            checks.append((f"k{api_key.pk}", tenant.key_requests_per_minute, "this API key", "key_requests"))
         elif user is not None and user.is_authenticated:
-            checks.append((f"u{user.pk}", tenant.key_requests_per_minute, "your console login"))
+            checks.append((f"u{user.pk}", tenant.key_requests_per_minute, "your console login", "key_requests"))
     if tenant.tenant_requests_per_minute:
-        checks.append((f"t{tenant.pk}", tenant.tenant_requests_per_minute, "this tenant"))
+        checks.append((f"t{tenant.pk}", tenant.tenant_requests_per_minute, "this tenant", "tenant_requests"))
     if not checks:
         return
     try:
-        counts = _count_requests([(bucket, limit) for bucket, limit, _ in checks], window)
+        counts = _count_requests([(bucket, limit) for bucket, limit, _, _ in checks], window)
     except Exception:  # any backend's connection error: admit (see above)
         logger.warning("rate limit counter unavailable; request admitted", exc_info=True)
         return
-    for (_, limit, whose), count in zip(checks, counts, strict=False):  # counts stop at a refusal
+    for (_, limit, whose, kind), count in zip(checks, counts, strict=False):  # counts stop at a refusal
         if count > limit:
+            metrics.rate_limit_refused(tenant=tenant.slug, limit=kind)
             wait = max(1, math.ceil((window + 1) * WINDOW_S - now))
             raise RateLimited(f"Rate limit reached: {whose} may make {limit} requests a minute. "
                               f"Retry in {wait} s.", retry_after=wait)
@@ -133,6 +135,7 @@ def address_admit(*, address: str) -> None:
         logger.warning("rate limit counter unavailable; request admitted", exc_info=True)
         return
     if count > limit:
+        metrics.rate_limit_refused(tenant=metrics.NO_TENANT, limit="address_requests")
         wait = max(1, math.ceil((window + 1) * WINDOW_S - now))
         raise RateLimited(f"Rate limit reached: this address may make {limit} such requests a minute. "
                           f"Retry in {wait} s.", retry_after=wait)
@@ -152,8 +155,10 @@ def calls_admit(*, tenant: Tenant, api_key: ApiKey | None, adding: int,
     if adding <= 0 or not (key_limit or tenant_limit):
         return
     tenant_count, key_count = in_flight()
-    for count, limit, whose in ((key_count, key_limit, "this API key"), (tenant_count, tenant_limit, "this tenant")):
+    for count, limit, whose, kind in ((key_count, key_limit, "this API key", "key_calls_in_flight"),
+                                      (tenant_count, tenant_limit, "this tenant", "tenant_calls_in_flight")):
         if limit and count + adding > limit:
+            metrics.rate_limit_refused(tenant=tenant.slug, limit=kind)
             raise RateLimited(
                 f"Too many calls in flight: {whose} has {count} calls received, queued or running, and may have "
                 f"{limit}; this request adds {adding}. Retry when some have finished.", retry_after=IN_FLIGHT_RETRY_S)
