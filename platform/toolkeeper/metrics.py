@@ -33,14 +33,24 @@ class DatabaseGauges:
     """The gauges a scrape reads from the database: approvals pending, their oldest age and those overdue per
     tenant and queue (one query); external calls waiting and calls queued per tenant (one query)."""
 
+    @staticmethod
+    def describe():
+        """The families, empty: what a scrape will have (prometheus_client calls this at registration)."""
+        tenant_queue = ["tenant", "queue"]
+        return [
+            GaugeMetricFamily("toolkeeper_approvals_pending", "Open approval requests", labels=tenant_queue),
+            GaugeMetricFamily("toolkeeper_approvals_oldest_age_seconds", "Age of the oldest open approval request",
+                              labels=tenant_queue),
+            GaugeMetricFamily("toolkeeper_approvals_overdue", "Open approval requests past their expiry (the expiry "
+                              "job is behind)", labels=tenant_queue),
+            GaugeMetricFamily("toolkeeper_external_calls_waiting", "External tool calls waiting for a posted result",
+                              labels=["tenant"]),
+            GaugeMetricFamily("toolkeeper_calls_queued", "Calls queued, not yet claimed", labels=["tenant"]),
+        ]
+
     def collect(self):
         now = timezone.now()
-        pending = GaugeMetricFamily("toolkeeper_approvals_pending", "Open approval requests",
-                                    labels=["tenant", "queue"])
-        oldest = GaugeMetricFamily("toolkeeper_approvals_oldest_age_seconds", "Age of the oldest open approval "
-                                   "request", labels=["tenant", "queue"])
-        overdue = GaugeMetricFamily("toolkeeper_approvals_overdue", "Open approval requests past their expiry (the "
-                                    "expiry job is behind)", labels=["tenant", "queue"])
+        pending, oldest, overdue, waiting, queued = self.describe()
         queues: dict[tuple[str, str], list] = defaultdict(lambda: [0, None, 0])
         rows = (ApprovalRequest.all_tenants.filter(status=RequestStatus.PENDING)
                 .values_list("tenant__slug", "queue__name")
@@ -56,9 +66,6 @@ class DatabaseGauges:
             oldest.add_metric(labels, max(0.0, (now - first).total_seconds()))
             overdue.add_metric(labels, late)
 
-        waiting = GaugeMetricFamily("toolkeeper_external_calls_waiting", "External tool calls waiting for a posted "
-                                    "result", labels=["tenant"])
-        queued = GaugeMetricFamily("toolkeeper_calls_queued", "Calls queued, not yet claimed", labels=["tenant"])
         counts = {CallStatus.AWAITING_EXTERNAL: defaultdict(int), CallStatus.QUEUED: defaultdict(int)}
         rows = (ToolCall.all_tenants.filter(status__in=list(counts)).values_list("tenant__slug", "status")
                 .annotate(count=Count("id")).order_by())

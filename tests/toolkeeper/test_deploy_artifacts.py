@@ -36,25 +36,22 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "toolkeeper.json"
 
 
 def defined_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """The platform's metrics: name -> (type, label names), as docs/observability.md lists them. The one place
-    the tests below take the metric names (and labels) from."""
-    return {
-        "toolkeeper_calls_total": ("counter", ("tenant", "source", "status", "decision")),
-        "toolkeeper_call_duration_seconds": ("histogram", ("tenant", "source", "status")),
-        "toolkeeper_call_step_seconds": ("histogram", ("step", "source")),
-        "toolkeeper_approvals_pending": ("gauge", ("tenant", "queue")),
-        "toolkeeper_approvals_oldest_age_seconds": ("gauge", ("tenant", "queue")),
-        "toolkeeper_approvals_overdue": ("gauge", ("tenant", "queue")),
-        "toolkeeper_external_calls_waiting": ("gauge", ("tenant",)),
-        "toolkeeper_calls_queued": ("gauge", ("tenant",)),
-        "toolkeeper_upstream_requests_total": ("counter", ("tenant", "kind", "server", "outcome")),
-        "toolkeeper_upstream_request_seconds": ("histogram", ("kind", "server")),
-        "toolkeeper_rate_limit_refusals_total": ("counter", ("tenant", "limit")),
-        "toolkeeper_event_fanout_seconds": ("histogram", ()),
-        "toolkeeper_executor_busy": ("gauge", ("executor",)),
-        "toolkeeper_executor_capacity": ("gauge", ("executor",)),
-        "toolkeeper_audit_chain_broken": ("gauge", ("tenant",)),
-    }
+    """The platform's metrics: name -> (type, label names), read from the code that defines them (the hooks'
+    metrics in `common.metrics`, the scrape's gauges in `toolkeeper.metrics`). The one place the tests below take
+    the metric names (and labels) from."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from common import metrics
+    from toolkeeper.metrics import DatabaseGauges
+
+    found = {}
+    for value in vars(metrics).values():
+        if isinstance(value, MetricWrapperBase):
+            suffix = "_total" if value._type == "counter" else ""  # a counter's name is kept without it
+            found[value._name + suffix] = (value._type, tuple(value._labelnames))
+    for family in DatabaseGauges.describe():
+        found[family.name] = (family.type, tuple(family._labelnames))
+    return found
 
 
 def defined_metric_names() -> set[str]:
