@@ -144,7 +144,7 @@ def _sdk() -> SimpleNamespace:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-    from opentelemetry.sdk.trace.sampling import _get_from_env_or_default
+    from opentelemetry.sdk.trace import sampling
 
     class Ids(RandomIdGenerator):
         """Random ids, except for a span started under `_preset`: a call's root, whose ids were chosen at
@@ -160,26 +160,13 @@ def _sdk() -> SimpleNamespace:
 
     return SimpleNamespace(trace=trace, Context=Context, OTLPSpanExporter=OTLPSpanExporter, Resource=Resource,
                            TracerProvider=TracerProvider, BatchSpanProcessor=BatchSpanProcessor, Ids=Ids,
-                           RandomIdGenerator=RandomIdGenerator, sampler_from_env=_get_from_env_or_default)
+                           RandomIdGenerator=RandomIdGenerator, sampling=sampling)
 
 
 def _make_provider():
     sdk = _sdk()
     environ = _config["environ"]
-    saved = {name: os.environ.get(name) for name in ("OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG")}
-    try:  # the SDK reads the sampler from os.environ; a test's environment stands in for it meanwhile
-        for name in saved:
-            if environ.get(name) is not None:
-                os.environ[name] = environ[name]
-            else:
-                os.environ.pop(name, None)
-        sampler = sdk.sampler_from_env()
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    sampler = _sampler(sdk.sampling, environ)
     attributes = {"service.name": _config["service"], "process.pid": os.getpid()}
     if _config["role"]:
         attributes["toolkeeper.process"] = _config["role"]
@@ -191,6 +178,28 @@ def _make_provider():
     provider.add_span_processor(sdk.BatchSpanProcessor(exporter))
     atexit.register(provider.shutdown)
     return provider
+
+
+def _sampler(sampling, environ: Mapping[str, str]):
+    """The sampler the standard variables name (`OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`: a ratio for the
+    ratio samplers, 1.0 when absent or not a number in [0, 1]); an unknown name: the default,
+    parent-based always on."""
+    try:
+        ratio = float(environ.get("OTEL_TRACES_SAMPLER_ARG", "1.0"))
+    except ValueError:
+        ratio = 1.0
+    if not 0.0 <= ratio <= 1.0:
+        ratio = 1.0
+    choices = {
+        "always_on": lambda: sampling.ALWAYS_ON,
+        "always_off": lambda: sampling.ALWAYS_OFF,
+        "traceidratio": lambda: sampling.TraceIdRatioBased(ratio),
+        "parentbased_always_on": lambda: sampling.ParentBased(sampling.ALWAYS_ON),
+        "parentbased_always_off": lambda: sampling.ParentBased(sampling.ALWAYS_OFF),
+        "parentbased_traceidratio": lambda: sampling.ParentBased(sampling.TraceIdRatioBased(ratio)),
+    }
+    name = (environ.get("OTEL_TRACES_SAMPLER") or "").strip().lower()
+    return choices.get(name, choices["parentbased_always_on"])()
 
 
 def _exporter_options(environ: Mapping[str, str]) -> dict:

@@ -186,6 +186,12 @@ def test_the_sampler_and_an_unsampled_parent_decide(world, shout, receiver, monk
     tracing_setup(environ={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
                            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "1.0"})
     assert _ran(world, shout).trace_id != ""
+    tracing_setup(environ={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                           "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"})
+    assert _ran(world, shout).trace_id == ""  # a ratio of nothing
+    tracing_setup(environ={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                           "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "lots"})
+    assert _ran(world, shout).trace_id != ""  # not a ratio: all of them
     tracing.tracing_flush()
     assert receiver.trace(APP_TRACE) == []
 
