@@ -5,6 +5,7 @@ import os
 from celery import shared_task
 from celery.beat import PersistentScheduler
 from celery.signals import worker_init, worker_process_init, worker_process_shutdown
+from django.conf import settings
 
 from common import metrics
 from tools.calls.executors import RUN_CALL_TASK
@@ -60,5 +61,8 @@ def forget_worker_process(pid=None, **kwargs) -> None:
 
 @worker_init.connect
 def sweep_metrics(**kwargs) -> None:
-    """A worker starting: the metrics files of processes that ended are removed (common.metrics.sweep)."""
+    """A worker starting: the metrics files of processes that ended are removed (common.metrics.sweep); on a host
+    of workers alone, TOOLKEEPER_WORKER_METRICS_ADDR serves their sums (without the database's gauges, which the
+    servers' scrape has)."""
     metrics.sweep()
+    metrics.serve_on(settings.TOOLKEEPER_WORKER_METRICS_ADDR, metrics.exposition)

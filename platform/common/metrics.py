@@ -11,9 +11,12 @@ ids, no user names; `TOOLKEEPER_METRICS_TENANT_LABELS=0` puts `_all` in every te
 """
 import contextlib
 import glob
+import logging
 import os
 import re
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from django.conf import settings
 
@@ -267,3 +270,50 @@ def exposition(*collectors) -> tuple[bytes, str]:
 
 # A process whose id an earlier, ended one had starts with that one's live gauges gone.
 process_dead(os.getpid())
+
+
+# --- a separate bind address: the scrape served by a process of its own choosing ------------------------------
+
+_logger = logging.getLogger("toolkeeper.metrics")
+
+
+def side_address(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def serve_on(address: str, scrape):
+    """Serve `scrape()` (body, content type) at `/metrics` (and `/`) on `address`, if set, from a thread of this
+    process; None when unset, or when another process on the host holds the address already (it serves the same
+    sums). Nothing else is served, and a failed scrape answers a fixed 500."""
+    if not address:
+        return None
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the standard library's name)
+            if self.path.split("?", 1)[0] not in ("/", "/metrics"):
+                self.send_error(404)
+                return
+            try:
+                body, content_type = scrape()
+            except Exception:
+                _logger.exception("the metrics scrape failed")
+                self.send_error(500, "the scrape failed")  # a fixed message: no detail reaches the scraper
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format, *args):  # noqa: A002 (the standard library's signature)
+            pass
+
+    try:
+        server = ThreadingHTTPServer(side_address(address), Handler)
+    except OSError as exc:
+        _logger.info("metrics address %s not taken here (%s): another process serves it", address, exc)
+        return None
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="toolkeeper-metrics", daemon=True).start()
+    return server

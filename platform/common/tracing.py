@@ -141,10 +141,9 @@ def _sdk() -> SimpleNamespace:
     from opentelemetry.context import Context
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import TracerProvider, sampling
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-    from opentelemetry.sdk.trace import sampling
 
     class Ids(RandomIdGenerator):
         """Random ids, except for a span started under `_preset`: a call's root, whose ids were chosen at

@@ -8,9 +8,7 @@ it); with neither, `/metrics` answers 404 as an unknown path would. It belongs t
 """
 import hmac
 import logging
-import threading
 from collections import defaultdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from django.conf import settings
 from django.db import close_old_connections, connections
@@ -103,48 +101,15 @@ def metrics_view(request):
     return response
 
 
-class _SideHandler(BaseHTTPRequestHandler):
-    """The separate bind address: `/metrics` (and `/`) answer the scrape; nothing else is served."""
-
-    def do_GET(self):  # noqa: N802 (the standard library's name)
-        if self.path.split("?", 1)[0] not in ("/", "/metrics"):
-            self.send_error(404)
-            return
-        try:
-            body, content_type = scrape()
-        except Exception:
-            logger.exception("the metrics scrape failed")
-            self.send_error(500, "the scrape failed")  # a fixed message: no detail reaches the scraper
-            return
-        finally:
-            close_old_connections()
-            connections.close_all()  # each scrape is a thread of its own: its connection ends with it
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format, *args):  # noqa: A002 (the standard library's signature)
-        pass
-
-
-def side_address(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def side_server_start() -> ThreadingHTTPServer | None:
-    """Serve the scrape on TOOLKEEPER_METRICS_ADDR, if set, from this server process; when another process on the
-    host holds the address already, that one serves it (the sums are the same)."""
-    if not settings.TOOLKEEPER_METRICS_ADDR:
-        return None
+def _scrape_closing() -> tuple[bytes, str]:
+    """A scrape on the separate address: each is a thread of its own, so its connection ends with it."""
     try:
-        server = ThreadingHTTPServer(side_address(settings.TOOLKEEPER_METRICS_ADDR), _SideHandler)
-    except OSError as exc:
-        logger.info("metrics address %s not taken here (%s): another process serves it",
-                    settings.TOOLKEEPER_METRICS_ADDR, exc)
-        return None
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="toolkeeper-metrics", daemon=True).start()
-    return server
+        return scrape()
+    finally:
+        close_old_connections()
+        connections.close_all()
+
+
+def side_server_start():
+    """Serve the scrape on TOOLKEEPER_METRICS_ADDR, if set, from this server process (common.metrics.serve_on)."""
+    return metrics.serve_on(settings.TOOLKEEPER_METRICS_ADDR, _scrape_closing)

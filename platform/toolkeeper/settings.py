@@ -436,6 +436,8 @@ PROMETHEUS_MULTIPROC_DIR = os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str
 Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
 TOOLKEEPER_METRICS_TOKEN = os.environ.get("TOOLKEEPER_METRICS_TOKEN", "")
 TOOLKEEPER_METRICS_ADDR = os.environ.get("TOOLKEEPER_METRICS_ADDR", "").strip()
+# a host of Celery workers alone: their sums on an address of its own (the servers' address has the database gauges)
+TOOLKEEPER_WORKER_METRICS_ADDR = os.environ.get("TOOLKEEPER_WORKER_METRICS_ADDR", "").strip()
 
 # Logs (docs/observability.md, "Logs"): TOOLKEEPER_LOG_FORMAT=json makes each record one JSON object a line, with the
 # call it was logged for (call_id, tenant, trace_id, step); anything else keeps Python's plain lines.

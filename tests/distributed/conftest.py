@@ -19,12 +19,13 @@ import pytest
 
 from tests.distributed.stack import DistributedStack, redis_server_binary
 from tests.distributed.support import Api, TenantAccess
-from tests.live.server import pg_admin_url, pg_available
+from tests.live.server import free_port, pg_admin_url, pg_available
 from tests.otlp_receiver import Receiver, serve
 
 REQUIRE_SERVICES = os.environ.get("TOOLKEEPER_REQUIRE_SERVICES") == "1"
 BRAVO_PASSWORD = "bravo-password-for-tests"
 METRICS_TOKEN = "distributed-scrape-token"
+WORKER_METRICS_ADDR = f"127.0.0.1:{free_port()}"  # the workers' own scrape address (test_metrics.py)
 
 SEED_BRAVO = f"""
 import json
@@ -82,7 +83,8 @@ def deployment():
     otlp = next(receiving)
     stack = DistributedStack(settings_module="tests.distributed.stack_settings", extra_env={
         "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100",
-        "TOOLKEEPER_METRICS_TOKEN": METRICS_TOKEN})  # /metrics (test_metrics.py)
+        "TOOLKEEPER_METRICS_TOKEN": METRICS_TOKEN,
+        "TOOLKEEPER_WORKER_METRICS_ADDR": WORKER_METRICS_ADDR})  # /metrics (test_metrics.py)
     stack.start()
     try:
         creds = stack.server.credentials

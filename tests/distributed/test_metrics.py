@@ -8,7 +8,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.distributed.conftest import METRICS_TOKEN
+from tests.distributed.conftest import METRICS_TOKEN, WORKER_METRICS_ADDR
 from tests.distributed.test_mcp import http_mcp, mcp_tools  # noqa: F401  (the MCP upstream of the stack)
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
@@ -16,6 +16,10 @@ pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("d
 
 def scrape(url: str) -> dict:
     response = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=30)
+    return samples_of(response)
+
+
+def samples_of(response: httpx.Response) -> dict:
     assert response.status_code == 200, response.text
     return {(one.name, tuple(sorted(one.labels.items()))): one.value
             for family in text_string_to_metric_families(response.text) for one in family.samples}
@@ -65,3 +69,23 @@ def test_the_scrape_sums_the_worker_and_the_mcp_host_processes(deployment, mcp_t
     # one call at a time in each of the worker's children, summed over the living ones
     assert total(after, "toolkeeper_executor_capacity", executor="celery") == deployment.stack.worker_concurrency
     assert total(after, "toolkeeper_executor_busy", executor="celery") == 0
+
+
+def test_a_host_of_workers_alone_is_scraped_on_the_workers_address(deployment):
+    """TOOLKEEPER_WORKER_METRICS_ADDR: the worker's main process serves the sums of the multiprocess directory,
+    without a token (a private address) and without the database's gauges (the servers' scrape has them)."""
+    samples = samples_of(httpx.get(f"http://{WORKER_METRICS_ADDR}/metrics", timeout=30))
+    assert total(samples, "toolkeeper_executor_capacity", executor="celery") == deployment.stack.worker_concurrency
+    before = total(samples, "toolkeeper_call_step_seconds_count", step="execution")
+    with deployment.api(deployment.a) as demo:
+        call = demo.submit(demo.new_session("worker-scrape-bot", ops=False), "current_time", {}, wait=60)
+        assert call["status"] == "succeeded", call
+    deadline = time.monotonic() + 30
+    while True:
+        samples = samples_of(httpx.get(f"http://{WORKER_METRICS_ADDR}/metrics", timeout=30))
+        if total(samples, "toolkeeper_call_step_seconds_count", step="execution") > before:
+            break
+        assert time.monotonic() < deadline, "the worker's run never showed on its address"
+        time.sleep(0.25)
+    assert not any(name == "toolkeeper_approvals_pending" for name, _ in samples)
+    assert httpx.get(f"http://{WORKER_METRICS_ADDR}/elsewhere", timeout=10).status_code == 404

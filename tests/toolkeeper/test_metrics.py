@@ -26,7 +26,7 @@ from tenancy.entry import limits
 from tenancy.entry.admission import Entry, admit
 from tenancy.models import Tenant
 from tenancy.services import tenant_create
-from toolkeeper.metrics import DatabaseGauges, side_address
+from toolkeeper.metrics import DatabaseGauges
 from tools.calls.executors import LocalExecutor
 from tools.calls.submit import calls_submit
 from tools.catalog.services import session_create
@@ -329,4 +329,4 @@ def test_the_sweep_removes_only_files_of_processes_that_ended(tmp_path, monkeypa
     ("127.0.0.1:9464", ("127.0.0.1", 9464)), (":9464", ("127.0.0.1", 9464)), ("[::1]:9464", ("::1", 9464)),
 ])
 def test_the_separate_address_is_read_as_host_and_port(value, address):
-    assert side_address(value) == address
+    assert metrics.side_address(value) == address
