@@ -52,10 +52,18 @@ TRACING_ON_ENV = {"TOOLKEEPER_METRICS": "1", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 
 
 class _Sink(BaseHTTPRequestHandler):
-    """An OTLP/HTTP receiver that accepts everything and keeps nothing."""
+    """An OTLP/HTTP receiver that accepts everything and keeps nothing but the number of spans it was sent."""
+
+    spans = 0
+    counting = threading.Lock()
 
     def do_POST(self):  # noqa: N802 (the standard library's name)
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        request = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        sent = sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
+        with _Sink.counting:
+            _Sink.spans += sent
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", "0")
@@ -92,6 +100,7 @@ class Variant:
         self.paths: list[str] = []
         self.per_call_ms: list[float] = []
         self.calls = 0
+        self.warmup_calls = 0
 
     def start(self) -> None:
         self.server.start()
@@ -112,6 +121,8 @@ class Variant:
         if record:
             self.per_call_ms.append(used / len(samples) * 1000)
             self.calls += len(samples)
+        else:
+            self.warmup_calls += len(samples)
 
     def stop(self) -> None:
         for client in self.pool:
@@ -124,6 +135,20 @@ class Variant:
                 "cpu_ms_per_call_mean": statistics.fmean(self.per_call_ms),
                 "cpu_ms_per_call_min": min(self.per_call_ms), "cpu_ms_per_call_max": max(self.per_call_ms),
                 "env": self.env}
+
+
+def off_hook_ns(repeat: int = 200_000) -> float:
+    """What one tracing hook costs with tracing off (the state of every deployment without an OTLP endpoint): a
+    span opened and closed around nothing, in nanoseconds. Every hook of a call is this module-flag check."""
+    sys.path.insert(0, str(ROOT / "platform"))
+    from common import tracing
+
+    assert not tracing.ENABLED
+    started = time.perf_counter_ns()
+    for _ in range(repeat):
+        with tracing.child_span(None, "step"):
+            pass
+    return (time.perf_counter_ns() - started) / repeat
 
 
 def print_table(results: dict, baseline: str) -> None:
@@ -174,15 +199,29 @@ def main(argv=None) -> int:
             sink.shutdown()
 
     results = {variant.name: variant.summary() for variant in running}
+    tracing_off = None
+    if args.tracing:
+        time.sleep(6)  # the batch processor's last export (its default delay is 5 s)
+        traced = next(v for v in running if v.name == "tracing_on")
+        spans_per_call = _Sink.spans / max(1, traced.calls + traced.warmup_calls)
+        hook_ns = off_hook_ns()
+        per_call_us = spans_per_call * hook_ns / 1000
+        tracing_off = {"spans_per_call": spans_per_call, "off_hook_ns": hook_ns, "off_hooks_us_per_call": per_call_us,
+                       "share_of_call": per_call_us / 1000 / results["metrics_on"]["cpu_ms_per_call_median"]}
     base = results["metrics_off"]["cpu_ms_per_call_median"]
     ratios = {name: s["cpu_ms_per_call_median"] / base for name, s in results.items()}
     print()
     print_table(results, "metrics_off")
     verdict = "ok" if ratios["metrics_on"] <= TARGET_METRICS_RATIO else "MISSES TARGET"
     print(f"\nmetrics on / off: {ratios['metrics_on']:.3f} (target <= {TARGET_METRICS_RATIO}: {verdict})")
+    if tracing_off is not None:
+        print(f"tracing on (full sampling) / metrics on: {ratios['tracing_on'] / ratios['metrics_on']:.3f}; "
+              f"{tracing_off['spans_per_call']:.1f} spans a call")
+        print(f"tracing off: {tracing_off['spans_per_call']:.1f} hooks a call x {tracing_off['off_hook_ns']:.0f} ns = "
+              f"{tracing_off['off_hooks_us_per_call']:.2f} us a call, {tracing_off['share_of_call']:.4%} of its CPU")
     result = {
         "metrics_ratio": ratios["metrics_on"], "ratios": ratios, "target_metrics_ratio": TARGET_METRICS_RATIO,
-        "variants": results,
+        "variants": results, "tracing_off": tracing_off,
         "config": {"quick": args.quick, "clients": args.clients, "rounds": rounds, "calls_per_client": per_client,
                    "mode": "embedded (SQLite, in-process layer)", "measure": "server process CPU (user+system)"},
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
