@@ -125,12 +125,17 @@ class _Stopwatch:
 
 
 class _Idle:
+    """What every hook hands out with metrics off: a stopwatch and an upstream request that record nothing."""
+
     __slots__ = ()
 
     def stop(self, source: str = NO_SOURCE) -> None:
         pass
 
     def stop_with(self, labeler, *args) -> None:
+        pass
+
+    def failed(self) -> None:
         pass
 
     def __enter__(self):
@@ -169,20 +174,7 @@ class _Request:
         UPSTREAM_REQUESTS.labels(self.tenant, self.kind, self.server, "ok" if ok else "error").inc()
 
 
-class _NoRequest:
-    __slots__ = ()
-
-    def failed(self) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        pass
-
-
-NO_REQUEST = _NoRequest()
+NO_REQUEST = IDLE  # marks nothing, counts nothing
 
 
 def upstream_request(kind: str, *, tenant: str, server: str):

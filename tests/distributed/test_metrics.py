@@ -6,28 +6,23 @@ import uuid
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.distributed.conftest import METRICS_TOKEN, WORKER_METRICS_ADDR
 from tests.distributed.test_mcp import http_mcp, mcp_tools  # noqa: F401  (the MCP upstream of the stack)
+from tests.scrapes import samples_of, total
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 
 
 def scrape(url: str) -> dict:
     response = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=30)
-    return samples_of(response)
+    return answered(response)
 
 
-def samples_of(response: httpx.Response) -> dict:
+def answered(response: httpx.Response) -> dict:
     assert response.status_code == 200, response.text
-    return {(one.name, tuple(sorted(one.labels.items()))): one.value
-            for family in text_string_to_metric_families(response.text) for one in family.samples}
+    return samples_of(response.text)
 
-
-def total(samples: dict, name: str, **labels) -> float:
-    return sum(value for (found, pairs), value in samples.items()
-               if found == name and all(dict(pairs).get(k) == v for k, v in labels.items()))
 
 
 def test_the_scrape_sums_the_worker_and_the_mcp_host_processes(deployment, mcp_tools):  # noqa: F811
@@ -74,7 +69,7 @@ def test_the_scrape_sums_the_worker_and_the_mcp_host_processes(deployment, mcp_t
 def test_a_host_of_workers_alone_is_scraped_on_the_workers_address(deployment):
     """TOOLKEEPER_WORKER_METRICS_ADDR: the worker's main process serves the sums of the multiprocess directory,
     without a token (a private address) and without the database's gauges (the servers' scrape has them)."""
-    samples = samples_of(httpx.get(f"http://{WORKER_METRICS_ADDR}/metrics", timeout=30))
+    samples = answered(httpx.get(f"http://{WORKER_METRICS_ADDR}/metrics", timeout=30))
     assert total(samples, "toolkeeper_executor_capacity", executor="celery") == deployment.stack.worker_concurrency
     before = total(samples, "toolkeeper_call_step_seconds_count", step="execution")
     with deployment.api(deployment.a) as demo:
@@ -82,7 +77,7 @@ def test_a_host_of_workers_alone_is_scraped_on_the_workers_address(deployment):
         assert call["status"] == "succeeded", call
     deadline = time.monotonic() + 30
     while True:
-        samples = samples_of(httpx.get(f"http://{WORKER_METRICS_ADDR}/metrics", timeout=30))
+        samples = answered(httpx.get(f"http://{WORKER_METRICS_ADDR}/metrics", timeout=30))
         if total(samples, "toolkeeper_call_step_seconds_count", step="execution") > before:
             break
         assert time.monotonic() < deadline, "the worker's run never showed on its address"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.distributed.support import Api, is_terminal, ws_collect, ws_connect
 from tests.live.server import LiveServer, free_port
+from tests.scrapes import samples_of, total
 
 pytestmark = [pytest.mark.live]
 
@@ -27,13 +27,8 @@ def scrape(url: str, token: str = TOKEN) -> dict:
     """Every sample of the scrape: {(name, sorted labels): value}."""
     response = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=30)
     assert response.status_code == 200, response.text
-    return {(one.name, tuple(sorted(one.labels.items()))): one.value
-            for family in text_string_to_metric_families(response.text) for one in family.samples}
+    return samples_of(response.text)
 
-
-def total(samples: dict, name: str, **labels) -> float:
-    return sum(value for (found, pairs), value in samples.items()
-               if found == name and all(dict(pairs).get(k) == v for k, v in labels.items()))
 
 
 @pytest.fixture(scope="module")
