@@ -28,6 +28,9 @@ from tests.live.server import (
 )
 
 WORKER_READY_TIMEOUT_S = 60.0
+# A deployment's worker options (tools.calls.worker.WORKER_OPTIONS, which test_two_servers.py compares with these:
+# the stack starts without Django set up, so it keeps its own copy).
+WORKER_OPTIONS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
 
 
 def redis_server_binary() -> str | None:
@@ -203,7 +206,8 @@ class DistributedStack:
         self._workers_started += 1
         self.worker = self._spawn(
             [venv_executable("celery"), "-A", "toolkeeper", "worker", "--concurrency", str(self.worker_concurrency),
-             "--pool", "prefork", "-l", self.loglevel, "-n", f"w{self._workers_started}@%h", *self.worker_args],
+             "--pool", "prefork", "-l", self.loglevel, "-n", f"w{self._workers_started}@%h",
+             *WORKER_OPTIONS, *self.worker_args],
             f"worker-{self._workers_started}.log",
         )
         if wait:
@@ -233,6 +237,8 @@ class DistributedStack:
         """`celery -A toolkeeper beat`; waits until it has loaded and opened its schedule, so that its
         start-up (a few seconds of CPU) does not overlap what a test or benchmark measures next."""
         schedule = self.workdir / "beat-schedule"
+        for left in self.workdir.glob(f"{schedule.name}*"):  # a restarted beat's old files must not end the wait
+            left.unlink()
         self.beat = self._spawn(
             [venv_executable("celery"), "-A", "toolkeeper", "beat", "-l", self.loglevel, "-s", str(schedule)],
             "beat.log",

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.distributed.stack import WORKER_OPTIONS as STACK_WORKER_OPTIONS
 from tests.distributed.stack import children_of
 from tests.distributed.support import Api, console_login, is_terminal, progress, statuses, ws_collect, ws_connect
 from tests.live.server import ROOT, venv_executable
+from tools.calls.worker import WORKER_OPTIONS
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 
@@ -242,6 +244,9 @@ def test_one_command_starts_two_servers_on_one_socket_a_worker_and_beat_and_stop
         servers = [printed["server 1"], printed["server 2"]]
         assert all("daphne --fd" in _cmdline(pid) for pid in servers)
         assert "worker" in _cmdline(printed["worker 1"]) and "beat" in _cmdline(printed["beat"])
+        # Workers start as this stack starts them: without the parts that can leave one idle after Redis restarts.
+        assert all(option in _cmdline(printed["worker 1"]) for option in WORKER_OPTIONS)
+        assert set(WORKER_OPTIONS) == set(STACK_WORKER_OPTIONS)
 
         with urllib.request.urlopen(f"{url}/login/", timeout=60) as response:  # answered once a server runs
             assert response.status == 200

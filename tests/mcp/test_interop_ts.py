@@ -264,5 +264,9 @@ def test_switching_groups_changes_the_list_and_the_client_hears_so(ts):
     assert switched["result"].get("isError") in (None, False), switched
     assert "countdown" not in [tool["name"] for tool in before["tools"]]
     assert "countdown" in [tool["name"] for tool in after["tools"]]
-    assert ts["results"]["switch"]["listChanged"] == [1]  # tools/list_changed, on the stream of the switching call
+    # tools/list_changed on the stream of the switching call; and, when the client's GET notification stream was
+    # already open as the switch committed, once more on that stream (docs/mcp.md, "Notifications": both carry
+    # it), heard a moment later: during the switch or the next op, never before the switch and never a third time.
+    heard = ts["results"]["switch"]["listChanged"]
+    assert heard[0] == 1 and len(heard) <= 2 and set(heard) <= {1, 2}, heard
     assert ts["calls"]["switch"] == [["reset_tools", "succeeded"]]

@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from tools.calls.runtime import DistributedRuntime, runtime
+from tools.calls.worker import WORKER_OPTIONS
 
 ASGI_APPLICATION = "toolkeeper.asgi:application"
 BACKLOG = 1024  # connections the kernel queues while every server process is busy
@@ -62,7 +63,7 @@ class Command(BaseCommand):
             for n in range(1, workers + 1):
                 pool = ["--concurrency", str(concurrency)] if concurrency else []
                 processes.append((f"worker {n}", spawn(["-m", "celery", "-A", "toolkeeper", "worker", "-l", "info",
-                                                        "-n", f"worker{n}@%h", *pool])))
+                                                        "-n", f"worker{n}@%h", *WORKER_OPTIONS, *pool])))
             if not no_beat:
                 settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
                 processes.append(("beat", spawn(["-m", "celery", "-A", "toolkeeper", "beat", "-l", "info",
