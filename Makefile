@@ -63,7 +63,7 @@ serve: migrate
 	$(BIN)/daphne -b $(HOST) -p $(PORT) toolkeeper.asgi:application
 
 worker: install
-	$(BIN)/celery -A toolkeeper worker --loglevel=info --without-gossip --without-mingle --without-heartbeat  # tools.calls.worker.WORKER_OPTIONS
+	$(BIN)/celery -A toolkeeper worker --loglevel=info --without-gossip --without-mingle --without-heartbeat  # tools.calls.runtime.WORKER_OPTIONS
 
 beat: install
 	$(BIN)/celery -A toolkeeper beat --loglevel=info --schedule $${TOOLKEEPER_DATA_DIR:-var}/celerybeat-schedule

@@ -28,7 +28,7 @@ from tests.live.server import (
 )
 
 WORKER_READY_TIMEOUT_S = 60.0
-# A deployment's worker options (tools.calls.worker.WORKER_OPTIONS, which test_two_servers.py compares with these:
+# A deployment's worker options (tools.calls.runtime.WORKER_OPTIONS, which test_two_servers.py compares with these:
 # the stack starts without Django set up, so it keeps its own copy).
 WORKER_OPTIONS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
 

@@ -22,7 +22,7 @@ from tests.distributed.stack import WORKER_OPTIONS as STACK_WORKER_OPTIONS
 from tests.distributed.stack import children_of
 from tests.distributed.support import Api, console_login, is_terminal, progress, statuses, ws_collect, ws_connect
 from tests.live.server import ROOT, venv_executable
-from tools.calls.worker import WORKER_OPTIONS
+from tools.calls.runtime import WORKER_OPTIONS
 
 pytestmark = [pytest.mark.live, pytest.mark.postgres, pytest.mark.xdist_group("distributed")]
 

@@ -30,6 +30,11 @@ from tools.catalog.registry import background_job, periodic_jobs
 from tools.models import CallStatus, ToolCall
 from tools.python.decorators import tool_processes_warm
 
+# How a worker is started (`serve_cluster`, the Makefile's `worker`): without gossip, mingle and the worker heartbeat,
+# which nothing here uses and which, on a Redis broker, can leave a worker connected but consuming nothing after Redis
+# restarts (docs/architecture.md, "Workers and the broker").
+WORKER_OPTIONS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
+
 logger = logging.getLogger("toolkeeper.calls")
 
 PERIODIC_TASK = "tools.periodic"

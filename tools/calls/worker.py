@@ -38,10 +38,6 @@ from tools.python.isolation import CallStop
 
 logger = logging.getLogger("toolkeeper.calls")
 
-# How a worker is started (`serve_cluster`, the Makefile's `worker`): without gossip, mingle and the worker heartbeat,
-# which nothing here uses and which, on a Redis broker, can leave a worker connected but consuming nothing after Redis
-# restarts (docs/architecture.md, "Workers and the broker").
-WORKER_OPTIONS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
 LEASE_S = 15.0
 WATCH_S = 0.25
 REAP_BATCH = 500  # lapsed calls settled per pass of the reaper; the next pass takes the rest

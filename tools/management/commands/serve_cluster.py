@@ -18,8 +18,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from tools.calls.runtime import DistributedRuntime, runtime
-from tools.calls.worker import WORKER_OPTIONS
+from tools.calls.runtime import WORKER_OPTIONS, DistributedRuntime, runtime
 
 ASGI_APPLICATION = "toolkeeper.asgi:application"
 BACKLOG = 1024  # connections the kernel queues while every server process is busy
