@@ -9,13 +9,14 @@ that a different ask rule (another queue's reviewers) holds. Creating and revoki
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.core.exceptions import ValidationError
 from django.db.models import F, Q
 from django.utils import timezone
 
 from approvals.matching import Arguments, compile_arg_spec
 from approvals.models import Grant, GrantScope
 from tools.calls.events import call_event_append
-from tools.models import EventKind, ToolCall
+from tools.models import AgentSession, EventKind, ToolCall
 
 SCOPES = ("once", *GrantScope.values)
 MIN_DURATION = timedelta(minutes=1)
@@ -120,3 +121,11 @@ def grants_in_force(*, tenant, agent: str, tool_name: str = "", session=None, no
 def is_in_force(grant: Grant, now=None) -> bool:
     now = now or timezone.now()
     return grant.revoked_at is None and (grant.expires_at is None or grant.expires_at > now)
+
+
+def session_of(*, tenant, session_id):
+    """The tenant's session of this id (a filter's value), or None: missing, another tenant's, or no id at all."""
+    try:
+        return AgentSession.objects.for_tenant(tenant).filter(pk=session_id).first()
+    except (ValueError, ValidationError):
+        return None

@@ -91,7 +91,8 @@ def test_duration_grant_expires_by_itself(world, gov_shell, asking, gov_member, 
                                        ask_rule=asking.pk, effective_input={"command": "x"},
                                        now=timezone.now() + timedelta(hours=2, seconds=1)) is None
     # two hours later (its end moved to the past): calls ask again
-    Grant.objects.for_tenant(world.a.tenant).filter(pk=grant.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    ended = timezone.now() - timedelta(seconds=1)
+    Grant.objects.for_tenant(world.a.tenant).filter(pk=grant.pk).update(expires_at=ended)
     assert ask(gov_session(), gov_shell).status == CallStatus.AWAITING_APPROVAL
     assert not grants_reads.grants_list(tenant=world.a.tenant, active=True).exists()
     assert list(grants_reads.grants_list(tenant=world.a.tenant, active=False)) == [grant]
