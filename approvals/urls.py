@@ -1,8 +1,8 @@
 """Console routes of the inbox, the rules page and the queues page, mounted under /t/<slug:tenant>/.
 
 Parameter names are fixed (the cross-tenant URL-conf walk substitutes ids by name):
-`tenant` (slug), `request_id` (ApprovalRequest), `rule_id`, `queue_id`, `call_id` (ToolCall uuid), `approval_grant_id` (Grant); what each
-names is declared here for `tenant_view`.
+`tenant` (slug), `request_id` (ApprovalRequest), `rule_id`, `queue_id`, `call_id` (ToolCall uuid),
+`approval_grant_id` (Grant); what each names is declared here for `tenant_view`.
 """
 from django.urls import path
 

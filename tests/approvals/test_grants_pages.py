@@ -6,8 +6,8 @@ from approvals import services
 from approvals.models import ApprovalRequest, Grant
 from audit.models import Event
 from tests.approvals.conftest import console_api
-from tools.calls.submit import calls_submit
 from tools.api.serializers import call_data
+from tools.calls.submit import calls_submit
 from tools.models import CallEvent, CallStatus, ToolCall
 
 pytestmark = pytest.mark.django_db
@@ -22,6 +22,13 @@ def ask(session, gov_shell, command="git push"):
     [call] = calls_submit(session=session, calls=[{"name": gov_shell.name, "input": {"command": command}}])
     assert call.status == CallStatus.AWAITING_APPROVAL
     return ApprovalRequest.objects.for_tenant(call.tenant_id).get(call=call)
+
+
+def session_grant(session, gov_shell, reviewer) -> Grant:
+    """A reviewer approves a call of the session with a grant for the session."""
+    services.request_decide(request=ask(session, gov_shell), reviewer=reviewer, decision="approve",
+                            grant={"scope": "session"})
+    return Grant.objects.for_tenant(session.tenant_id).get(session=session)
 
 
 def test_decide_with_a_grant_then_list_and_revoke(world, gov_shell, asking, gov_member, gov_session):
@@ -63,9 +70,7 @@ def test_decide_with_a_grant_then_list_and_revoke(world, gov_shell, asking, gov_
 
 
 def test_foreign_grants_are_404(world, gov_shell, asking, gov_member, gov_session):
-    request = ask(gov_session(), gov_shell)
-    services.request_decide(request=request, reviewer=gov_member(), decision="approve", grant={"scope": "session"})
-    grant = Grant.objects.for_tenant(world.a.tenant).get()
+    grant = session_grant(gov_session(), gov_shell, gov_member())
     outsider = world.b.client("admin")
     assert outsider.get(f"/api/v1/grants/{grant.pk}").status_code == 404
     assert outsider.post(f"/api/v1/grants/{grant.pk}/revoke").status_code == 404
@@ -80,9 +85,7 @@ def test_foreign_grants_are_404(world, gov_shell, asking, gov_member, gov_sessio
 
 def test_evaluate_reports_the_grant_of_a_session(world, gov_shell, asking, gov_member, gov_session):
     session = gov_session()
-    services.request_decide(request=ask(session, gov_shell), reviewer=gov_member(), decision="approve",
-                            grant={"scope": "session"})
-    grant = Grant.objects.for_tenant(world.a.tenant).get()
+    grant = session_grant(session, gov_shell, gov_member())
     admin = world.a.client("admin")
     body = {"tool": gov_shell.name, "input": {"command": "ls"}}
     assert admin.post("/api/v1/rules/evaluate", body, format="json").json()["behavior"] == "ask"
@@ -118,9 +121,7 @@ def test_the_inbox_form_grants_with_an_edited_pattern(world, gov_shell, asking, 
 
 def test_grants_page_session_page_and_revoke(world, gov_shell, asking, gov_member, gov_session):
     session = gov_session(agent="ops-<i>bot</i>")
-    request = ask(session, gov_shell)
-    services.request_decide(request=request, reviewer=gov_member(), decision="approve", grant={"scope": "session"})
-    grant = Grant.objects.for_tenant(world.a.tenant).get()
+    grant = session_grant(session, gov_shell, gov_member())
     viewer = world.a.console("viewer")
     slug = world.a.tenant.slug
     listed = viewer.get(f"/t/{slug}/grants/").content.decode()
@@ -149,9 +150,7 @@ def test_grants_page_session_page_and_revoke(world, gov_shell, asking, gov_membe
 
 def test_the_simulator_shows_grants_in_force(world, gov_shell, asking, gov_member, gov_session):
     session = gov_session()
-    services.request_decide(request=ask(session, gov_shell), reviewer=gov_member(), decision="approve",
-                            grant={"scope": "session"})
-    grant = Grant.objects.for_tenant(world.a.tenant).get()
+    grant = session_grant(session, gov_shell, gov_member())
     client = world.a.console("viewer")
     slug = world.a.tenant.slug
     query = {"tool": gov_shell.name, "input": '{"command": "ls"}', "agent": "ops-bot"}
