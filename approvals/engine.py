@@ -130,9 +130,13 @@ class Decision:
     rule: int | None
     reason: str
     queue: int | None = None
+    grant: int | None = None  # the grant that allows a call the rules would ask about (approvals.grants)
 
     def as_dict(self) -> dict:
-        return {"behavior": self.behavior, "rule": self.rule, "reason": self.reason}
+        decided = {"behavior": self.behavior, "rule": self.rule, "reason": self.reason}
+        if self.grant is not None:
+            decided["grant"] = self.grant
+        return decided
 
 
 UNTRUSTED_REVIEW = ("needs approval: the tool comes from an untrusted MCP server, and the tenant has a reviewer "

@@ -11,6 +11,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 
 from approvals.channel_kinds import channel_kind_choices
+from approvals.grants import DURATION_CHOICES, SCOPES
 from approvals.models import NotifyEvent, Queue, VoteDecision
 from approvals.notifications import CHANNEL_EVENTS, MIN_SECRET_CHARS
 from common.json_values import json_parse
@@ -84,10 +85,39 @@ class DecisionForm(forms.Form):
                                         "which becomes the call's result.")
     add_rule = forms.BooleanField(required=False)
     narrow_to_input = forms.BooleanField(required=False)
+    # A grant with the approval (approvals.grants): once (none), this session, a while, inputs like this one.
+    grant_scope = forms.ChoiceField(choices=[(scope, scope) for scope in SCOPES], required=False, initial="once")
+    grant_duration = forms.TypedChoiceField(choices=[(str(s), label) for s, label in DURATION_CHOICES], coerce=int,
+                                            required=False, empty_value=None, initial=str(DURATION_CHOICES[1][0]))
+    grant_pattern = forms.CharField(required=False, strip=False, label="Inputs like (JSON)",
+                                    widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+                                    help_text='argument → glob (or list of globs), as a rule\'s conditions: '
+                                              '{"command": "git push *"}')
 
     def __init__(self, *args, original_input=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.original_input = original_input
+
+    def grant(self) -> dict | None:
+        """The grant asked for, as `services.request_decide` takes it (None: approve once)."""
+        data = self.cleaned_data
+        scope = data.get("grant_scope") or "once"
+        if scope == "once" or data.get("decision") not in (VoteDecision.APPROVE, VoteDecision.EDIT):
+            return None
+        spec = {"scope": scope}
+        if scope == "duration" or (scope == "pattern" and data.get("grant_duration")):
+            spec["duration_s"] = data.get("grant_duration")
+        if scope == "pattern":
+            spec["arg_match"] = data.get("grant_arg_match") or {}
+        return spec
+
+    def clean_grant_pattern(self):
+        text = self.cleaned_data["grant_pattern"]
+        if self.data.get("grant_scope") != "pattern":
+            return text
+        if not text.strip():
+            raise forms.ValidationError("write the pattern inputs must match")
+        return text
 
     def clean(self):
         data = super().clean()
@@ -108,6 +138,11 @@ class DecisionForm(forms.Form):
             self.add_error("input", "an edit needs the new input")
         if decision == VoteDecision.RESPOND and not data.get("message", "").strip():
             self.add_error("message", "write the answer the model should get")
+        if data.get("grant_scope") == "pattern" and data.get("grant_pattern", "").strip():
+            try:
+                data["grant_arg_match"] = parse_json(data["grant_pattern"], what="the pattern")
+            except forms.ValidationError as exc:
+                self.add_error("grant_pattern", exc)
         return data
 
 
@@ -192,6 +227,8 @@ class SimulatorForm(forms.Form):
                             help_text="As the model would send it; the agent's bound arguments are applied.")
     agent = forms.CharField(max_length=100, required=False)
     user = forms.CharField(max_length=200, required=False, label="Session user")
+    session = forms.UUIDField(required=False, label="Session (id)",
+                              help_text="Its grants apply too; agent and user default to the session's.")
 
     def clean_tool(self):
         return self.cleaned_data["tool"].strip()

@@ -233,3 +233,51 @@ class DecisionLink(TenantOwned):
                              help_text="the only reviewer it acts for (email); empty: any reviewer (shared channels)")
     created_at = models.DateTimeField(auto_now_add=True)
     used_at = models.DateTimeField(null=True, blank=True)
+
+
+# --- grants (approvals.grants) -----------------------------------------------------------------
+
+class GrantScope(models.TextChoices):
+    SESSION = "session", "this session"
+    DURATION = "duration", "for a while"
+    PATTERN = "pattern", "inputs like this one"
+
+
+class Grant(TenantOwned):
+    """A reviewer's approval that lets more calls through without asking again (docs/governance.md, Grants): calls
+    of one tool by one agent (in one session, for `session` scope) whose effective input matches `arg_match`, while
+    the rules would ask the way they asked the call it was given for (`ask_rule`), until it expires or is revoked."""
+
+    agent = models.CharField(max_length=100)
+    tool_name = models.CharField(max_length=128)
+    scope = models.CharField(max_length=10, choices=GrantScope.choices)
+    session = models.ForeignKey("tools.AgentSession", null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="grants")
+    arg_match = models.JSONField(default=dict, blank=True, help_text="as a rule's arg_match; empty: any input")
+    # The ask rule of the request it was given for (null: the tenant's default asked): it stands in for that rule
+    # only. A plain id, so a deleted rule's grants stop matching instead of standing in for the default.
+    ask_rule = models.IntegerField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="empty only for a session's grant")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_by_label = models.CharField(max_length=150)
+    created_from = models.ForeignKey(ApprovalRequest, null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="grants")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    revoked_by_label = models.CharField(max_length=150, blank=True, default="")
+    uses = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "agent", "tool_name"], condition=models.Q(revoked_at__isnull=True),
+                                name="grant_in_force")]
+        constraints = [models.CheckConstraint(
+            condition=models.Q(expires_at__isnull=False) | models.Q(session__isnull=False),
+            name="grant_expires_unless_session")]
+
+    def __str__(self):
+        return f"grant #{self.pk} {self.tool_name} for {self.agent} ({self.scope})"

@@ -1,5 +1,6 @@
 """The permission step of the call chain, and the wait for an external result (both registered in
 `tools.calls.pipeline.CALL_STEPS` by approvals.apps)."""
+from approvals.grants import grant_use
 from approvals.notifications import notify_external_task
 from approvals.selectors import evaluate
 from approvals.services import request_open
@@ -20,8 +21,12 @@ class Permission(Step):
             return True  # meta tools only reshape the session's own tool surface
         decision = evaluate(tenant=session.tenant, tool_name=ctx.call.tool_name,
                             effective_input=ctx.call.effective_input, agent=session.agent, user=session.user,
-                            tool=ctx.exposed.tool if ctx.exposed else None, user_verified=session.user_verified)
+                            tool=ctx.exposed.tool if ctx.exposed else None, user_verified=session.user_verified,
+                            session=session)
         ctx.set(decision=decision.as_dict())
+        if decision.grant is not None:
+            ctx.flush()  # a new call's row is written now, so that its timeline names the grant first
+            grant_use(call=ctx.call, grant_id=decision.grant, reason=decision.reason)
         if decision.behavior == "deny":
             return ctx.fail("PermissionDenied", decision.reason, status=CallStatus.DENIED)
         if decision.behavior == "ask":

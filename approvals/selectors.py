@@ -8,6 +8,7 @@ from django.db.models import Count, F, OuterRef, Prefetch, Subquery, TextField
 from django.db.models.functions import Cast, Left
 
 from approvals.engine import CompiledRule, Decision, RuleIndex, compile_rule, decide, index_cache
+from approvals.grants import grant_applying
 from approvals.matching import Arguments, canonical_json, compile_glob
 from approvals.models import ApprovalRequest, PermissionRule, Queue, RequestKind, RequestStatus, Vote, VoteDecision
 from tenancy.models import Tenant
@@ -36,16 +37,25 @@ def from_untrusted_server(tool: Tool | None) -> bool:
 
 
 def evaluate(*, tenant: Tenant, tool_name: str, effective_input: dict, agent: str = "", user: str = "",
-             tool: Tool | None = None, user_verified: bool = False) -> Decision:
-    """The one engine behind calls, `rules/evaluate` and the console's simulator."""
+             tool: Tool | None = None, user_verified: bool = False, session=None, grants: bool = True) -> Decision:
+    """The one engine behind calls, `rules/evaluate` and the console's simulator.
+
+    Where the rules ask, a grant in force may allow instead (`approvals.grants`; a session's grants only with its
+    `session`); `grants=False` gives the rules' own verdict."""
     if tool is None:
         tool = Tool.objects.for_tenant(tenant).filter(name=tool_name).first()
-    return decide(
+    decision = decide(
         rule_index(tenant), tool_name=tool_name, effective_input=effective_input or {}, agent=agent, user=user,
         read_only_trusted=read_only_trusted(tool), auto_allow_read_only=tenant.auto_allow_read_only,
         default_behavior=tenant.default_behavior, user_verified=user_verified,
         review_untrusted=tenant.review_untrusted and from_untrusted_server(tool),
     )
+    if decision.behavior == "ask" and grants:
+        granted = grant_applying(tenant_id=tenant.pk, agent=agent, tool_name=tool_name, ask_rule=decision.rule,
+                                 effective_input=effective_input or {}, session=session)
+        if granted is not None:
+            return Decision("allow", decision.rule, granted.reason, grant=granted.id)
+    return decision
 
 
 OUTCOME_LABELS = {"allow": "runs without review", "ask": "asks a reviewer", "deny": "refused"}
@@ -78,14 +88,15 @@ def untrusted_outcomes(*, tenant: Tenant, tools) -> dict[int, CallOutcome]:
 
 
 def simulate(*, tenant: Tenant, tool_name: str, tool_input: dict | None = None, agent: str = "",
-             user: str = "") -> Decision:
+             user: str = "", session=None) -> Decision:
     """Decide a hypothetical call as a real one would be decided: the agent's bound arguments are applied
     to the input first (so a rule on a bound argument matches exactly as it does for real calls).
     Behind `POST /api/v1/rules/evaluate` and the console's rule simulator."""
     tool = Tool.objects.for_tenant(tenant).filter(name=tool_name).first()
     bound = bindings_for(tenant, agent, [tool.pk]).get(tool.pk, {}) if tool is not None else {}
     effective = with_bound(tool_input or {}, bound)
-    return evaluate(tenant=tenant, tool_name=tool_name, effective_input=effective, agent=agent, user=user, tool=tool)
+    return evaluate(tenant=tenant, tool_name=tool_name, effective_input=effective, agent=agent, user=user, tool=tool,
+                    session=session)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,17 @@
 """Writes for rules, queues and approval requests; the reviewer's decisions."""
+from datetime import timedelta
+
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from approvals.engine import Decision
+from approvals.grants import MAX_DURATION, MIN_DURATION, PATTERN_DEFAULT_DURATION, SCOPES, matches_input
 from approvals.matching import is_arg_spec, normalize_space
 from approvals.models import (
     ApprovalRequest,
+    Grant,
+    GrantScope,
     PermissionRule,
     PolicyVersion,
     Queue,
@@ -308,12 +313,13 @@ def _finish(request: ApprovalRequest, status: str) -> bool:
 
 
 def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_input=None,
-                   message: str = "") -> ApprovalRequest:
+                   message: str = "", grant: dict | None = None) -> ApprovalRequest:
     """One reviewer's vote. Exactly one concurrent decision settles a request; the rest get 409.
 
     An edit is decided by the rules again, as the model's call would be (`_edit_decision`). Approvals count
     only for the input that will run: after an edit, earlier approvals of another input no longer count, and
-    their reviewers may vote again.
+    their reviewers may vote again. `grant` (approve and edit): also let such calls through from now on
+    (`_grant_checked`), created when the vote approves the call.
     """
     if decision not in VoteDecision.values:
         raise ServiceError({"decision": [f"one of {', '.join(VoteDecision.values)}"]})
@@ -329,7 +335,7 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
             raise Conflict(f"the request is already {request.status}")
         if call.status == CallStatus.AWAITING_APPROVAL:
             _decide_locked(request=request, call=call, reviewer=reviewer, decision=decision, new_input=new_input,
-                           message=message)
+                           message=message, grant=grant)
             return request
         # The call moved on without a decision (cancelled): the request is moot and leaves the inbox. The 409
         # comes after the commit, which raising it here would undo.
@@ -338,7 +344,7 @@ def request_decide(*, request: ApprovalRequest, reviewer, decision: str, new_inp
 
 
 def _decide_locked(*, request: ApprovalRequest, call: ToolCall, reviewer, decision: str, new_input,
-                   message: str) -> None:
+                   message: str, grant: dict | None = None) -> None:
     """`request_decide` with the request locked, pending, and its call waiting for it."""
     if not reviewer_may_decide(request=request, user=reviewer):
         raise NotPermitted("you are not a reviewer of this request's queue")
@@ -360,6 +366,10 @@ def _decide_locked(*, request: ApprovalRequest, call: ToolCall, reviewer, decisi
     policy = None
     if approving and approved_input is not None:
         policy = _edit_decision(request=request, edited_input=approved_input)
+    granting = None
+    if grant is not None:
+        granting = _grant_checked(request=request, decision=decision, spec=grant,
+                                  approved_input=call.input if approved_input is None else approved_input)
     vote_input = new_input if decision == VoteDecision.RESPOND else None
     _vote_record(request=request, reviewer=reviewer, decision=decision, message=message,
                  vote_input=approved_input if approving else vote_input)
@@ -373,6 +383,8 @@ def _decide_locked(*, request: ApprovalRequest, call: ToolCall, reviewer, decisi
             return
         if not _finish(request, RequestStatus.APPROVED):
             raise Conflict("another decision settled the request first")
+        if granting is not None:
+            _grant_create(request=request, reviewer=reviewer, values=granting)
         if request.kind == RequestKind.APPROVAL:
             if policy is not None:
                 _record_edit_decision(call, policy, approvals)
@@ -576,3 +588,107 @@ def rule_from_approval(*, request: ApprovalRequest, actor, narrow_to_input: bool
     return rule_create(tenant=call.session.tenant, actor=actor, behavior="allow", tool_pattern=call.tool_name,
                        agents=[call.session.agent], arg_match=arg_match, priority=0,
                        note=f"added while approving call {call.call_id}")
+
+
+# --- grants ------------------------------------------------------------------------------------
+
+GRANT_KEYS = frozenset({"scope", "duration_s", "arg_match"})
+
+
+def _grant_refused(text: str) -> ServiceError:
+    return ServiceError({"grant": [text]})
+
+
+def _grant_checked(*, request: ApprovalRequest, decision: str, spec, approved_input: dict) -> dict | None:
+    """The grant a reviewer's approval asks for, checked before the vote counts: the values to create it with, or
+    None for "once". It is for the request's tenant, agent and tool only, never wider than the rules' verdict it
+    stands in for: refused where it would never apply (the rules deny or allow such calls already) or would skip
+    what a queue demands of each call (several approvals; four-eyes and verified users beyond its session)."""
+    if not isinstance(spec, dict) or not set(spec) <= GRANT_KEYS or spec.get("scope") not in SCOPES:
+        raise _grant_refused(f'an object {{"scope": {"|".join(SCOPES)}, "duration_s": seconds, "arg_match": {{...}}}}')
+    scope = spec["scope"]
+    if scope == "once":
+        return None
+    if decision not in (VoteDecision.APPROVE, VoteDecision.EDIT):
+        raise _grant_refused("a grant comes with an approval (approve or edit)")
+    queue = request.queue
+    if request.kind != RequestKind.APPROVAL:
+        raise _grant_refused("only a reviewer's approval of a call gives a grant")
+    if queue is not None and queue.required_approvals > 1:
+        raise _grant_refused(f"queue {queue.name!r} needs {queue.required_approvals} approvals for each call: one "
+                             "reviewer's grant would skip the others")
+    if queue is not None and (queue.four_eyes or queue.verified_requesters) and scope != GrantScope.SESSION:
+        raise _grant_refused(f"queue {queue.name!r} checks each call's user (four-eyes or verified users): it grants "
+                             "for this session only")
+    duration = spec.get("duration_s")
+    if duration is not None:
+        low, high = int(MIN_DURATION.total_seconds()), int(MAX_DURATION.total_seconds())
+        if isinstance(duration, bool) or not isinstance(duration, int) or not low <= duration <= high:
+            raise ServiceError({"grant": [f"duration_s: whole seconds from {low} to {high}"]})
+        duration = timedelta(seconds=duration)
+    elif scope == GrantScope.DURATION:
+        raise ServiceError({"grant": ["duration_s: a duration grant needs one"]})
+    elif scope == GrantScope.PATTERN:
+        duration = PATTERN_DEFAULT_DURATION
+    call = request.call
+    session = call.session
+    exposed = call_exposed(session, call)
+    if exposed is None:
+        raise _grant_refused(f"{call.tool_name!r} is no longer available in this session")
+    arg_match = spec.get("arg_match") or {}
+    bound_names = {name.lower() for name in exposed.bound}
+    if not isinstance(arg_match, dict) or not all(isinstance(path, str) and path and is_arg_spec(value)
+                                                  for path, value in arg_match.items()):
+        raise ServiceError({"grant": ['arg_match: an object of argument name → glob, → list of globs, → '
+                                      '{"equals": exact value} or → {"absent": true}']})
+    if any(path.split(".")[0].lower() in bound_names for path in arg_match):
+        raise _grant_refused("arg_match: a bound argument's value is the server's, not the call's: leave it out")
+    if scope == GrantScope.PATTERN and not arg_match:
+        raise _grant_refused("arg_match: a pattern grant needs the pattern inputs must match")
+    effective = with_bound(approved_input, exposed.bound)
+    if not matches_input(arg_match, effective):
+        raise _grant_refused("arg_match: the pattern does not match this call's input; a grant covers inputs like "
+                             "the one approved")
+    verdict = evaluate(tenant=session.tenant, tool_name=call.tool_name, effective_input=effective,
+                       agent=session.agent, user=session.user, tool=exposed.tool, user_verified=session.user_verified,
+                       grants=False)
+    if verdict.behavior != "ask":
+        raise _grant_refused(f"the rules do not ask about such calls, so a grant would change nothing: "
+                             f"{verdict.reason}")
+    return {"scope": scope, "arg_match": arg_match, "ask_rule": verdict.rule,
+            "session": session if scope == GrantScope.SESSION else None,
+            "expires_at": timezone.now() + duration if duration is not None else None}
+
+
+def _grant_create(*, request: ApprovalRequest, reviewer, values: dict) -> Grant:
+    call = request.call
+    grant = Grant.objects.create(
+        tenant_id=request.tenant_id, agent=call.session.agent, tool_name=call.tool_name, created_from=request,
+        created_by=reviewer if _is_person(reviewer) else None, created_by_label=str(reviewer.username), **values)
+    audit_record(tenant=call.session.tenant, actor=reviewer, verb="grant.created", target=f"grant:{grant.pk}",
+                 data={"call": str(call.pk), "agent": grant.agent, "tool": grant.tool_name, "scope": grant.scope,
+                       "session": str(grant.session_id) if grant.session_id else None, "arg_match": grant.arg_match,
+                       "expires_at": grant.expires_at.isoformat() if grant.expires_at else None})
+    return grant
+
+
+def grant_revoke(*, grant: Grant, actor) -> Grant:
+    """End a grant now: it lets no more calls through. A grant already revoked is a 409."""
+    now = timezone.now()
+    with transaction.atomic():
+        revoked = Grant.objects.for_tenant(grant.tenant_id).filter(pk=grant.pk, revoked_at__isnull=True).update(
+            revoked_at=now, revoked_by=actor if _is_person(actor) else None, revoked_by_label=str(actor.username))
+        if not revoked:
+            raise Conflict("the grant is already revoked")
+        audit_record(tenant=grant.tenant, actor=actor, verb="grant.revoked", target=f"grant:{grant.pk}",
+                     data={"agent": grant.agent, "tool": grant.tool_name, "scope": grant.scope, "uses": grant.uses})
+    grant.refresh_from_db()
+    return grant
+
+
+def grant_pattern_prefill(request: ApprovalRequest) -> dict:
+    """The pattern the console offers for "inputs like this one": each argument of the input approving would run,
+    exactly (`_exact_arg_spec`); the reviewer edits it into globs."""
+    approved_input = approved_edit(request)
+    approved_input = request.call.input if approved_input is None else approved_input
+    return {key: _exact_arg_spec(value) for key, value in (approved_input or {}).items()}

@@ -1,13 +1,13 @@
 """Console routes of the inbox, the rules page and the queues page, mounted under /t/<slug:tenant>/.
 
 Parameter names are fixed (the cross-tenant URL-conf walk substitutes ids by name):
-`tenant` (slug), `request_id` (ApprovalRequest), `rule_id`, `queue_id`, `call_id` (ToolCall uuid); what each
-names is declared here for `tenant_view`.
+`tenant` (slug), `request_id` (ApprovalRequest), `rule_id`, `queue_id`, `call_id` (ToolCall uuid),
+`approval_grant_id` (Grant); what each names is declared here for `tenant_view`.
 """
 from django.urls import path
 
 from approvals import views
-from approvals.models import ApprovalRequest, NotificationChannel, PermissionRule, Queue
+from approvals.models import ApprovalRequest, Grant, NotificationChannel, PermissionRule, Queue
 from audit.pages import TargetLink, register_target_links
 from tenancy.web import register_url_objects
 from tools.models import ToolCall
@@ -20,10 +20,12 @@ register_url_objects({
     "queue_id": (Queue, "queue"),
     "call_id": (ToolCall, "call"),
     "channel_id": (NotificationChannel, "channel"),
+    "approval_grant_id": (Grant, "grant"),
 })
 register_target_links({
     "rule": TargetLink(PermissionRule, "pk", "inbox:rule_edit", "rule_id"),
     "queue": TargetLink(Queue, "name", "inbox:queue_edit", "queue_id"),
+    "grant": TargetLink(Grant, "pk", "inbox:grant_revoke", "approval_grant_id"),
 })
 
 urlpatterns = [
@@ -34,6 +36,8 @@ urlpatterns = [
     path("inbox/<int:request_id>/", views.inbox_request, name="inbox_request"),
     path("inbox/notifications/", views.my_notifications, name="my_notifications"),
     path("inbox/act/", views.inbox_act, name="inbox_act"),
+    path("grants/", views.grant_list, name="grant_list"),
+    path("grants/<int:approval_grant_id>/revoke/", views.grant_revoke, name="grant_revoke"),
     path("rules/", views.rule_list, name="rule_list"),
     path("rules/new/", views.rule_create, name="rule_create"),
     path("rules/<int:rule_id>/", views.rule_edit, name="rule_edit"),

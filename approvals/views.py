@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from approvals import decision_links, notifications, selectors, services
+from approvals import decision_links, grants, notifications, selectors, services
 from approvals.channel_kinds import reviewer_kind_names
 from approvals.forms import (
     ChannelForm,
@@ -28,6 +28,7 @@ from approvals.forms import (
     RuleForm,
     SimulatorForm,
 )
+from approvals.grants import DURATION_CHOICES
 from approvals.models import (
     ApprovalRequest,
     DeliveryStatus,
@@ -167,7 +168,8 @@ def inbox_request(request, approval):
             decision = data["decision"]
             try:
                 settled = services.request_decide(request=approval, reviewer=request.user, decision=decision,
-                                                  new_input=data["new_input"], message=data["message"].strip())
+                                                  new_input=data["new_input"], message=data["message"].strip(),
+                                                  grant=form.grant())
             except NotPermitted as exc:
                 form.add_error(None, exc.message)
                 status = 403
@@ -179,6 +181,7 @@ def inbox_request(request, approval):
                 add_service_errors(form, exc)
             else:
                 messages.success(request, _decided_message(settled, decision))
+                _grant_message(request, settled)
                 if data["add_rule"] and decision in (VoteDecision.APPROVE, VoteDecision.EDIT):
                     _add_suggested_rule(request, approval, narrow=data["narrow_to_input"])
                 return _next_after(request, approval)
@@ -187,7 +190,8 @@ def inbox_request(request, approval):
                     .prefetch_related(_votes(tenant)).get(pk=approval.pk))
         call = approval.call
     else:
-        form = DecisionForm(initial={"input": shown_input}, original_input=runs)
+        form = DecisionForm(initial={"input": shown_input, "grant_pattern": json.dumps(
+            services.grant_pattern_prefill(approval), indent=2, ensure_ascii=False)}, original_input=runs)
     pending = approval.status == RequestStatus.PENDING
     exposed = call_exposed(call.session, call) if pending else None
     queue = approval.queue
@@ -204,7 +208,13 @@ def inbox_request(request, approval):
         "may_decide": reviewing and refusal is None, "refusal": refusal, "edit_stands": standing is not None,
         "may_add_rule": request.membership.can_operate and services.rule_suggestion_blocked_by(approval) is None,
         "position": _position(tenant, approval), "tab": "pending", **_tabs(request),
+        "grant_durations": DURATION_CHOICES, "request_grants": list(approval.grants.all()),
     }, status=status)
+
+
+def _grant_message(request, approval) -> None:
+    for grant in approval.grants.all():
+        messages.success(request, f"Grant #{grant.pk}: {grants.describe(grant)}.")
 
 
 def _position(tenant, approval) -> dict | None:
@@ -279,13 +289,21 @@ def rule_list(request):
     rules = (PermissionRule.objects.for_tenant(tenant).select_related("queue")
              .order_by(BEHAVIOR_ORDER, "-priority", "id"))
     simulator = SimulatorForm(request.GET if "tool" in request.GET else None)
-    decision = decision_rule = considered = None
+    decision = decision_rule = considered = in_force = None
     if simulator.is_bound and simulator.is_valid():
         data = simulator.cleaned_data
-        call = {"tool_name": data["tool"], "tool_input": data["input"], "agent": data["agent"], "user": data["user"]}
-        decision = selectors.simulate(tenant=tenant, **call)
-        considered = selectors.rules_considered(tenant=tenant, decision=decision, **call)
-        if decision.rule is not None:
+        session = grants.session_of(tenant=tenant, session_id=data["session"]) if data["session"] else None
+        agent, user = data["agent"], data["user"]
+        if session is not None:
+            agent, user = agent or session.agent, user or session.user
+        call = {"tool_name": data["tool"], "tool_input": data["input"], "agent": agent, "user": user}
+        if data["session"] and (session is None or session.agent != agent):
+            simulator.add_error("session", "no such session of this agent")
+        else:
+            decision = selectors.simulate(tenant=tenant, session=session, **call)
+            considered = selectors.rules_considered(tenant=tenant, decision=decision, **call)
+            in_force = grants.grants_in_force(tenant=tenant, agent=agent, tool_name=data["tool"], session=session)
+        if decision is not None and decision.rule is not None:
             decision_rule = PermissionRule.objects.for_tenant(tenant).filter(pk=decision.rule).first()
     # A pattern that matches no tool is kept (its tool may come later), but said, with the names it may mean.
     names = selectors.tool_names(tenant=tenant)
@@ -295,7 +313,7 @@ def rule_list(request):
         rule_rows.append((rule, None if matched else suggestions))
     return render(request, "inbox/rule_list.html", {
         "rule_rows": rule_rows, "simulator": simulator, "decision": decision, "decision_rule": decision_rule,
-        "considered": considered,
+        "considered": considered, "grants_in_force": in_force,
         "tool_names": names,
     })
 
@@ -480,3 +498,41 @@ def inbox_act(request):
             return tenant_redirect(request, "inbox:inbox_request", request_id=settled.pk)
     return render(request, "inbox/act.html", {"link": link, "approval": link.request, "refused": refused},
                   status=status)
+
+
+# --- grants ------------------------------------------------------------------------------------
+
+@tenant_view()
+def grant_list(request):
+    """The tenant's grants (or one session's, `?session=`), in force first by default (`?active=`)."""
+    tenant = request.tenant
+    session = None
+    if request.GET.get("session"):
+        session = grants.session_of(tenant=tenant, session_id=request.GET["session"])
+        if session is None:
+            raise Http404("No such session.")
+    active = {"": True, "true": True, "false": False, "all": None}.get(request.GET.get("active", ""), True)
+    page = page_of(request, grants.grants_list(tenant=tenant, session=session, active=active))
+    return render(request, "inbox/grant_list.html", {
+        "page": page, "session": session, "active": active, "now_rows": [(g, grants.is_in_force(g)) for g in page],
+        "may_revoke": request.membership.can_review,
+    })
+
+
+@tenant_view(methods=("GET", "POST"), write=MEMBER)
+def grant_revoke(request, grant):
+    """Ask before revoking a grant; the POST revokes it (reviewers, operators and admins)."""
+    _require_reviewer(request)
+    errors = []
+    if request.method == "POST":
+        try:
+            services.grant_revoke(grant=grant, actor=acting_user(request))
+        except Conflict as exc:
+            errors.append(exc.message)
+        else:
+            messages.success(request, f"Grant #{grant.pk} is revoked: {grant.tool_name} asks again for "
+                                      f"{grant.agent}.")
+            return tenant_redirect(request, "inbox:grant_list")
+    return render(request, "inbox/grant_revoke.html", {
+        "grant": grant, "describe": grants.describe(grant), "in_force": grants.is_in_force(grant), "errors": errors,
+    }, status=409 if errors else 200)

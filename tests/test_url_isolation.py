@@ -139,7 +139,11 @@ def _governance_rows(tw, note: str) -> None:
     calls_submit(session=session, calls=[{"name": "reset_tools", "input": {"ops": True}}])
     session.refresh_from_db()
     calls_submit(session=session, calls=[{"id": "ask_me", "name": "countdown", "input": {"seconds": 1}}])
-    from approvals.models import Queue
+    from approvals.models import Grant, Queue
+
+    # a reviewer's grant for the session (docs/governance.md, Grants)
+    Grant.objects.create(tenant=tw.tenant, agent="walk-reviewed", tool_name="countdown", scope="session",
+                         session=session, arg_match={"seconds": note}, created_by_label=note)
     from approvals.notifications import channel_save, channel_test, reviewer_setting_save
 
     # an email channel on the first queue, where the walker looks for one: its tests go to the locmem outbox
@@ -293,6 +297,7 @@ PARAM_MODELS = {
     "member_id": "tenancy.Membership",
     "invitation_id": "tenancy.Invitation",
     "grant_id": "tenancy.OAuthGrant",
+    "approval_grant_id": "approvals.Grant",
 }
 
 

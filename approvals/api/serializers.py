@@ -5,8 +5,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from approvals.channel_kinds import channel_kind_choices
+from approvals.grants import SCOPES, is_in_force
 from approvals.models import (
     ApprovalRequest,
+    Grant,
     Notification,
     NotificationChannel,
     PermissionRule,
@@ -98,6 +100,9 @@ class EvaluateSerializer(strict.Serializer):
     input = serializers.DictField(required=False, default=dict)
     agent = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     user = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    session = serializers.UUIDField(required=False, allow_null=True, default=None,
+                                    help_text="a session of the agent: its grants apply too (agent and user default "
+                                              "to the session's)")
 
 
 class QueueSerializer(strict.ModelSerializer):
@@ -134,6 +139,17 @@ class ApprovalSerializer(serializers.ModelSerializer):
                  "at": v.at} for v in request.votes.all()]
 
 
+@extend_schema_field({
+    "type": "object", "nullable": True, "additionalProperties": False, "required": ["scope"],
+    "properties": {"scope": {"type": "string", "enum": list(SCOPES)},
+                   "duration_s": {"type": "integer", "minimum": 60, "maximum": 30 * 86400},
+                   "arg_match": {"type": "object", "additionalProperties": GLOBS}},
+    "description": "approve or edit: also let such calls through without asking: once (nothing more), for this "
+                   "session, for duration_s seconds, or for inputs matching arg_match (docs/governance.md, Grants)"})
+class GrantSpecField(serializers.JSONField):
+    """Checked in full by `services.request_decide`."""
+
+
 class DecideSerializer(strict.Serializer):
     decision = serializers.ChoiceField(choices=VoteDecision.choices)
     input = serializers.JSONField(required=False, allow_null=True, default=None,
@@ -143,6 +159,7 @@ class DecideSerializer(strict.Serializer):
     add_rule = serializers.BooleanField(required=False, default=False,
                                         help_text="also add the suggested rule: always allow this tool for this agent")
     narrow_to_input = serializers.BooleanField(required=False, default=False)
+    grant = GrantSpecField(required=False, allow_null=True, default=None)
 
 
 @extend_schema_field({"type": "object", "properties": {"type": {"type": "string", "enum": ["text"]},
@@ -209,3 +226,27 @@ class ReviewerNotifySerializer(strict.ModelSerializer):
         model = ReviewerNotifySetting
         fields = ["id", "user", "muted", "excluded"]
         validators = []  # one per member: the view refuses a second
+
+
+class GrantSerializer(serializers.ModelSerializer):
+    session = serializers.UUIDField(source="session_id", allow_null=True, read_only=True)
+    created_by = serializers.CharField(source="created_by_label", read_only=True)
+    revoked_by = serializers.CharField(source="revoked_by_label", read_only=True)
+    request = serializers.IntegerField(source="created_from_id", allow_null=True, read_only=True)
+    call = serializers.SerializerMethodField()
+    active = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Grant
+        fields = ["id", "agent", "tool_name", "scope", "session", "arg_match", "ask_rule", "expires_at", "active",
+                  "created_by", "created_at", "request", "call", "revoked_at", "revoked_by", "uses", "last_used_at"]
+        read_only_fields = fields
+
+    def get_call(self, grant) -> str | None:
+        """The call whose approval gave it."""
+        request = grant.created_from
+        return str(request.call_id) if request is not None else None
+
+    def get_active(self, grant) -> bool:
+        """Neither revoked nor expired."""
+        return is_in_force(grant)

@@ -10,6 +10,7 @@ router.register("approvals", views.ApprovalViewSet, basename="approval")
 router.register("notify-channels", views.ChannelViewSet, basename="notify-channel")
 router.register("notify-deliveries", views.DeliveryViewSet, basename="notify-delivery")
 router.register("notify-settings", views.ReviewerNotifyViewSet, basename="notify-setting")
+router.register("grants", views.GrantViewSet, basename="grant")
 
 urlpatterns = [
     path("calls/<str:call_id>/result", views.CallResultView.as_view(), name="call-result"),

@@ -6,7 +6,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from approvals import notifications, selectors, services
+from approvals import grants, notifications, selectors, services
 from approvals.api import serializers as s
 from approvals.models import ApprovalRequest, RequestStatus, ReviewerNotifySetting, Vote
 from tenancy.api.base import TenantModelViewSet, TenantScopedViewSet
@@ -41,8 +41,16 @@ class RuleViewSet(TenantModelViewSet):
         query = s.EvaluateSerializer(data=request.data)
         query.is_valid(raise_exception=True)
         data = query.validated_data
+        agent, user, session = data["agent"], data["user"], None
+        if data["session"] is not None:
+            session = grants.session_of(tenant=self.tenant, session_id=data["session"])
+            if session is None:
+                raise ValidationError({"session": ["no such session"]})
+            if agent and agent != session.agent:
+                raise ValidationError({"agent": [f"the session is agent {session.agent!r}'s"]})
+            agent, user = session.agent, user or session.user
         decision = selectors.simulate(tenant=self.tenant, tool_name=data["tool"], tool_input=data["input"],
-                                      agent=data["agent"], user=data["user"])
+                                      agent=agent, user=user, session=session)
         return Response(decision.as_dict())
 
 
@@ -99,10 +107,44 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
                 raise ValidationError({"add_rule": [f"rule #{blocking.pk} asks for every such call and ask beats "
                                                     "allow: change that rule instead"]})
         services.request_decide(request=approval, reviewer=request.user, decision=data["decision"],
-                                new_input=data["input"], message=data["message"])
+                                new_input=data["input"], message=data["message"], grant=data["grant"])
         if add_rule:
             services.rule_from_approval(request=approval, actor=request.user, narrow_to_input=data["narrow_to_input"])
         return Response(s.ApprovalSerializer(self.get_queryset().get(pk=approval.pk)).data)
+
+
+class GrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    """Grants reviewers gave while approving (docs/governance.md, Grants), newest first; `revoke` ends one."""
+
+    serializer_class = s.GrantSerializer
+    reviewer_actions = ("revoke",)
+
+    @extend_schema(parameters=[
+        OpenApiParameter("session", str, description="a session's id: its grants only"),
+        OpenApiParameter("active", bool, description="true: in force; false: revoked or expired"),
+        OpenApiParameter("agent", str)])
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    def safely_get_queryset(self, queryset):
+        if self.action != "list":
+            return queryset.select_related("created_from")
+        params = self.request.query_params
+        session = None
+        if params.get("session"):
+            session = grants.session_of(tenant=self.tenant, session_id=params["session"])
+            if session is None:
+                raise ValidationError({"session": ["no such session"]})
+        active = {"true": True, "false": False, "": None}.get(params.get("active", "").lower(), "?")
+        if active == "?":
+            raise ValidationError({"active": ["true or false"]})
+        return grants.grants_list(tenant=self.tenant, session=session, active=active, agent=params.get("agent", ""))
+
+    @extend_schema(request=None, responses={200: s.GrantSerializer, 409: CONFLICT})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk=None):
+        grant = services.grant_revoke(grant=self.get_object(), actor=request.user)
+        return Response(s.GrantSerializer(grant).data)
 
 
 class CallResultView(APIView):

@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
+from approvals import grants
 from approvals.exposure import agents_eye_view
 from approvals.selectors import pending_request_of, request_of_call
 from audit.selectors import audit_check_recent, audit_events
@@ -415,6 +416,9 @@ def session_detail(request, session):
         "active_groups": active_group_names(session, groups),
         "mcp": session_mcp_presence(session),
         "page": page_of(request, session_calls(session)),
+        "grant_rows": [(grant, True) for grant in grants.grants_list(tenant=request.tenant, session=session,
+                                                                      active=True)[:50]],
+        "may_revoke": request.membership.can_review,
     })
 
 

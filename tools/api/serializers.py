@@ -219,6 +219,7 @@ class DecisionSerializer(serializers.Serializer):
     behavior = serializers.ChoiceField(choices=["allow", "deny", "ask"])
     rule = serializers.IntegerField(allow_null=True, help_text="the deciding rule's id; null for a default")
     reason = serializers.CharField()
+    grant = serializers.IntegerField(required=False, help_text="present when a grant allowed what the rule asks about")
 
 
 class ContentPartSerializer(serializers.Serializer):
