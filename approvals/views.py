@@ -521,10 +521,12 @@ def slack_link(request):
     return render(request, "inbox/slack_link.html", {"link": link})
 
 
-@tenant_view(methods=("POST",), write=MEMBER)
+@tenant_view(methods=("GET", "POST"), write=MEMBER)
 def slack_unlink(request):
+    """POST unlinks one of the member's own Slack users; GET goes to the page that lists them."""
     identity = request.POST.get("identity", "")
-    if identity.isascii() and identity.isdigit() and slack.identity_unlink(tenant=request.tenant, user=request.user,
-                                                                           identity_id=int(identity)):
+    chosen = int(identity) if identity.isascii() and identity.isdigit() else None
+    if request.method == "POST" and chosen is not None and slack.identity_unlink(
+            tenant=request.tenant, user=request.user, identity_id=chosen):
         messages.success(request, "Your Slack user is unlinked.")
     return tenant_redirect(request, "inbox:my_notifications")

@@ -393,3 +393,19 @@ def test_a_click_is_admitted_as_the_linked_member_and_counts_against_their_limit
     shown, refused = standin.replies()
     assert "ls -la" in shown["text"]
     assert "Rate limit reached" in refused["text"] and votes(request) == []
+
+
+def test_the_api_takes_the_slack_signing_secret_write_only_and_shows_the_public_id(world, gov_queue, standin,
+                                                                                 gov_console_api):
+    queue = gov_queue()
+    api = gov_console_api(world.a.users["admin"], world.a.tenant)
+    response = api.post("/api/v1/notify-channels", {
+        "queue": queue.name, "name": "slack", "kind": "slack", "events": ["requested"],
+        "url": standin.endpoint.url + "/echo/webhook", "slack_signing_secret": SIGNING_SECRET}, format="json")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert SIGNING_SECRET not in response.content.decode() and "slack_signing_secret" not in body
+    channel = notifications.NotificationChannel.objects.for_tenant(world.a.tenant).get(pk=body["id"])
+    assert body["public_id"] == str(channel.public_id) and notifications.slack_interactive(channel)
+    listed = api.get("/api/v1/notify-channels").content.decode()
+    assert SIGNING_SECRET not in listed
