@@ -120,7 +120,7 @@ def request_verify(*, channel: NotificationChannel, timestamp: str, signature: s
     if len(body) > MAX_BODY_BYTES:
         raise SlackRefused(413, "the request body is larger than the limit")
     now = now if now is not None else time.time()
-    if not timestamp.isdigit() or len(timestamp) > 12:
+    if not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > 12:
         raise SlackRefused(401, "missing or malformed X-Slack-Request-Timestamp")
     if abs(now - int(timestamp)) > WINDOW_S:
         raise SlackRefused(401, "the request's timestamp is more than five minutes off")

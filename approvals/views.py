@@ -525,7 +525,7 @@ def slack_link(request):
 def slack_unlink(request):
     """POST unlinks one of the member's own Slack users; GET goes to the page that lists them."""
     identity = request.POST.get("identity", "")
-    chosen = int(identity) if identity.isascii() and identity.isdigit() else None
+    chosen = int(identity) if identity.isascii() and identity.isdigit() and len(identity) <= 18 else None
     if request.method == "POST" and chosen is not None and slack.identity_unlink(
             tenant=request.tenant, user=request.user, identity_id=chosen):
         messages.success(request, "Your Slack user is unlinked.")

@@ -409,3 +409,20 @@ def test_the_api_takes_the_slack_signing_secret_write_only_and_shows_the_public_
     assert body["public_id"] == str(channel.public_id) and notifications.slack_interactive(channel)
     listed = api.get("/api/v1/notify-channels").content.decode()
     assert SIGNING_SECRET not in listed
+
+
+@pytest.mark.parametrize("stamp", ["\u00b2", "-1", "", "1" * 40])
+def test_a_malformed_timestamp_is_401(world, gov_queue, slack_channel, standin, stamp):
+    channel = slack_channel(gov_queue())
+    signed = standin.click(user=ALICE, action="approve", request_id=1)
+    signed.headers["X-Slack-Request-Timestamp"] = stamp
+    assert standin.send(Client(), interaction_url(channel), signed).status_code == 401
+
+
+def test_an_unlink_of_a_hostile_id_changes_nothing(world, gov_member):
+    bob = gov_member()
+    linked(world, bob, BOB)
+    for identity in ("9" * 5000, "\u0663", "99999999999999999999", "-1"):
+        assert console(bob).post("/t/acme/inbox/notifications/slack/unlink/",
+                                 {"identity": identity}).status_code == 302
+    assert SlackIdentity.objects.for_tenant(world.a.tenant).count() == 1
