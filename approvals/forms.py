@@ -318,6 +318,12 @@ class ChannelForm(forms.Form):
                                      widget=forms.PasswordInput,
                                      help_text=f"Webhooks sign each body with it (HMAC-SHA256): at least "
                                                f"{MIN_SECRET_CHARS} characters. Never shown again.")
+    slack_signing_secret = forms.CharField(
+        required=False, min_length=MIN_SECRET_CHARS, max_length=200, widget=forms.PasswordInput,
+        label="Slack signing secret",
+        help_text="Slack channels only: your Slack app's signing secret makes messages interactive (Approve, Reject, "
+                  "View input); point the app's interactivity request URL at the address shown for the channel. "
+                  "Never shown again.")
     events = forms.MultipleChoiceField(choices=[(e, NotifyEvent(e).label) for e in CHANNEL_EVENTS],
                                        widget=forms.CheckboxSelectMultiple)
     quiet_from = forms.TimeField(required=False, widget=forms.TimeInput(attrs={"type": "time"}, format="%H:%M"),

@@ -168,6 +168,8 @@ class NotificationChannel(TenantOwned):
     action_links = models.BooleanField(default=False, help_text="one-time approve and reject links in messages")
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    public_id = models.UUIDField(null=True, blank=True, unique=True, editable=False,
+                                 help_text="a Slack channel's interaction URL names it (approvals.slack)")
 
     class Meta:
         ordering = ["name"]
@@ -281,3 +283,44 @@ class Grant(TenantOwned):
 
     def __str__(self):
         return f"grant #{self.pk} {self.tool_name} for {self.agent} ({self.scope})"
+
+
+# --- decisions from Slack (approvals.slack) ------------------------------------------------------
+
+class SlackIdentity(TenantOwned):
+    """A Slack user (workspace and user id) linked to a member of the tenant, once, through a signed link."""
+
+    team_id = models.CharField(max_length=32)
+    slack_user_id = models.CharField(max_length=32)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_identities")
+    linked_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["linked_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "team_id", "slack_user_id"],
+                                               name="one_member_per_slack_user")]
+
+    def __str__(self):
+        return f"{self.team_id}/{self.slack_user_id}"
+
+
+class SlackLink(TenantOwned):
+    """A single-use link offered to an unlinked Slack user, as a signed token of its id (approvals.slack)."""
+
+    channel = models.ForeignKey(NotificationChannel, on_delete=models.CASCADE, related_name="slack_links")
+    team_id = models.CharField(max_length=32)
+    slack_user_id = models.CharField(max_length=32)
+    created_at = models.DateTimeField(auto_now_add=True)
+    used_at = models.DateTimeField(null=True, blank=True)
+
+
+class SlackSeenRequest(TenantOwned):
+    """A signed Slack request already acted on: the same signature again within the window is a replay."""
+
+    channel = models.ForeignKey(NotificationChannel, on_delete=models.CASCADE, related_name="slack_seen")
+    signature = models.CharField(max_length=64, help_text="SHA-256 of the request's signature")
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["channel", "signature"], name="slack_request_seen_once")]
+        indexes = [models.Index(fields=["seen_at"])]

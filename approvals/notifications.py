@@ -23,6 +23,7 @@ import logging
 import secrets
 import time
 import unicodedata
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlencode, urlsplit
@@ -75,6 +76,9 @@ LINK_SALT = "toolkeeper.decision-link"
 CHANNEL_EVENTS = [event for event in NotifyEvent.values if event != NotifyEvent.TEST]
 OPERATOR_EVENTS = (NotifyEvent.DEFINITION,)
 MIN_SECRET_CHARS = 16
+SLACK_KIND = "slack"
+SLACK_SECRET = "slack_signing_secret"  # noqa: S105 (the key in a channel's encrypted target)
+SLACK_ACTIONS = {"approve": "toolkeeper_approve", "reject": "toolkeeper_reject", "view": "toolkeeper_view"}
 
 
 # --- settings ----------------------------------------------------------------------------------
@@ -114,8 +118,9 @@ def _check_channel(values: dict, *, creating: bool, url, secret) -> dict:
 
 @transaction.atomic
 def channel_save(*, queue: Queue, channel: NotificationChannel | None = None, actor=None, url: str = "",
-                 signing_secret: str = "", **values) -> NotificationChannel:
-    """Create a queue's channel, or change one. The URL and the secret are write-only: empty keeps them."""
+                 signing_secret: str = "", slack_signing_secret: str = "", **values) -> NotificationChannel:
+    """Create a queue's channel, or change one. The URL and the secrets are write-only: empty keeps them.
+    `slack_signing_secret` (a Slack channel only) makes its messages interactive (approvals.slack)."""
     creating = channel is None
     fields = ("name", "kind", "events", "quiet_from", "quiet_until", "action_links", "enabled")
     current = {} if creating else {name: getattr(channel, name) for name in fields}
@@ -125,6 +130,10 @@ def channel_save(*, queue: Queue, channel: NotificationChannel | None = None, ac
         raise ServiceError({"url": ["a channel that becomes a webhook needs its URL again"]})
     target = _check_channel(merged, creating=creating or merged["kind"] != channel.kind, url=url,
                             secret=signing_secret)
+    if slack_signing_secret and merged.get("kind") != SLACK_KIND:
+        raise ServiceError({"slack_signing_secret": ["only a Slack channel takes a Slack signing secret"]})
+    if slack_signing_secret and len(slack_signing_secret) < MIN_SECRET_CHARS:
+        raise ServiceError({"slack_signing_secret": [f"at least {MIN_SECRET_CHARS} characters"]})
     if creating:
         channel = NotificationChannel(tenant_id=queue.tenant_id, queue=queue)
     for name, value in merged.items():
@@ -135,6 +144,10 @@ def channel_save(*, queue: Queue, channel: NotificationChannel | None = None, ac
         channel.target = (channel.target or {}) | target if merged["kind"] == current.get("kind") else target
         if "url" in target:
             channel.host = _host_of(target["url"])
+    if slack_signing_secret:
+        channel.target = (channel.target or {}) | {SLACK_SECRET: slack_signing_secret}
+    if merged["kind"] == SLACK_KIND and channel.public_id is None:
+        channel.public_id = uuid.uuid4()
     try:
         with transaction.atomic():
             channel.save()
@@ -142,7 +155,8 @@ def channel_save(*, queue: Queue, channel: NotificationChannel | None = None, ac
         raise ServiceError({"name": ["this queue has a channel of that name"]}) from None
     audit_record(tenant=queue.tenant, actor=actor, verb="notify.channel_saved", target=f"channel:{channel.pk}",
                  data={"queue": queue.name, "name": channel.name, "kind": channel.kind, "events": channel.events,
-                       "url_changed": bool(url), "secret_changed": bool(signing_secret)})
+                       "url_changed": bool(url), "secret_changed": bool(signing_secret),
+                       "slack_secret_changed": bool(slack_signing_secret)})
     return channel
 
 
@@ -495,8 +509,13 @@ def send_webhook(notification: Notification, payload: dict) -> None:
 
 
 def send_slack(notification: Notification, payload: dict) -> None:
-    """Slack's incoming-webhook shape (signed too, when the channel has a secret)."""
-    _post_json(notification, _slack(payload))
+    """Slack's incoming-webhook shape (signed too, when the channel has a secret); with Approve, Reject and View
+    input buttons when the channel has a Slack signing secret (approvals.slack)."""
+    _post_json(notification, _slack(payload, interactive=slack_interactive(notification.channel)))
+
+
+def slack_interactive(channel: NotificationChannel) -> bool:
+    return channel.kind == SLACK_KIND and bool((channel.target or {}).get(SLACK_SECRET))
 
 
 def _post_json(notification: Notification, body_data: dict) -> None:
@@ -655,20 +674,42 @@ def _email(payload: dict) -> tuple[str, str, str]:
     return subject_text, "\n".join(_as_text(line) for line in lines) + "\n", html
 
 
-def _slack(payload: dict) -> dict:
-    """Slack's incoming-webhook shape: `text` (the fallback) and blocks, decision links as buttons."""
+def _slack(payload: dict, *, interactive: bool = False, note: str = "") -> dict:
+    """Slack's incoming-webhook shape: `text` (the fallback) and blocks, decision links as buttons. Interactive:
+    a pending request's Approve, Reject and View input buttons, whose values are the request's id. `note`: a
+    line of our own words (already mrkdwn) at the end."""
     subject, lines = _message(payload)
     blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(
-        [f"*{_as_slack(subject)}*", *(_as_slack(line) for line in lines)])}}]
-    buttons = [{"type": "button", "text": {"type": "plain_text", "text": decision.capitalize()}, "url": url}
-               for decision, url in payload.get("links", {}).items()]
+        [f"*{_as_slack(subject)}*", *(_as_slack(line) for line in lines), *([note] if note else [])])}}]
+    request = payload.get("request") or {}
+    if interactive and request.get("status") == RequestStatus.PENDING and request.get("kind") == RequestKind.APPROVAL:
+        buttons = [{"type": "button", "text": {"type": "plain_text", "text": label}, "action_id": SLACK_ACTIONS[name],
+                    "value": str(request["id"]), **({"style": style} if style else {})}
+                   for name, label, style in (("approve", "Approve", "primary"), ("reject", "Reject", "danger"),
+                                              ("view", "View input", ""))]
+    else:
+        buttons = [{"type": "button", "text": {"type": "plain_text", "text": decision.capitalize()}, "url": url}
+                   for decision, url in payload.get("links", {}).items()]
     if buttons:
         blocks.append({"type": "actions", "elements": buttons})
     return {"text": _as_slack(subject), "blocks": blocks}
 
 
+def slack_request_message(request: ApprovalRequest, *, note: str = "", interactive: bool = True) -> dict:
+    """A request's Slack message as it stands now (for `replace_original` after a vote): its status heading, and
+    while it is pending, the buttons again."""
+    event = NotifyEvent.REQUESTED if request.status == RequestStatus.PENDING else NotifyEvent.DECIDED
+    return _slack({"event": event, "tenant": request.tenant.slug, "request": _request_data(request)},
+                  interactive=interactive, note=note)
+
+
+def public_url(path: str) -> str:
+    """An absolute URL of the console (TOOLKEEPER_PUBLIC_URL)."""
+    return _absolute(path)
+
+
 BUILT_IN_KINDS = (
     ChannelKind("webhook", "webhook (signed JSON)", send_webhook, signed=True),
-    ChannelKind("slack", "Slack-compatible webhook", send_slack),
+    ChannelKind(SLACK_KIND, "Slack-compatible webhook", send_slack),
     ChannelKind("email", "email to the queue's reviewers", send_email, to_reviewers=True),
 )

@@ -11,12 +11,14 @@ import json
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Case, IntegerField, Prefetch, Q, Value, When
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
 
-from approvals import decision_links, grants, notifications, selectors, services
+from approvals import decision_links, grants, notifications, selectors, services, slack
 from approvals.channel_kinds import reviewer_kind_names
 from approvals.forms import (
     ChannelForm,
@@ -467,7 +469,8 @@ def my_notifications(request):
             "muted": setting.muted if setting else False,
             "excluded": list(setting.excluded.all()) if setting else []})
     return render(request, "inbox/my_notifications.html", {
-        "form": form, "email": request.user.email, "tab": "notifications", **_tabs(request)}, status=status)
+        "form": form, "email": request.user.email, "tab": "notifications",
+        "slack_identities": slack.identities_of(tenant=tenant, user=request.user), **_tabs(request)}, status=status)
 
 
 @tenant_view(methods=("GET", "POST"), write=MEMBER)
@@ -536,3 +539,50 @@ def grant_revoke(request, grant):
     return render(request, "inbox/grant_revoke.html", {
         "grant": grant, "describe": grants.describe(grant), "in_force": grants.is_in_force(grant), "errors": errors,
     }, status=409 if errors else 200)
+
+
+# --- decisions from Slack (approvals.slack) ----------------------------------------------------
+
+@csrf_exempt
+@require_POST
+def slack_interaction(request, public_id):
+    """Slack's interactivity request URL of one channel: outside any login, trusted only by its signature."""
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > slack.MAX_BODY_BYTES:
+        return HttpResponse("the request body is larger than the limit", status=413, content_type="text/plain")
+    try:
+        slack.interaction_handle(public_id=public_id, timestamp=request.headers.get("X-Slack-Request-Timestamp", ""),
+                                 signature=request.headers.get("X-Slack-Signature", ""), body=request.body)
+    except slack.SlackRefused as exc:
+        return HttpResponse(exc.message, status=exc.status, content_type="text/plain; charset=utf-8")
+    return HttpResponse(status=200)
+
+
+@tenant_view(methods=("GET", "POST"), write=MEMBER)
+def slack_link(request):
+    """The link a Slack user was given (`?token=`): GET says what it links, POST links it to the logged-in member."""
+    token = request.GET.get("token", "")
+    try:
+        link = slack.link_open(tenant=request.tenant, token=token)
+        if request.method == "POST":
+            slack.link_use(tenant=request.tenant, token=token, user=request.user)
+            messages.success(request, "Your Slack user is linked: its clicks now decide as you.")
+            return tenant_redirect(request, "inbox:my_notifications")
+    except slack.LinkRefused as exc:
+        return render(request, "inbox/slack_link.html", {"refused": str(exc)},
+                      status=410 if request.method == "POST" else 200)
+    return render(request, "inbox/slack_link.html", {"link": link})
+
+
+@tenant_view(methods=("GET", "POST"), write=MEMBER)
+def slack_unlink(request):
+    """POST unlinks one of the member's own Slack users; GET goes to the page that lists them."""
+    identity = request.POST.get("identity", "")
+    chosen = int(identity) if identity.isascii() and identity.isdigit() and len(identity) <= 18 else None
+    if request.method == "POST" and chosen is not None and slack.identity_unlink(
+            tenant=request.tenant, user=request.user, identity_id=chosen):
+        messages.success(request, "Your Slack user is unlinked.")
+    return tenant_redirect(request, "inbox:my_notifications")

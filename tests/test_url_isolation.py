@@ -33,8 +33,10 @@ from tools.upstream.servers import mcp_server_create, mcp_tools_reconcile
 # account/: a person's own pages, in no tenant (tests/tenancy/test_people.py, tests/identity/test_oauth_pages.py);
 # oauth/: the consent page, which offers only the person's own tenants (tests/identity/test_oauth_pages.py);
 # metrics: the deployment's scrape, in no tenant, with its own token (tests/toolkeeper/test_metrics.py,
-# tests/test_entry_admission.py)
-SKIPPED_PREFIXES = ("admin/", "api/schema/", "api/docs/", "login/", "logout/", "account/", "oauth/", "metrics")
+# tests/test_entry_admission.py); integrations/: other services' signed requests, each naming its tenant's object by
+# a public id alone, admitted as the member they act for (tests/approvals/test_slack_decisions.py)
+SKIPPED_PREFIXES = ("admin/", "api/schema/", "api/docs/", "login/", "logout/", "account/", "oauth/", "metrics",
+                    "integrations/")
 API_PREFIX = "api/"
 CONSOLE_PREFIXES = ("t/",)  # the console, the inbox and other apps' tenant pages
 METHODS = ("get", "post", "put", "patch", "delete")

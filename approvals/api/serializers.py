@@ -190,12 +190,16 @@ class ChannelSerializer(strict.ModelSerializer):
     url = serializers.CharField(write_only=True, required=False, max_length=2000)
     signing_secret = serializers.CharField(write_only=True, required=False, max_length=200,
                                            style={"input_type": "password"})
+    slack_signing_secret = serializers.CharField(write_only=True, required=False, max_length=200,
+                                                 style={"input_type": "password"},
+                                                 help_text="a Slack channel's Slack signing secret: interactive "
+                                                           "messages (write-only)")
 
     class Meta:
         model = NotificationChannel
-        fields = ["id", "queue", "name", "kind", "url", "signing_secret", "host", "events", "quiet_from",
-                  "quiet_until", "action_links", "enabled", "created_at"]
-        read_only_fields = ["host", "created_at"]
+        fields = ["id", "queue", "name", "kind", "url", "signing_secret", "slack_signing_secret", "host", "events",
+                  "quiet_from", "quiet_until", "action_links", "enabled", "public_id", "created_at"]
+        read_only_fields = ["host", "public_id", "created_at"]
         validators = []  # the service checks the name's uniqueness in the queue
 
     def __init__(self, *args, **kwargs):

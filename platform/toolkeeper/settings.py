@@ -393,6 +393,11 @@ TOOLKEEPER_OUTBOUND_CA_FILE = os.environ.get("TOOLKEEPER_OUTBOUND_CA_FILE", "").
 TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS", "").split(",") if h.strip()
 ]
+# Decisions from Slack (approvals.slack): the hosts a Slack interaction's response_url may name (replies are posted
+# there, through the outbound guard too).
+TOOLKEEPER_SLACK_RESPONSE_HOSTS = [
+    h.strip() for h in os.environ.get("TOOLKEEPER_SLACK_RESPONSE_HOSTS", "hooks.slack.com").split(",") if h.strip()
+]
 # Tenants' MCP servers (tools.upstream.client, tools.upstream.source): the stdio servers tenants may pick (the admin's
 # allow-list, see mcp_stdio_servers above), how often each enabled server's tools are synced, and how long
 # an unused pooled session stays open.

@@ -48,6 +48,8 @@ urlpatterns = [
     path("oauth/upstream-client.json", account_pages.accounts_client_document, name="accounts_client_document"),
     # Prometheus's scrape: a bearer token's, outside any tenant (404 unless configured; docs/observability.md)
     path("metrics", metrics_view, name="metrics"),
+    # Slack's interactivity requests (approvals.slack): signed by Slack, outside any login
+    path("integrations/", include("approvals.integration_urls")),
     path("t/<slug:tenant>/", include("approvals.urls")),
     path("t/<slug:tenant>/knowledge/", include("knowledge.urls")),
     path("t/<slug:tenant>/skills/", include("skills.urls")),

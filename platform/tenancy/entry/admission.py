@@ -43,6 +43,7 @@ class Entry(StrEnum):
     MCP = "mcp"
     WEBSOCKET = "websocket"
     CONSOLE = "console"
+    SLACK = "slack"  # a Slack interaction, admitted as the member its Slack user is linked to (approvals.slack)
 
 
 class NotAuthenticated(ServiceError):
