@@ -141,7 +141,8 @@ def _list_url(request) -> str:
 
 
 def _request_label(approval) -> str:
-    return f"{approval.tool_name} ({approval.call.call_id})"
+    """A request in a bulk decision's messages: its number first (call ids repeat across sessions)."""
+    return f"#{approval.pk} {approval.tool_name} ({approval.call.call_id})"
 
 
 def _bulk_messages(request, outcome, decision: str) -> None:
