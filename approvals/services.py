@@ -415,7 +415,7 @@ def _request_id(value) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value > 0 else None
+        return value if 0 < value < 2 ** 63 else None  # a primary key fits in 64 bits: anything else names none
     text = str(value).strip()
     return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 and int(text) > 0 else None
 

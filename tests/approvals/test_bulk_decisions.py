@@ -145,3 +145,50 @@ def test_the_number_per_action_is_capped_and_only_approve_or_reject_is_bulk(worl
                                  decision=decision)
     with pytest.raises(ServiceError):
         requests_decide_bulk(tenant=world.a.tenant, request_ids=[], reviewer=reviewer, decision="approve")
+
+
+# --- the API: POST /api/v1/approvals/decide -------------------------------------------------------
+
+def test_the_api_decides_each_and_says_what_it_skipped(world, inbox_pending, gov_console_api):
+    first, second = inbox_pending(2)
+    (theirs,) = ask_everything(world.b, 1)
+    client = gov_console_api(world.a.users["reviewer"], world.a.tenant)
+    response = client.post("/api/v1/approvals/decide", {"ids": [first.pk, theirs.pk, second.pk, first.pk],
+                                                        "decision": "reject", "message": "not now"}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json() == {"decided": [{"id": first.pk, "status": "rejected"},
+                                           {"id": second.pk, "status": "rejected"}],
+                               "skipped": [{"id": theirs.pk, "reason": "not found"}]}
+    assert ApprovalRequest.objects.for_tenant(world.b.tenant).get(pk=theirs.pk).status == RequestStatus.PENDING
+    # Decided requests are skipped the second time, with the reason.
+    again = client.post("/api/v1/approvals/decide", {"ids": [first.pk], "decision": "approve"}, format="json")
+    assert again.json() == {"decided": [], "skipped": [{"id": first.pk, "reason": "already rejected"}]}
+
+
+def test_an_admin_key_decides_in_bulk_as_automation(world, inbox_pending):
+    requests = inbox_pending(2)
+    response = world.a.client("admin").post("/api/v1/approvals/decide", {
+        "ids": [r.pk for r in requests], "decision": "approve"}, format="json")
+    assert response.status_code == 200, response.content
+    assert [d["status"] for d in response.json()["decided"]] == ["approved", "approved"]
+    votes = Vote.objects.for_tenant(world.a.tenant).filter(request__in=requests)
+    assert {v.reviewer_label for v in votes} == {"apikey:admin"}
+
+
+def test_the_api_refuses_viewers_agent_keys_too_many_ids_and_other_decisions(world, inbox_pending, gov_console_api):
+    (pending,) = inbox_pending(1)
+    body = {"ids": [pending.pk], "decision": "approve"}
+    for client in (gov_console_api(world.a.users["viewer"], world.a.tenant), world.a.client("agent")):
+        assert client.post("/api/v1/approvals/decide", body, format="json").status_code == 403
+    reviewer = gov_console_api(world.a.users["reviewer"], world.a.tenant)
+    many = reviewer.post("/api/v1/approvals/decide", {"ids": list(range(1, BULK_MAX + 2)), "decision": "approve"},
+                         format="json")
+    assert many.status_code == 400
+    assert f"at most {BULK_MAX} requests at a time" in many.content.decode()
+    for refused in ({"ids": ["x"], "decision": "approve"}, {"ids": [2 ** 64], "decision": "approve"},
+                    {"ids": [], "decision": "approve"}, {"ids": [pending.pk], "decision": "edit"},
+                    {"ids": pending.pk, "decision": "reject"}, {"ids": [pending.pk]}):
+        response = reviewer.post("/api/v1/approvals/decide", refused, format="json")
+        assert response.status_code == 400, (refused, response.content)
+    assert ApprovalRequest.objects.for_tenant(world.a.tenant).get(pk=pending.pk).status == RequestStatus.PENDING
+    assert not Vote.objects.for_tenant(world.a.tenant).filter(request=pending).exists()

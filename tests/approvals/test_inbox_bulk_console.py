@@ -77,8 +77,8 @@ def test_approve_selected_decides_each_and_lists_the_skipped_with_reasons_escape
     calls = {r.pk: ApprovalRequest.objects.for_tenant(tenant).select_related("call").get(pk=r.pk).call.call_id
              for r in (first, second, own)}
     assert f"Approved 2: #{first.pk} {shell} ({calls[first.pk]}), #{second.pk} {shell} ({calls[second.pk]})." in page
-    assert (f"Skipped #{own.pk} {shell} ({calls[own.pk]}): four-eyes: you cannot decide a call made in your own session."
-            in page)
+    assert (f"Skipped #{own.pk} {shell} ({calls[own.pk]}): "
+            "four-eyes: you cannot decide a call made in your own session." in page)
     assert f"Skipped request {theirs.pk}: not found." in page
     assert "Skipped request &lt;b&gt;x&lt;/b&gt;: not found." in page and "<b>x</b>" not in page
     assert "globex" not in page.lower()
