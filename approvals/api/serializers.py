@@ -148,9 +148,10 @@ class DecideSerializer(strict.Serializer):
 
 class BulkDecideSerializer(strict.Serializer):
     ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=2 ** 63 - 1), allow_empty=False, max_length=BULK_MAX,
-        help_text=f"the approval requests to decide, each on its own (at most {BULK_MAX})",
-        error_messages={"max_length": f"at most {BULK_MAX} requests at a time: narrow the list with its filters"})
+        child=serializers.IntegerField(min_value=1, max_value=2 ** 63 - 1), allow_empty=False, min_length=1,
+        max_length=BULK_MAX, help_text=f"the approval requests to decide, each on its own (at most {BULK_MAX})",
+        error_messages={"max_length": f"at most {BULK_MAX} requests at a time: narrow the list with its filters",
+                        "empty": "name at least one request"})
     decision = serializers.ChoiceField(choices=list(BULK_DECISIONS))
     message = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000,
                                     help_text="the reviewer's note; reject: the message for the model")
