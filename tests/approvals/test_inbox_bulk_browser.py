@@ -1,6 +1,7 @@
 """In Chromium: a reviewer filters the inbox, selects every request on the page, reads an input, and approves
 them in one action; the request of the reviewer's own session is skipped with the four-eyes reason, and the
-app's approved calls run (docs/governance.md, "Approvals": bulk decisions).
+app's approved calls run, and a request that arrived meanwhile stays unticked and waits (docs/governance.md,
+"Approvals": bulk decisions).
 
 The server is a real daphne process (`inbox_live_server`, tests/live/server.py); the app speaks the public
 API with httpx and the demo tenant's keys; the reviewer is Playwright driving Debian's Chromium. Every wait is
@@ -67,7 +68,10 @@ def test_reviewer_approves_a_filtered_page_in_one_action_and_the_own_session_is_
             own_row = rows.filter(has_text="7 * 6")
             expect(own_row.locator(".cannot-decide")).to_contain_text("Four-eyes")
 
-            # Select all on the page; read the long input, unfolded in its row.
+            # `x` ticks the current row (the first); then select all on the page; read the long input, unfolded.
+            page.keyboard.press("x")
+            expect(page.locator("#bulk-count")).to_have_text("1 selected")
+            expect(rows.first.locator('input[name="ids"]')).to_be_checked()
             page.locator("#select-all").check()
             expect(page.locator("#bulk-count")).to_have_text("3 selected")
             expect(page.locator('#requests input[name="ids"]:checked')).to_have_count(3)
@@ -77,14 +81,25 @@ def test_reviewer_approves_a_filtered_page_in_one_action_and_the_own_session_is_
             expect(long_row.locator("pre[data-input-whole]")).to_contain_text("29 + 30")
             assert "/inbox/?" in page.url  # the click in the input unfolded it, it did not open the request
 
+            # A request that arrives meanwhile joins the list live, unticked; the ticks stay where they were.
+            (late,) = _calls(app, agent="triage-bot", user="alice@example.com", expressions=["9 - 4"])
+            expect(rows).to_have_count(4)
+            expect(page.locator('#requests input[name="ids"]:checked')).to_have_count(3)
+            expect(rows.filter(has_text="9 - 4").locator('input[name="ids"]')).not_to_be_checked()
+            expect(page.locator("#bulk-count")).to_have_text("3 selected")
+            select_all = page.locator("#select-all")  # the refreshed table's own header checkbox, half ticked
+            expect(select_all).to_be_visible()
+            assert select_all.evaluate("box => box.indeterminate && !box.checked")
+
             page.locator("#bulk-approve").click()
             page.wait_for_url("**/t/demo/inbox/?*agent=triage-bot*")
             messages = page.locator(".messages")
             expect(messages).to_contain_text("Approved 2:")
             expect(messages).to_contain_text(
                 "four-eyes: you cannot decide a call made in your own session")
-            expect(rows).to_have_count(1)
-            expect(rows.first).to_contain_text("7 * 6")
+            expect(rows).to_have_count(2)
+            expect(rows.filter(has_text="7 * 6")).to_have_count(1)
+            expect(rows.filter(has_text="9 - 4")).to_have_count(1)
             page.screenshot(path="/tmp/inbox-bulk.png", full_page=True)
             csp.assert_clean()
 
@@ -99,7 +114,7 @@ def test_reviewer_approves_a_filtered_page_in_one_action_and_the_own_session_is_
         assert results[LONG]["result"]["structured"]["value"] == 465
         for call in results.values():
             assert [(v["reviewer"], v["decision"]) for v in call["approval"]["votes"]] == [(reviewer, "approve")]
-        for waiting in (own, noise):
+        for waiting in (own, noise, late):
             state = admin.get(f"/api/v1/calls/{waiting['id']}").json()
             assert state["status"] == "awaiting_approval" and state["approval"]["votes"] == [], state
     finally:
