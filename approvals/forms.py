@@ -71,6 +71,29 @@ class InboxFilterForm(forms.Form):
         return {name: value for name, value in self.cleaned_data.items() if value}
 
 
+class BulkDecisionForm(forms.Form):
+    """Approve or reject the requests ticked in the inbox list, in one post. The button pressed names the
+    decision; `ids` are the ticked rows; `seen` holds `<id>:<digest>` for each row whose whole input the list
+    showed (`approvals.selectors.input_digest`): an approval runs only the input the reviewer was shown."""
+
+    decision = forms.ChoiceField(choices=[(VoteDecision.APPROVE, "Approve"), (VoteDecision.REJECT, "Reject")])
+    message = forms.CharField(required=False, max_length=10000, label="Message for the model",
+                              widget=forms.Textarea(attrs={"rows": 1, "placeholder": "Why (rejecting: the model "
+                                                                                     "reads it)"}))
+
+    def clean(self):
+        data = super().clean()
+        data["ids"] = self.data.getlist("ids") if hasattr(self.data, "getlist") else []
+        seen = {}
+        for entry in self.data.getlist("seen") if hasattr(self.data, "getlist") else []:
+            key, _, digest = str(entry).partition(":")
+            if key.isascii() and key.isdigit() and len(key) <= 18:
+                seen[int(key)] = digest
+        data["seen"] = seen
+        data["message"] = data.get("message", "").strip()
+        return data
+
+
 class DecisionForm(forms.Form):
     """One reviewer's decision. The submit button that was pressed names the decision."""
 

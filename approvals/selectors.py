@@ -1,5 +1,6 @@
 """Reads: decisions, the inbox, requests."""
 import difflib
+import hashlib
 import json
 import unicodedata
 from dataclasses import dataclass
@@ -249,6 +250,17 @@ class ShownInput:
     def whole(self) -> bool:
         """The list shows all of it (and so may approve it)."""
         return bool(self.value)
+
+    @property
+    def digest(self) -> str:
+        """`input_digest` of all of it, which a bulk approval sends back; empty when the list shows only a part."""
+        return input_digest(json.loads(self.value)) if self.value else ""
+
+
+def input_digest(value) -> str:
+    """A fingerprint of a JSON input, whatever its key order or spacing: what a bulk approval in the inbox list
+    sends back for each row, so that it approves only the input the reviewer was shown."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:32]
 
 
 # Invisible or reordering characters (bidi controls, zero-width marks, odd spaces) can make a JSON string read as

@@ -1,4 +1,5 @@
 """Writes for rules, queues and approval requests; the reviewer's decisions."""
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
@@ -21,7 +22,7 @@ from approvals.models import (
     VoteDecision,
 )
 from approvals.notifications import notify_request
-from approvals.selectors import approvals_of, approved_edit, evaluate
+from approvals.selectors import approvals_of, approved_edit, evaluate, input_digest, request_rows
 from audit.services import audit_record
 from common import metrics
 from common.errors import Conflict, NotPermitted, ServiceError
@@ -399,6 +400,92 @@ def _decide_locked(*, request: ApprovalRequest, call: ToolCall, reviewer, decisi
         if not _finish(request, RequestStatus.RESPONDED):
             raise Conflict("another decision settled the request first")
         call_respond(call=call, actor=reviewer, message=message, structured=new_input)
+
+
+BULK_MAX = 100  # requests one bulk decision may name
+BULK_DECISIONS = (VoteDecision.APPROVE, VoteDecision.REJECT)
+NOT_FOUND = "not found"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A request a bulk decision left alone, and why. `request` is None when the id names none of the tenant's."""
+
+    id: object
+    reason: str
+    request: ApprovalRequest | None = None
+
+
+@dataclass
+class BulkOutcome:
+    decided: list = field(default_factory=list)  # the requests voted on, as `request_decide` left them
+    skipped: list = field(default_factory=list)  # [Skipped]
+
+
+def _request_id(value) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 < value < 2 ** 63 else None  # a primary key fits in 64 bits: anything else names none
+    text = str(value).strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 and int(text) > 0 else None
+
+
+def requests_decide_bulk(*, tenant, request_ids, reviewer, decision: str, message: str = "",
+                         seen: dict | None = None) -> BulkOutcome:
+    """Approve or reject many requests, each decided on its own by `request_decide` (its own transaction, vote,
+    audit entry and timeline event): one refused or failing never undoes another.
+
+    A request is skipped, with the reason, when it is not the tenant's (or no approval request: "not found"), is
+    no longer pending, or `decide_refusals` says the reviewer cannot decide it (another queue's reviewers,
+    four-eyes, a vote that stands); and, for an approval with `seen` (request id → `input_digest` of the input the
+    reviewer was shown), when the input approving would run is not the one shown. What `request_decide` refuses
+    is skipped with its refusal.
+    """
+    if decision not in BULK_DECISIONS:
+        raise ServiceError({"decision": ["approve or reject"]})
+    wanted = list(dict.fromkeys(_request_id(value) or str(value)[:40] for value in request_ids))
+    if not wanted:
+        raise ServiceError({"ids": ["select at least one request"]})
+    if len(wanted) > BULK_MAX:
+        raise ServiceError({"ids": [f"at most {BULK_MAX} requests at a time ({len(wanted)} were selected): "
+                                    "narrow the list with its filters"]})
+    ids = [value for value in wanted if isinstance(value, int)]
+    found = {row.pk: row for row in request_rows(
+        ApprovalRequest.objects.for_tenant(tenant).filter(pk__in=ids, kind=RequestKind.APPROVAL), tenant=tenant)}
+    refusals = decide_refusals(requests=[row for row in found.values() if row.status == RequestStatus.PENDING],
+                               user=reviewer)
+    outcome = BulkOutcome()
+    for value in wanted:
+        request = found.get(value)
+        reason = _bulk_refusal(request, refusals, decision=decision, seen=seen)
+        if reason:
+            outcome.skipped.append(Skipped(id=value, reason=reason, request=request))
+            continue
+        try:
+            decided = request_decide(request=request, reviewer=reviewer, decision=decision, message=message)
+        except ServiceError as exc:
+            outcome.skipped.append(Skipped(id=value, reason=exc.message, request=request))
+        else:
+            outcome.decided.append(decided)
+    return outcome
+
+
+def _bulk_refusal(request, refusals: dict, *, decision: str, seen: dict | None) -> str:
+    if request is None:
+        return NOT_FOUND
+    if request.status != RequestStatus.PENDING:
+        return f"already {request.status}"
+    if request.pk in refusals:
+        return refusals[request.pk]
+    if decision == VoteDecision.APPROVE and seen is not None:
+        shown = seen.get(request.pk)
+        if not shown:
+            return "the list did not show all of its input: open it to read it and decide"
+        runs = approved_edit(request)
+        if input_digest(request.call.input if runs is None else runs) != shown:
+            return "its input changed after the list was shown: open it to read it and decide"
+    return ""
 
 
 def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:

@@ -21,6 +21,7 @@ from django.views.decorators.http import require_POST
 from approvals import decision_links, grants, notifications, selectors, services, slack
 from approvals.channel_kinds import reviewer_kind_names
 from approvals.forms import (
+    BulkDecisionForm,
     ChannelForm,
     DecisionForm,
     ExternalResultForm,
@@ -93,20 +94,76 @@ def _filtered(request, *, statuses, offered_from):
 
 # --- the inbox ---------------------------------------------------------------------------------
 
-@tenant_view()
+@tenant_view(methods=("GET", "POST"), write=MEMBER)
 def inbox(request):
+    """The pending requests. A POST (reviewers only) approves or rejects the rows ticked, each on its own."""
+    bulk, status = None, 200
+    if request.method == "POST":
+        _require_reviewer(request)
+        bulk = BulkDecisionForm(request.POST)
+        if bulk.is_valid():
+            data = bulk.cleaned_data
+            try:
+                outcome = services.requests_decide_bulk(
+                    tenant=request.tenant, request_ids=data["ids"], reviewer=request.user,
+                    decision=data["decision"], message=data["message"], seen=data["seen"])
+            except SERVICE_REFUSALS as exc:
+                add_service_errors(bulk, exc)
+            else:
+                _bulk_messages(request, outcome, data["decision"])
+                return redirect(_list_url(request))
+        status = INVALID_STATUS
     pending = [RequestStatus.PENDING]
     form, filters, requests = _filtered(request, statuses=pending, offered_from=pending)
     page = page_of(request, selectors.with_shown_input(requests, tenant=request.tenant))
     may_decide = request.membership.can_review
     refusals = services.decide_refusals(requests=page, user=request.user) if may_decide else {}
+    if bulk is not None:  # a refused post: the rows stay ticked
+        ticked = {str(value) for value in request.POST.getlist("ids")}
+        ticked = {item.pk for item in page if str(item.pk) in ticked}
+    else:
+        ticked = {item.pk for item in page} if request.GET.get("select") == "all" else set()
+    every = request.GET.copy()
+    every["select"] = "all"
     return render(request, "inbox/inbox.html", {
         "form": form, "filters": filters, "page": page, "tab": "pending",
         # Each row shows the input approving it would run; its Approve sends that input back (an input that
         # changed meanwhile makes the vote an edit to what the reviewer saw: `DecisionForm`).
         "rows": [(item, selectors.shown_input(item), refusals.get(item.pk)) for item in page],
-        "may_decide": may_decide, "return_to": request.get_full_path(), **_tabs(request),
-    })
+        "may_decide": may_decide, "return_to": _list_url(request), **_tabs(request),
+        "bulk": bulk or BulkDecisionForm(), "ticked": ticked, "select_all_query": every.urlencode(),
+        "bulk_max": services.BULK_MAX,
+    }, status=status)
+
+
+def _list_url(request) -> str:
+    """This list, with its filters and page, without the "select all" of its query."""
+    query = request.GET.copy()
+    query.pop("select", None)
+    return request.path + (f"?{query.urlencode()}" if query else "")
+
+
+def _request_label(approval) -> str:
+    """A request in a bulk decision's messages: its number first (call ids repeat across sessions)."""
+    return f"#{approval.pk} {approval.tool_name} ({approval.call.call_id})"
+
+
+def _bulk_messages(request, outcome, decision: str) -> None:
+    """What a bulk decision did: the requests settled, those that wait for more approvals, and each one skipped
+    with its reason (every text escaped by the template)."""
+    settled = [a for a in outcome.decided if a.status != RequestStatus.PENDING]
+    voted = [a for a in outcome.decided if a.status == RequestStatus.PENDING]
+    verb = "Approved" if decision == VoteDecision.APPROVE else "Rejected"
+    if settled:
+        messages.success(request, f"{verb} {len(settled)}: {', '.join(_request_label(a) for a in settled)}.")
+    if voted:
+        messages.success(request, f"Your vote is recorded on {len(voted)}, which wait for more approvals: "
+                                  f"{', '.join(_request_label(a) for a in voted)}.")
+    for skipped in outcome.skipped:
+        what = _request_label(skipped.request) if skipped.request is not None else f"request {skipped.id}"
+        messages.warning(request, f"Skipped {what}: {skipped.reason}.")
+    if not outcome.decided and not outcome.skipped:
+        messages.info(request, "Nothing was selected.")
 
 
 @tenant_view()

@@ -17,6 +17,7 @@ from approvals.models import (
     VoteDecision,
 )
 from approvals.notifications import CHANNEL_EVENTS
+from approvals.services import BULK_DECISIONS, BULK_MAX
 from common import serializers as strict
 from tenancy.models import Behavior, Membership
 
@@ -160,6 +161,32 @@ class DecideSerializer(strict.Serializer):
                                         help_text="also add the suggested rule: always allow this tool for this agent")
     narrow_to_input = serializers.BooleanField(required=False, default=False)
     grant = GrantSpecField(required=False, allow_null=True, default=None)
+
+
+class BulkDecideSerializer(strict.Serializer):
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2 ** 63 - 1), allow_empty=False, min_length=1,
+        max_length=BULK_MAX, help_text=f"the approval requests to decide, each on its own (at most {BULK_MAX})",
+        error_messages={"max_length": f"at most {BULK_MAX} requests at a time: narrow the list with its filters",
+                        "empty": "name at least one request"})
+    decision = serializers.ChoiceField(choices=list(BULK_DECISIONS))
+    message = serializers.CharField(required=False, allow_blank=True, default="", max_length=10000,
+                                    help_text="the reviewer's note; reject: the message for the model")
+
+
+class BulkSkippedSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    reason = serializers.CharField()
+
+
+class BulkDecidedSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.CharField(help_text="pending: the vote is recorded and the request waits for more approvals")
+
+
+class BulkOutcomeSerializer(serializers.Serializer):
+    decided = BulkDecidedSerializer(many=True)
+    skipped = BulkSkippedSerializer(many=True)
 
 
 @extend_schema_field({"type": "object", "properties": {"type": {"type": "string", "enum": ["text"]},

@@ -74,7 +74,7 @@ class QueueViewSet(TenantModelViewSet):
 
 class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
     serializer_class = s.ApprovalSerializer
-    reviewer_actions = ("decide",)
+    reviewer_actions = ("decide", "decide_many")
 
     @extend_schema(parameters=[OpenApiParameter(name, str) for name in ("status", "queue", "agent", "tool")])
     def list(self, request, *args, **kwargs):
@@ -111,6 +111,22 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
         if add_rule:
             services.rule_from_approval(request=approval, actor=request.user, narrow_to_input=data["narrow_to_input"])
         return Response(s.ApprovalSerializer(self.get_queryset().get(pk=approval.pk)).data)
+
+
+    @extend_schema(request=s.BulkDecideSerializer, responses={200: s.BulkOutcomeSerializer})
+    @action(detail=False, methods=["post"], url_path="decide")
+    def decide_many(self, request):
+        """Approve or reject many requests, each decided on its own as `{id}/decide` would; the ones this reviewer
+        may not decide are skipped with the reason (another tenant's id: "not found")."""
+        body = s.BulkDecideSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        outcome = services.requests_decide_bulk(tenant=self.tenant, request_ids=data["ids"], reviewer=request.user,
+                                                decision=data["decision"], message=data["message"])
+        return Response({
+            "decided": [{"id": approval.pk, "status": approval.status} for approval in outcome.decided],
+            "skipped": [{"id": skipped.id, "reason": skipped.reason} for skipped in outcome.skipped],
+        })
 
 
 class GrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
