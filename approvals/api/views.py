@@ -112,7 +112,6 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
             services.rule_from_approval(request=approval, actor=request.user, narrow_to_input=data["narrow_to_input"])
         return Response(s.ApprovalSerializer(self.get_queryset().get(pk=approval.pk)).data)
 
-
     @extend_schema(request=s.BulkDecideSerializer, responses={200: s.BulkOutcomeSerializer})
     @action(detail=False, methods=["post"], url_path="decide")
     def decide_many(self, request):
