@@ -1,9 +1,11 @@
 """The permission step of the call chain, and the wait for an external result (both registered in
 `tools.calls.pipeline.CALL_STEPS` by approvals.apps)."""
+from approvals.models import Queue
 from approvals.notifications import notify_external_task
 from approvals.selectors import evaluate
 from approvals.services import request_open
 from tools.calls.pipeline import CallContext, Step
+from tools.calls.questions import confirm_ask
 from tools.calls.pipeline import External as ExternalStep
 from tools.models import CallStatus
 
@@ -24,7 +26,15 @@ class Permission(Step):
         ctx.set(decision=decision.as_dict())
         if decision.behavior == "deny":
             return ctx.fail("PermissionDenied", decision.reason, status=CallStatus.DENIED)
-        if decision.behavior == "ask":
+        if decision.behavior == "confirm":
+            queue = (Queue.objects.for_tenant(session.tenant_id).filter(pk=decision.queue).first()
+                     if decision.queue is not None else None)
+            if not ctx.confirmed:  # the session's own user is asked first
+                expires = queue.expires_after.total_seconds() if queue is not None and queue.expires_after else None
+                return confirm_ask(ctx, reason=decision.reason, seconds=expires)
+            if queue is None:
+                return True  # the user's word is enough
+        if decision.behavior in ("ask", "confirm"):  # a confirm naming a queue: its reviewers decide next
             if not ctx.transition(CallStatus.AWAITING_APPROVAL):
                 return False
             request_open(call=ctx.call, session=session, decision=decision)

@@ -27,6 +27,7 @@ from tenancy.versions import version_bump
 from tools.calls.aftercare import result_finish
 from tools.calls.events import call_fail, call_source, call_transition
 from tools.calls.pipeline import input_problems, pipeline_resume
+from tools.calls.questions import questions_expire_due
 from tools.catalog.declared import call_exposed
 from tools.catalog.schemas import with_bound
 from tools.models import CallStatus, ToolCall, ToolSource
@@ -506,6 +507,7 @@ def requests_expire_due(*, now=None) -> int:
     for request in escalate:
         request_escalate(request=request, now=now)
     expired += external_calls_expire(now=now)
+    expired += questions_expire_due(now=now)
     return expired
 
 
@@ -544,7 +546,8 @@ def rule_suggestion_blocked_by(request: ApprovalRequest) -> PermissionRule | Non
     """The ask rule that would still ask after an 'always allow' rule is added (ask beats allow)."""
     if request.rule_id is None:
         return None
-    rule = PermissionRule.objects.for_tenant(request.tenant_id).filter(pk=request.rule_id, behavior="ask").first()
+    rule = PermissionRule.objects.for_tenant(request.tenant_id).filter(
+        pk=request.rule_id, behavior__in=["ask", "confirm"]).first()
     return rule
 
 
