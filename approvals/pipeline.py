@@ -5,8 +5,8 @@ from approvals.notifications import notify_external_task
 from approvals.selectors import evaluate
 from approvals.services import request_open
 from tools.calls.pipeline import CallContext, Step
-from tools.calls.questions import confirm_ask
 from tools.calls.pipeline import External as ExternalStep
+from tools.calls.questions import confirm_ask
 from tools.models import CallStatus
 
 META_DECISION = {"behavior": "allow", "rule": None, "reason": "meta tools change only the session's tool surface"}

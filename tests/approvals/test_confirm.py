@@ -44,8 +44,8 @@ def statuses(tenant, call: dict) -> list[str]:
 # --- the engine's order ----------------------------------------------------------------------------
 
 class Rule:
-    def __init__(self, id, behavior, queue_id=None, tool_pattern="shell"):
-        self.id, self.behavior, self.tool_pattern, self.queue_id = id, behavior, tool_pattern, queue_id
+    def __init__(self, pk, behavior, queue_id=None, tool_pattern="shell"):
+        self.id, self.behavior, self.tool_pattern, self.queue_id = pk, behavior, tool_pattern, queue_id
         self.priority, self.arg_match, self.agents, self.users, self.note, self.user_verified = 0, {}, [], [], "", None
 
 
