@@ -222,8 +222,21 @@ class PythonTool:
                 with ctx._platform():
                     ctx._emit(event.get("text", ""), progress=event.get("progress"), kind=event.get("kind"), **extra)
 
+        def ask(question: dict) -> dict:
+            if ctx is None or ctx._ask is None:
+                return {"error": {"type": "NoUserToAsk", "message": "this call cannot ask its user a question"}}
+            try:
+                return {"answer": ctx.ask_user(question.get("message", ""), question.get("requested_schema"),
+                                               timeout_s=question.get("timeout_s"))}
+            except CallCancelled:
+                raise
+            except ToolError as exc:
+                return {"error": {"type": exc.error_type, "message": str(exc)}}
+            except ValueError as exc:
+                return {"error": {"type": "InvalidQuestion", "message": str(exc)}}
+
         try:
-            answer = child_run(request, emit=emit, stop=ctx._cancelled if ctx is not None else None)
+            answer = child_run(request, emit=emit, stop=ctx._cancelled if ctx is not None else None, ask=ask)
         except ToolStopped as exc:
             raise CallCancelled("the call was stopped") from exc
         except ChildGone as exc:
