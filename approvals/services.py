@@ -394,7 +394,8 @@ def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:
     """How the rules decide a reviewer's edit: the engine that decides calls, on the edited input after binding.
 
     A deny refuses the edit. So does an ask that routes to another queue than this request's: that queue's
-    reviewers, not this one's, approve such input. Either way a 400 names the rule, and nothing is recorded.
+    reviewers, not this one's, approve such input. So does a confirm, unless the edit is the call's own input:
+    the session's user has not confirmed any other. Each time a 400 names the rule, and nothing is recorded.
     """
     call = request.call
     session = call.session
@@ -405,6 +406,11 @@ def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:
                        user_verified=session.user_verified)
     if decided.behavior == "deny":
         raise ServiceError({"input": [f"the rules refuse this input: {decided.reason}"]})
+    if decided.behavior == "confirm" and effective_input != call.effective_input:
+        # Only the session's user confirms what a confirm rule sends them: they confirmed the call's input, if any.
+        raise ServiceError({"input": [
+            f"this input needs the confirmation of the session's user ({decided.reason}), who has not confirmed it: "
+            f"reject the call, or approve the input as it is"]})
     if decided.behavior == "ask":
         queue = None
         if decided.queue is not None:

@@ -222,3 +222,43 @@ def test_confirm_with_a_queue_asks_the_reviewers_after_the_user(world, gov_shell
     poll(lambda: call_row(call, world.a.tenant).status == CallStatus.SUCCEEDED)
     assert gov_shell.counter.count == 1
     assert statuses(world.a.tenant, call)[:3] == ["awaiting_user", "awaiting_approval", "queued"]
+
+
+# --- a reviewer's edit into input the user must confirm ---------------------------------------------
+
+def edit(world, reviewer, request, new_input):
+    return console_api(reviewer, world.a.tenant).post(f"/api/v1/approvals/{request.pk}/decide",
+                                                      {"decision": "edit", "input": new_input}, format="json")
+
+
+@pytest.mark.django_db
+def test_an_edit_the_rules_send_to_the_user_is_refused(world, gov_shell, gov_rule, gov_member, gov_session):
+    gov_rule("ask", gov_shell.name, arg_match={"command": "ls*"}, note="listing needs a reviewer")
+    confirm = gov_rule("confirm", gov_shell.name, note="the user confirms the rest")
+    call = held(gov_session(), gov_shell.name, {"command": "ls"})
+    assert call["status"] == "awaiting_approval"
+    request = ApprovalRequest.objects.for_tenant(world.a.tenant).get(call_id=call["id"])
+    response = edit(world, gov_member(), request, {"command": "rm -r build"})
+    assert response.status_code == 400, response.content
+    [problem] = response.json()["error"]["fields"]["input"]
+    assert f"rule #{confirm.id}" in problem and "confirmation of the session's user" in problem
+    assert call_row(call, world.a.tenant).status == CallStatus.AWAITING_APPROVAL
+    assert not request.votes.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("drain_calls")
+def test_after_the_users_confirmation_only_their_input_may_be_approved(world, gov_shell, gov_rule, gov_queue,
+                                                                       gov_member, gov_session):
+    confirm = gov_rule("confirm", gov_shell.name, queue=gov_queue(name="after-user"))
+    app = world.a.client("agent")
+    call = submit(app, gov_session(), gov_shell.name, {"command": "ls"})
+    assert answer(app, call, "accept").json()["status"] == "awaiting_approval"
+    request = ApprovalRequest.objects.for_tenant(world.a.tenant).get(call_id=call["id"])
+    reviewer = gov_member()
+    refused = edit(world, reviewer, request, {"command": "rm -r /"})
+    assert refused.status_code == 400 and f"rule #{confirm.id}" in str(refused.json()["error"]["fields"]["input"])
+    same = edit(world, reviewer, request, {"command": "ls"})
+    assert same.status_code == 200, same.content
+    poll(lambda: call_row(call, world.a.tenant).status == CallStatus.SUCCEEDED)
+    assert gov_shell.counter.inputs == [{"command": "ls", "cwd": "/"}]
