@@ -81,6 +81,43 @@ def public_question(call: ToolCall) -> dict | None:
     return {key: value for key, value in call.question.items() if key != "answer"}
 
 
+def questions_of_person(*, tenant, person):
+    """The calls of the tenant that wait for this verified person's own answer (their sessions' questions), the
+    soonest to expire first."""
+    return ToolCall.objects.for_tenant(tenant).filter(
+        status=CallStatus.AWAITING_USER, question_expires_at__isnull=False, session__user_verified=True,
+        session__person=person).select_related("session").order_by("question_expires_at")
+
+
+def is_persons_question(call: ToolCall, person) -> bool:
+    """Whether the call's question is this verified person's to answer."""
+    return bool(call.session.user_verified and call.session.person_id and call.session.person_id == person.pk)
+
+
+def form_content(question: dict, fields) -> dict:
+    """An answer's content from a web form's fields (`fields.get(name)`), by the question's requestedSchema: the
+    confirm box ticked for a confirm, each primitive field of a tool's form typed as its schema says; a value
+    that does not fit its type is a 400 naming the field."""
+    if question.get("kind") != TOOL:
+        return {"confirm": True}
+    content, problems = {}, {}
+    for name, field in ((question.get("requestedSchema") or {}).get("properties") or {}).items():
+        kind = field.get("type") if isinstance(field, dict) else None
+        raw = fields.get(name)
+        if kind == "boolean":
+            content[name] = raw in ("on", "true", "1")
+            continue
+        if raw in (None, ""):
+            continue
+        try:
+            content[name] = int(raw) if kind == "integer" else float(raw) if kind == "number" else str(raw)
+        except ValueError:
+            problems[name] = [f"a {kind}"]
+    if problems:
+        raise ServiceError(problems)
+    return content
+
+
 def _audit(call: ToolCall, verb: str, actor=None, **data) -> None:
     kind = (call.question or {}).get("kind", CONFIRM)
     audit_record(tenant=call.session.tenant, actor=actor, verb=f"confirmation.{verb}", target=f"call:{call.pk}",
