@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Prefetch
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -510,8 +511,8 @@ def confirmations(request):
 @tenant_view(methods=("POST",), write=MEMBER)
 def confirmation_answer(request, call):
     """The person answers their own call's question: Accept (with the form's fields) or Decline."""
-    if not is_persons_question(call, request.user):
-        raise Http404("no such question of yours")
+    if not is_persons_question(call, request.user):  # the tenant's calls are visible to its members: a 403
+        raise PermissionDenied("Only the session's own user answers this call's question.")
     action = request.POST.get("action", "")
     try:
         answer_permitted(session=call.session, user=request.user)

@@ -92,7 +92,7 @@ def test_decline_rejects_and_another_member_cannot_answer(world, person, confirm
     tool, ran = confirmed_tool
     call = waiting(world, tool, person)
     for role in ("operator", "admin", "viewer"):
-        assert answer(world, call, "accept", role=role).status_code == 404
+        assert answer(world, call, "accept", role=role).status_code == 403
     assert status(call) == CallStatus.AWAITING_USER
     assert world.a.console("reviewer").get(reverse(
         "console:confirmation_answer", kwargs={"tenant": world.a.tenant.slug, "call_id": call.pk})).status_code == 405
@@ -109,3 +109,24 @@ def test_another_tenants_member_gets_404(world, person, confirmed_tool):
     url = reverse("console:confirmation_answer", kwargs={"tenant": world.b.tenant.slug, "call_id": call.pk})
     assert world.b.console("admin").post(url, {"action": "accept"}).status_code == 404
     assert status(call) == CallStatus.AWAITING_USER
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("drain_calls")
+def test_a_tools_question_is_answered_with_its_forms_fields(world, person):
+    from tests.tools import isolated_tools
+
+    name = unique_name("ask_for_name")
+    with registered_tool(isolated_tools.ask_for_name, name=name):
+        tool = install_tool(world.a.tenant, name)
+        session = session_create(tenant=world.a.tenant, agent="ops-bot", user=person.username, user_verified=True,
+                                 person=person, api_key=world.a.key_objects["agent"])
+        [call] = calls_submit(session=session, calls=[{"name": tool.name, "input": {"greeting": "Hello"}}])
+        poll(lambda: status(call) == CallStatus.AWAITING_USER)
+        text = page(world).content.decode()
+        assert "Hello: what is your name?" in text and 'name="name"' in text
+        url = reverse("console:confirmation_answer", kwargs={"tenant": world.a.tenant.slug, "call_id": call.pk})
+        assert world.a.console("reviewer").post(url, {"action": "accept", "name": "Ada"}).status_code == 302
+        poll(lambda: status(call) == CallStatus.SUCCEEDED)
+        done = ToolCall.objects.for_tenant(world.a.tenant).get(pk=call.pk)
+        assert done.result["structured"] == {"heard": "accept", "greeting": "Hello, Ada!"}
