@@ -1,7 +1,7 @@
 """The decision engine: the permission step of the call chain, `rules/evaluate`, the simulator.
 
-Order (docs/governance.md): deny rules → ask rules → read-only auto-allow → allow rules → review of an
-untrusted server's tool → tenant default.
+Order (docs/governance.md): deny rules → ask rules → confirm rules → read-only auto-allow → allow rules → review
+of an untrusted server's tool → tenant default.
 Within a behaviour the highest priority, then the oldest rule, decides. Rules are compiled into an
 index per tenant: exact tool names in a dict, patterns filed by their literal prefix, so deciding
 looks at the few rules that can match rather than at all of them. Each process keeps a tenant's index
@@ -24,7 +24,9 @@ from approvals.matching import (
 from approvals.models import PolicyVersion
 from tenancy.versions import VersionedCache
 
-BEHAVIOR_RANK = {"deny": 0, "ask": 1, "allow": 2}
+BEHAVIOR_RANK = {"deny": 0, "ask": 1, "confirm": 2, "allow": 3}
+HOLDING = ("deny", "ask", "confirm")  # the behaviours whose first matching rule decides, before read-only auto-allow
+VERBS = {"deny": "denied", "ask": "needs approval", "confirm": "needs the user's confirmation"}
 
 
 @dataclass(frozen=True)
@@ -154,9 +156,8 @@ def decide(index: RuleIndex, *, tool_name: str, effective_input: dict, agent: st
     rule = next((rule for rule in index.candidates(tool_name) if rule.matches(
         tool_name=tool_name, effective_input=effective_input, agent=agent, user=user, arguments=arguments,
         user_verified=user_verified)), None)
-    if rule is not None and rule.behavior in ("deny", "ask"):
-        verb = "denied" if rule.behavior == "deny" else "needs approval"
-        reason = f"{verb} by {rule.describe()}"
+    if rule is not None and rule.behavior in HOLDING:
+        reason = f"{VERBS[rule.behavior]} by {rule.describe()}"
         oversized = rule.oversized_paths(arguments)
         if oversized:
             reason += (f" ({', '.join(oversized)} is longer than {MAX_MATCHED_CHARS:,} characters, which no "

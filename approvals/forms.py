@@ -12,12 +12,12 @@ from django.contrib.auth import get_user_model
 
 from approvals.channel_kinds import channel_kind_choices
 from approvals.grants import DURATION_CHOICES, SCOPES
-from approvals.models import NotifyEvent, Queue, VoteDecision
+from approvals.models import NotifyEvent, Queue, RuleBehavior, VoteDecision
 from approvals.notifications import CHANNEL_EVENTS, MIN_SECRET_CHARS
 from common.json_values import json_parse
 from common.outbound import OutboundRefused, check_url
 from tenancy.editing import SecretInput
-from tenancy.models import Behavior, Membership
+from tenancy.models import Membership
 from tenancy.web import TenantForm
 
 JSON_ROWS = 10
@@ -191,7 +191,7 @@ class ExternalResultForm(forms.Form):
 
 
 class RuleForm(TenantForm):
-    behavior = forms.ChoiceField(choices=Behavior.choices)
+    behavior = forms.ChoiceField(choices=RuleBehavior.choices)
     tool_pattern = forms.CharField(max_length=200, label="Tool pattern",
                                    help_text="An exact tool name, or a glob with *, e.g. mcp__github__*")
     arg_match = forms.CharField(required=False, label="Argument match (JSON)", strip=False,
@@ -209,7 +209,9 @@ class RuleForm(TenantForm):
         help_text="A verified user signed in through Toolkeeper (an MCP client with OAuth) or was vouched for by "
                   "an ID token; other users are names an app asserts.")
     queue = forms.ModelChoiceField(queryset=Queue.objects.none(), required=False, empty_label="the default queue",
-                                   help_text="Where an ask rule's requests go.")
+                                   help_text="Where an ask rule's requests go. A confirm rule with a queue opens a "
+                                             "request there once the session's user confirms; without one, the "
+                                             "user's confirmation is enough.")
     priority = forms.IntegerField(initial=0, min_value=-1000000, max_value=1000000,
                                   help_text="Higher wins among rules of the same behavior.")
     enabled = forms.BooleanField(required=False, initial=True)

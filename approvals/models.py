@@ -2,14 +2,23 @@ from django.conf import settings
 from django.db import models
 
 from common.secrets import EncryptedJSONField
-from tenancy.models import Behavior
 from tenancy.scoping import TenantOwned
 
 
-class PermissionRule(TenantOwned):
-    """allow / deny / ask for calls whose tool, scope and effective input match (docs/governance.md)."""
+class RuleBehavior(models.TextChoices):
+    """What a rule does with the calls it matches: the tenant's default behaviours, and `confirm` (the session's
+    own user is asked first, docs/governance.md#permission-rules)."""
 
-    behavior = models.CharField(max_length=8, choices=Behavior.choices)
+    ASK = "ask"
+    DENY = "deny"
+    ALLOW = "allow"
+    CONFIRM = "confirm"
+
+
+class PermissionRule(TenantOwned):
+    """allow / deny / ask / confirm for calls whose tool, scope and effective input match (docs/governance.md)."""
+
+    behavior = models.CharField(max_length=8, choices=RuleBehavior.choices)
     tool_pattern = models.CharField(max_length=200, help_text="exact name, or a glob with *, e.g. mcp__github__*")
     arg_match = models.JSONField(default=dict, blank=True,
                                  help_text='argument → glob (or list of globs), e.g. {"command": "git *"}')

@@ -1,11 +1,13 @@
 """The permission step of the call chain, and the wait for an external result (both registered in
 `tools.calls.pipeline.CALL_STEPS` by approvals.apps)."""
 from approvals.grants import grant_use
+from approvals.models import Queue
 from approvals.notifications import notify_external_task
 from approvals.selectors import evaluate
 from approvals.services import request_open
 from tools.calls.pipeline import CallContext, Step
 from tools.calls.pipeline import External as ExternalStep
+from tools.calls.questions import confirm_ask
 from tools.models import CallStatus
 
 META_DECISION = {"behavior": "allow", "rule": None, "reason": "meta tools change only the session's tool surface"}
@@ -29,7 +31,15 @@ class Permission(Step):
             grant_use(call=ctx.call, grant_id=decision.grant, reason=decision.reason)
         if decision.behavior == "deny":
             return ctx.fail("PermissionDenied", decision.reason, status=CallStatus.DENIED)
-        if decision.behavior == "ask":
+        if decision.behavior == "confirm":
+            queue = (Queue.objects.for_tenant(session.tenant_id).filter(pk=decision.queue).first()
+                     if decision.queue is not None else None)
+            if not ctx.confirmed:  # the session's own user is asked first
+                expires = queue.expires_after.total_seconds() if queue is not None and queue.expires_after else None
+                return confirm_ask(ctx, reason=decision.reason, seconds=expires)
+            if queue is None:
+                return True  # the user's word is enough
+        if decision.behavior in ("ask", "confirm"):  # a confirm naming a queue: its reviewers decide next
             if not ctx.transition(CallStatus.AWAITING_APPROVAL):
                 return False
             request_open(call=ctx.call, session=session, decision=decision)

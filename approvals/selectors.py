@@ -59,7 +59,8 @@ def evaluate(*, tenant: Tenant, tool_name: str, effective_input: dict, agent: st
     return decision
 
 
-OUTCOME_LABELS = {"allow": "runs without review", "ask": "asks a reviewer", "deny": "refused"}
+OUTCOME_LABELS = {"allow": "runs without review", "ask": "asks a reviewer", "deny": "refused",
+                  "confirm": "asks the session's user"}
 
 
 def untrusted_outcomes(*, tenant: Tenant, tools) -> dict[int, CallOutcome]:
@@ -301,8 +302,9 @@ def external_tasks(*, tenant):
 
 
 def ever_asked(call) -> bool:
-    """Whether a call was ever held for a reviewer (only those have an approval request)."""
-    return (call.decision or {}).get("behavior") == "ask"
+    """Whether a call was ever held for a reviewer (only those have an approval request): an ask, or a confirm
+    whose rule sends it on to a queue once its user confirms."""
+    return (call.decision or {}).get("behavior") in ("ask", "confirm")
 
 
 def approvals_for_calls(calls) -> dict:

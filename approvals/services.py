@@ -33,6 +33,7 @@ from tenancy.versions import version_bump
 from tools.calls.aftercare import result_finish
 from tools.calls.events import call_fail, call_source, call_transition
 from tools.calls.pipeline import input_problems, pipeline_resume
+from tools.calls.questions import questions_expire_due
 from tools.catalog.declared import call_exposed
 from tools.catalog.schemas import with_bound
 from tools.models import CallStatus, ToolCall, ToolSource
@@ -492,7 +493,8 @@ def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:
     """How the rules decide a reviewer's edit: the engine that decides calls, on the edited input after binding.
 
     A deny refuses the edit. So does an ask that routes to another queue than this request's: that queue's
-    reviewers, not this one's, approve such input. Either way a 400 names the rule, and nothing is recorded.
+    reviewers, not this one's, approve such input. So does a confirm, unless the edit is the call's own input:
+    the session's user has not confirmed any other. Each time a 400 names the rule, and nothing is recorded.
     """
     call = request.call
     session = call.session
@@ -503,6 +505,11 @@ def _edit_decision(*, request: ApprovalRequest, edited_input: dict) -> Decision:
                        user_verified=session.user_verified)
     if decided.behavior == "deny":
         raise ServiceError({"input": [f"the rules refuse this input: {decided.reason}"]})
+    if decided.behavior == "confirm" and effective_input != call.effective_input:
+        # Only the session's user confirms what a confirm rule sends them: they confirmed the call's input, if any.
+        raise ServiceError({"input": [
+            f"this input needs the confirmation of the session's user ({decided.reason}), who has not confirmed it: "
+            f"reject the call, or approve the input as it is"]})
     if decided.behavior == "ask":
         queue = None
         if decided.queue is not None:
@@ -605,6 +612,7 @@ def requests_expire_due(*, now=None) -> int:
     for request in escalate:
         request_escalate(request=request, now=now)
     expired += external_calls_expire(now=now)
+    expired += questions_expire_due(now=now)
     return expired
 
 
@@ -643,7 +651,8 @@ def rule_suggestion_blocked_by(request: ApprovalRequest) -> PermissionRule | Non
     """The ask rule that would still ask after an 'always allow' rule is added (ask beats allow)."""
     if request.rule_id is None:
         return None
-    rule = PermissionRule.objects.for_tenant(request.tenant_id).filter(pk=request.rule_id, behavior="ask").first()
+    rule = PermissionRule.objects.for_tenant(request.tenant_id).filter(
+        pk=request.rule_id, behavior__in=["ask", "confirm"]).first()
     return rule
 
 

@@ -62,7 +62,7 @@ from tenancy.web import (
 from tools.catalog.declared import call_exposed
 
 BEHAVIOR_ORDER = Case(When(behavior="deny", then=Value(0)), When(behavior="ask", then=Value(1)),
-                      default=Value(2), output_field=IntegerField())
+                      When(behavior="confirm", then=Value(2)), default=Value(3), output_field=IntegerField())
 
 
 def _require_reviewer(request) -> None:

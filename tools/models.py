@@ -315,6 +315,7 @@ class CallStatus(models.TextChoices):
     DENIED = "denied"
     AWAITING_APPROVAL = "awaiting_approval"
     AWAITING_EXTERNAL = "awaiting_external"
+    AWAITING_USER = "awaiting_user"
     REJECTED = "rejected"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
@@ -326,7 +327,7 @@ TERMINAL_STATUSES = frozenset({
     CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.DENIED, CallStatus.REJECTED, CallStatus.EXPIRED,
     CallStatus.CANCELLED, CallStatus.TIMED_OUT, CallStatus.INTERRUPTED,
 })
-HUMAN_WAIT_STATUSES = frozenset({CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_EXTERNAL})
+HUMAN_WAIT_STATUSES = frozenset({CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_EXTERNAL, CallStatus.AWAITING_USER})
 SETTLED_STATUSES = TERMINAL_STATUSES | HUMAN_WAIT_STATUSES
 
 
@@ -348,6 +349,10 @@ class ToolCall(TenantOwned):
     error = models.JSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     cancel_requested = models.BooleanField(default=False)
+    # What the session's own user is asked while the call is `awaiting_user` (tools.calls.questions), and until
+    # when; the time is cleared by the answer that wins, so two answers cannot both settle it.
+    question = models.JSONField(null=True, blank=True)
+    question_expires_at = models.DateTimeField(null=True, blank=True)
     event_seq = models.PositiveIntegerField(default=0)
     lease_until = models.DateTimeField(null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True)
@@ -368,6 +373,7 @@ class ToolCall(TenantOwned):
             models.Index(fields=["tenant", "-created_at"]),
             models.Index(fields=["tenant", "status"]),
             models.Index(fields=["status", "lease_until"]),
+            models.Index(fields=["status", "question_expires_at"]),
         ]
 
     def __str__(self):

@@ -14,12 +14,13 @@ from approvals.models import (
     PermissionRule,
     Queue,
     ReviewerNotifySetting,
+    RuleBehavior,
     VoteDecision,
 )
 from approvals.notifications import CHANNEL_EVENTS
 from approvals.services import BULK_DECISIONS, BULK_MAX
 from common import serializers as strict
-from tenancy.models import Behavior, Membership
+from tenancy.models import Membership
 
 
 class TenantQueueField(serializers.SlugRelatedField):
@@ -81,7 +82,7 @@ def names_field(help_text: str) -> serializers.ListField:
 
 class RuleSerializer(strict.ModelSerializer):
     queue = TenantQueueField(required=False, allow_null=True)
-    behavior = serializers.ChoiceField(choices=Behavior.choices)
+    behavior = serializers.ChoiceField(choices=RuleBehavior.choices)
     arg_match = ArgMatchField(required=False)
     agents = names_field("agent names; empty means every agent")
     users = names_field("session users; empty means every user")

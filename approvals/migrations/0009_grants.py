@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0007_definition_event'),
+        ('approvals', '0008_rule_confirm'),
         ('tenancy', '0007_tool_search'),
         ('tools', '0017_call_trace'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Prefetch
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -50,9 +51,18 @@ from tenancy.web import (
     issued_secret_keep,
     issued_secret_take,
     page_of,
+    service_messages,
     shows_issued_secret,
     tenant_redirect,
     tenant_view,
+)
+from tools.calls.questions import (
+    answer_permitted,
+    call_answer,
+    form_content,
+    is_persons_question,
+    public_question,
+    questions_of_person,
 )
 from tools.calls.submit import OPERATOR_TEST, call_cancel, operator_test_call
 from tools.catalog import services as tool_services
@@ -491,6 +501,32 @@ class CallCancel(ObjectDeleteView):
 call_cancel_page = CallCancel.as_view(
     service=call_cancel, template_name="console/call_cancel.html", success_url="console:call_detail",
     success_params=(("call_id", "pk"),), success_message="Call {object.call_id} stopped.")
+
+
+@tenant_view(read=MEMBER)
+def confirmations(request):
+    """The questions of calls that wait for the signed-in person's own answer (docs/calls.md, "Questions for the
+    user"): only sessions whose verified user they are."""
+    calls = questions_of_person(tenant=request.tenant, person=request.user)
+    return render(request, "console/confirmations.html", {
+        "questions": [(call, public_question(call)) for call in calls]})
+
+
+@tenant_view(methods=("POST",), write=MEMBER)
+def confirmation_answer(request, call):
+    """The person answers their own call's question: Accept (with the form's fields) or Decline."""
+    if not is_persons_question(call, request.user):  # the tenant's calls are visible to its members: a 403
+        raise PermissionDenied("Only the session's own user answers this call's question.")
+    action = request.POST.get("action", "")
+    try:
+        answer_permitted(session=call.session, user=request.user)
+        content = form_content(public_question(call) or {}, request.POST) if action == "accept" else None
+        call_answer(call=call, action=action, content=content, actor=request.user)
+    except SERVICE_REFUSALS as exc:
+        messages.error(request, "The answer was not taken: " + " ".join(service_messages(exc)))
+    else:
+        messages.success(request, f"Call {call.call_id} ({call.tool_name}): {action} sent.")
+    return tenant_redirect(request, "console:confirmations")
 
 
 @tenant_view()

@@ -407,6 +407,9 @@ TOOLKEEPER_MCP_SESSION_IDLE_S = float(os.environ.get("TOOLKEEPER_MCP_SESSION_IDL
 # How long a tools/call on /mcp/ waits for its call to settle (a reviewer's approval, a long tool) before it
 # answers `pending_approval` (or the status it is in); a retry of the same call waits again.
 TOOLKEEPER_MCP_MAX_WAIT_S = float(os.environ.get("TOOLKEEPER_MCP_MAX_WAIT_S", 300))
+# How long a question to a session's own user (a confirm rule's, a tool's `ctx.ask_user`) waits for the answer before
+# it expires, unless the confirm rule's queue sets `expires_after` (docs/calls.md, "Questions for the user").
+TOOLKEEPER_CONFIRM_EXPIRES_S = float(os.environ.get("TOOLKEEPER_CONFIRM_EXPIRES_S", 600))
 # While it waits, a progress notification this often keeps the client's request alive.
 TOOLKEEPER_MCP_HEARTBEAT_S = float(os.environ.get("TOOLKEEPER_MCP_HEARTBEAT_S", 10))
 # Resumable streams (docs/mcp.md, "Streams"): how long an event id of /mcp/ can be resumed with Last-Event-ID, the

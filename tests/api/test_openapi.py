@@ -78,12 +78,12 @@ def test_answers_have_the_shapes_of_api_md(schema):
 def test_a_call_is_described_field_by_field(schema):
     call = ref(schema, {"$ref": "#/components/schemas/Call"})
     assert sorted(call["properties"]) == sorted(["id", "call_id", "session", "tool", "input", "status", "decision",
-                                                 "result", "error", "approval", "trace_id", "created_at",
-                                                 "finished_at"])
-    assert "awaiting_approval" in ref(schema, call["properties"]["status"])["enum"]
+                                                 "result", "error", "approval", "question", "trace_id",
+                                                 "created_at", "finished_at"])
+    assert {"awaiting_approval", "awaiting_user"} <= set(ref(schema, call["properties"]["status"])["enum"])
     trace_id = call["properties"]["trace_id"]
     assert (trace_id["type"], trace_id["minLength"], trace_id["maxLength"]) == ("string", 32, 32)
-    for name in ("decision", "result", "error", "approval", "trace_id"):
+    for name in ("decision", "result", "error", "approval", "question", "trace_id"):
         assert call["properties"][name].get("nullable") or ref(schema, call["properties"][name]).get("nullable"), name
     result = ref(schema, call["properties"]["result"])
     assert ref(schema, result["properties"]["state"])["enum"] == ["success", "error", "interrupted"]

@@ -9,7 +9,8 @@ pytestmark = pytest.mark.django_db
 # Pages a member of each role may open with GET (the rest are POST-only or need a higher role).
 READ_PAGES = ["dashboard", "activity", "tool_list", "tool_detail", "tool_plugins", "group_list", "binding_list",
               "apikey_list", "session_list", "session_detail", "call_list", "call_detail", "mcp_server_list",
-              "mcp_server_detail", "redaction_rule_list", "search", "upstream_accounts", "oauth_provider_list"]
+              "mcp_server_detail", "redaction_rule_list", "search", "upstream_accounts", "oauth_provider_list",
+              "confirmations"]
 OPERATOR_PAGES = ["group_create", "group_edit", "group_delete", "binding_create", "tenant_settings",
                   "mcp_server_create", "mcp_server_edit", "mcp_server_delete", "http_tool_create",
                   "http_tool_edit", "http_tool_delete", "tool_result_steps", "call_cancel", "tool_disable",
@@ -20,7 +21,7 @@ ADMIN_PAGES = ["apikey_create", "apikey_created", "apikey_revoke", "redaction_ru
 POST_ONLY = ["mcp_server_sync", "mcp_server_test", "member_role", "invitation_revoke", "tool_group_add",
              "mcp_server_group_add", "client_disconnect", "upstream_account_connect", "upstream_account_disconnect",
              "upstream_account_list_tools", "provider_account_connect", "provider_account_disconnect",
-             "tool_definition_accept"]
+             "tool_definition_accept", "confirmation_answer"]
 
 
 def test_the_page_lists_cover_every_console_route(routes):

@@ -139,13 +139,23 @@ def prepare(url: str, agent_key: str, admin_key: str) -> dict[str, list]:
             "input": {"todos": [{"content": "answer the fuzzer", "status": "pending"}]}}))
         if asked["calls"][0]["status"] != "awaiting_approval":
             raise RuntimeError(f"the ask rule did not ask: {asked}")
+        # A call that waits for its session's user: a confirm rule, also for one agent only.
+        ok(admin.post("/api/v1/rules", json={"behavior": "confirm", "tool_pattern": "todo_write",
+                                             "agents": ["fuzz-confirmer"], "note": "made for the fuzz run"}))
+        confirmer = ok(agent.post("/api/v1/sessions", json={"agent": "fuzz-confirmer"}))
+        questioned = ok(agent.post(f"/api/v1/sessions/{confirmer['id']}/calls", json={
+            "id": "fuzz_questioned", "name": "todo_write",
+            "input": {"todos": [{"content": "confirm for the fuzzer", "status": "pending"}]}}))
+        if questioned["calls"][0]["status"] != "awaiting_user":
+            raise RuntimeError(f"the confirm rule did not ask: {questioned}")
         tools = ok(admin.get("/api/v1/tools", params={"limit": 500}))["results"]
         queues = ok(admin.get("/api/v1/queues", params={"limit": 500}))["results"]
         datasets = ok(admin.get("/api/v1/datasets", params={"limit": 500}))["results"]
         return {
-            "sessions": [session["id"], asker["id"]],
+            "sessions": [session["id"], asker["id"], confirmer["id"]],
             "finished_calls": [call["id"] for call in done["calls"]],
             "open_calls": [asked["calls"][0]["id"]],
+            "questioned_calls": [questioned["calls"][0]["id"]],
             "tools": [tool["id"] for tool in tools],
             "tool_names": [tool["name"] for tool in tools],
             "groups": ids("/api/v1/groups"),
@@ -196,6 +206,12 @@ def config_text(dictionaries: dict[str, list], seed: int = SEED, max_examples: i
     for name, values in dictionaries.items():
         if values:
             lines += [f"[dictionaries.{name}]", f"values = {_toml(values)}", ""]
+    # The answer to a call's question: the one call that waits for its user (answered once, then 409).
+    # Before the blocks by tag: of the blocks naming an operation's parameters, the first decides.
+    if dictionaries.get("questioned_calls"):
+        lines += ["[[operations]]", 'include-path-regex = "/answer$"', "[operations.parameters]",
+                  f'"path.call_id" = {{ dictionary = "questioned_calls", probability = {REAL_VALUE_PROBABILITY} }}',
+                  ""]
     by_tag: dict[str, list[tuple[str, str]]] = {}
     for tag, parameter, dictionary in BINDINGS:
         if dictionaries.get(dictionary):

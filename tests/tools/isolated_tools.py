@@ -71,3 +71,18 @@ def counted(ctx: ToolContext) -> str:
     ctx.progress(1, 2, "half")
     ctx.log("from the child", level="warning")
     return "counted"
+
+
+def ask_for_name(greeting: str, ctx: ToolContext, wait_s: float = 60.0) -> dict:
+    """Ask the session's user for their name and say what they answered.
+
+    Args:
+        greeting: Said before the question.
+        wait_s: How long to wait for the answer.
+    """
+    answer = ctx.ask_user(f"{greeting}: what is your name?", {
+        "type": "object", "properties": {"name": {"type": "string", "description": "Your name"}},
+        "required": ["name"]}, timeout_s=wait_s)
+    if answer["action"] != "accept":
+        return {"heard": answer["action"], "content": answer["content"]}
+    return {"heard": "accept", "greeting": f"{greeting}, {answer['content']['name']}!"}

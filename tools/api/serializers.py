@@ -9,6 +9,7 @@ from rest_framework import serializers
 from common import serializers as strict
 from common.secrets import secret_names
 from toolkeeper.openapi import NOT_NULL, only_with
+from tools.calls.questions import public_question
 from tools.catalog.declared import DECLARED_MAX, DESCRIPTION_MAX
 from tools.catalog.registry import annotate_calls, calls_annotated
 from tools.catalog.selectors import FORMATS
@@ -216,7 +217,7 @@ def one_call_validated(data) -> dict | None:
 
 
 class DecisionSerializer(serializers.Serializer):
-    behavior = serializers.ChoiceField(choices=["allow", "deny", "ask"])
+    behavior = serializers.ChoiceField(choices=["allow", "deny", "ask", "confirm"])
     rule = serializers.IntegerField(allow_null=True, help_text="the deciding rule's id; null for a default")
     reason = serializers.CharField()
     grant = serializers.IntegerField(required=False, help_text="present when a grant allowed what the rule asks about")
@@ -258,6 +259,29 @@ class CallApprovalSerializer(serializers.Serializer):
     votes = VoteSerializer(many=True)
 
 
+class CallQuestionSerializer(serializers.Serializer):
+    """What the session's own user is asked while the call is `awaiting_user` (docs/api.md)."""
+
+    kind = serializers.ChoiceField(choices=["confirm", "tool"], help_text="a confirm rule's, or the running tool's")
+    message = serializers.CharField(help_text="the question, in plain words")
+    tool = serializers.CharField()
+    input = serializers.DictField(required=False, help_text="confirm: the input it runs with, bound values left out")
+    fixed = serializers.ListField(child=serializers.CharField(), required=False,
+                                  help_text="confirm: the names of the arguments the server sets")
+    description = serializers.CharField(required=False, help_text="confirm: what the tool does")
+    reason = serializers.CharField(required=False, help_text="confirm: the rule that asks")
+    requestedSchema = serializers.DictField(help_text="the form: an elicitation `requestedSchema`")  # noqa: N815
+    expires_at = serializers.DateTimeField()
+
+
+class CallAnswerSerializer(strict.Serializer):
+    """The session's user answers the call's question."""
+
+    action = serializers.ChoiceField(choices=["accept", "decline", "cancel"])
+    content = serializers.DictField(required=False, allow_null=True, default=None,
+                                    help_text="the form's fields, with accept")
+
+
 # The document's forms of a call submission (CallBatchSerializer checks them): `tools_mode` says how the
 # request's `tools` apply, so it comes with them or not at all.
 SUBMIT_RULES = [only_with("tools_mode", "tools")]
@@ -289,6 +313,7 @@ CALL_SUBMIT_REQUEST = PolymorphicProxySerializer(component_name="CallSubmit", re
 class CallSerializer(serializers.ModelSerializer):
     tool = serializers.CharField(source="tool_name")
     approval = serializers.SerializerMethodField()
+    question = serializers.SerializerMethodField()
     # Declared for the OpenAPI document; to_representation below builds the values.
     input = serializers.DictField(help_text="as the model sent it; bound values are never echoed")
     decision = DecisionSerializer(allow_null=True)
@@ -301,7 +326,11 @@ class CallSerializer(serializers.ModelSerializer):
     class Meta:
         model = ToolCall
         fields = ["id", "call_id", "session", "tool", "input", "status", "decision", "result", "error",
-                  "approval", "trace_id", "created_at", "finished_at"]
+                  "approval", "question", "trace_id", "created_at", "finished_at"]
+
+    @extend_schema_field(CallQuestionSerializer(allow_null=True))
+    def get_question(self, call) -> dict | None:
+        return public_question(call)
 
     @extend_schema_field(CallApprovalSerializer(allow_null=True))
     def get_approval(self, call) -> dict | None:
@@ -316,7 +345,8 @@ def call_json(call, extras: dict) -> dict:
     return {
         "id": str(call.pk), "call_id": call.call_id, "session": str(call.session_id), "tool": call.tool_name,
         "input": call.input, "status": call.status, "decision": call.decision, "result": call.result,
-        "error": call.error, "approval": extras.get(call.pk, {}).get("approval"), "trace_id": call.trace_id or None,
+        "error": call.error, "approval": extras.get(call.pk, {}).get("approval"), "question": public_question(call),
+        "trace_id": call.trace_id or None,
         "created_at": _timestamp(call.created_at), "finished_at": _timestamp(call.finished_at),
     }
 

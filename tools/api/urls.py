@@ -24,5 +24,6 @@ urlpatterns = [
     path("calls/<str:call_id>", views.waiting(views.CallDetailView), name="call-detail"),
     path("calls/<str:call_id>/events", views.CallEventsView.as_view(), name="call-events"),
     path("calls/<str:call_id>/cancel", views.CallCancelView.as_view(), name="call-cancel"),
+    path("calls/<str:call_id>/answer", views.CallAnswerView.as_view(), name="call-answer"),
     *router.urls,
 ]

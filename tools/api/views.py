@@ -28,6 +28,7 @@ from tenancy.versions import versions_known
 from tenancy.web import acting_user
 from toolkeeper.openapi import CONFLICT
 from tools.api import serializers as s
+from tools.calls import questions
 from tools.calls import submit as tool_calls
 from tools.calls.runtime import runtime
 from tools.calls.waiting import WaitPlan, run_db
@@ -194,6 +195,26 @@ class CallCancelView(AgentView):
     def post(self, request, call_id):
         call = access_call(request, call_id)
         return Response(s.call_data(tool_calls.call_cancel(call=call, actor=acting_user(request))))
+
+
+class CallAnswerView(AgentView):
+    """The session's own user answers the question of a call that is `awaiting_user` (docs/api.md). Where the
+    session's user is a verified person, only that person answers: their console login here (an app's key
+    cannot speak for them), or their own client over /mcp/."""
+
+    action = "answer"
+    reviewer_actions = ("answer",)  # a console login: any member who reviews, then only the session's person
+
+    @extend_schema(request=s.CallAnswerSerializer, responses={200: s.CallSerializer, 409: CONFLICT})
+    def post(self, request, call_id):
+        call = access_call(request, call_id)
+        body = s.CallAnswerSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        questions.answer_permitted(session=call.session, api_key=request.auth if isinstance(request.auth, ApiKey)
+                                   else None, user=None if isinstance(request.auth, ApiKey) else request.user)
+        answered = questions.call_answer(call=call, action=body.validated_data["action"],
+                                         content=body.validated_data["content"], actor=acting_user(request))
+        return Response(s.call_data(answered))
 
 
 def _render(view, request, *args, **kwargs):

@@ -68,7 +68,7 @@ def _count_settled(call: ToolCall, created_at) -> None:
     """A call's final status, counted once its transaction commits (a rolled-back move never happened)."""
     decision = call.decision.get("behavior", "none") if isinstance(call.decision, dict) else "none"
     labels = {"tenant": call_tenant(call), "source": call_source(call), "status": str(call.status),
-              "decision": decision if decision in ("allow", "deny", "ask") else "none"}
+              "decision": decision if decision in ("allow", "deny", "ask", "confirm") else "none"}
     seconds = (call.finished_at - created_at).total_seconds() if call.finished_at and created_at else None
     transaction.on_commit(lambda: metrics.call_settled(seconds=seconds, **labels))
 

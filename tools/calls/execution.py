@@ -12,6 +12,7 @@ from django.utils import timezone
 from common import metrics
 from tools.calls.aftercare import Outcome, effects_record, error_is_transient, result_steps_run
 from tools.calls.events import call_event_append, call_fail, call_source, call_transition
+from tools.calls.questions import tool_ask
 from tools.calls.statements import lease_lapsed_condition
 from tools.calls.traces import call_span, span_failed
 from tools.catalog.registry import source_for
@@ -83,7 +84,11 @@ def _execute(call: ToolCall, cancelled: threading.Event) -> Outcome | None:
         if call_event_append(call=call, kind=kind, data=data, while_status=CallStatus.RUNNING) is None:
             raise CallCancelled("the call was cancelled")
 
-    ctx = ToolContext(tenant=session.tenant, session=session, call=call, emit=emit, cancelled=cancelled)
+    def ask(message: str, requested_schema: dict | None, timeout_s: float | None) -> dict:
+        return tool_ask(call=call, message=message, requested_schema=requested_schema, cancelled=cancelled,
+                        seconds=timeout_s)
+
+    ctx = ToolContext(tenant=session.tenant, session=session, call=call, emit=emit, cancelled=cancelled, ask=ask)
     source = source_for(tool.source) if tool is not None else None
     deadline = time.monotonic() + (tool.timeout_s if tool is not None else 30.0)  # the executor's own timer rules
     attempt = 1
@@ -140,7 +145,7 @@ def _next_attempt(call: ToolCall) -> bool:
 
 def call_time_out(*, call: ToolCall, timeout_s: float) -> bool:
     return call_fail(call=call, error_type="TimedOut", message=f"the tool did not finish within {timeout_s:g} s",
-                     status=CallStatus.TIMED_OUT, from_statuses=[CallStatus.RUNNING])
+                     status=CallStatus.TIMED_OUT, from_statuses=[CallStatus.RUNNING, CallStatus.AWAITING_USER])
 
 
 def call_settle_orphan(call: ToolCall, reason: str, *, lease_lapsed_by=None) -> str:

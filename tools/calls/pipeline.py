@@ -37,6 +37,7 @@ class CallContext:
     # A new call's row is not written until the chain settles it (or ends): the row and its first move are
     # then one statement. `record(status=None, passing=(), event_data=None, **fields)` writes it (tools.calls.submit).
     record: Callable | None = None
+    confirmed: bool = False  # the session's user accepted the call a confirm rule asked about (tools.calls.questions)
 
     @property
     def arguments(self) -> dict:
@@ -203,10 +204,13 @@ def input_problems(*, session: AgentSession, tool_name: str, new_input, call: To
     return refusal[1] if refusal is not None else []
 
 
-def pipeline_resume(*, call: ToolCall, after: str, new_input: dict | None = None) -> None:
-    """Continue a held call after the step that held it; an edited input is validated and bound again."""
-    ctx = CallContext(call=call, session=call.session, edited_input=new_input)
+def pipeline_resume(*, call: ToolCall, after: str, new_input: dict | None = None, confirmed: bool = False) -> None:
+    """Continue a held call after the step that held it; an edited input is validated and bound again. A call its
+    user `confirmed` passes the step that held it again, which knows the user said yes."""
+    ctx = CallContext(call=call, session=call.session, edited_input=new_input, confirmed=confirmed)
     rerun: tuple[str, ...] = ()
     if new_input is not None:
         rerun = ("normalize", "validate", "bind")
+    if confirmed:
+        rerun += (after,)
     pipeline_run(ctx, resume_after=after, rerun=rerun)

@@ -212,8 +212,8 @@ def calls_in_flight(*, tenant, api_key=None) -> tuple[int, int]:
 
 
 def session_calls_awaiting_approval(session: AgentSession, tool_name: str) -> list[tuple[object, object]]:
-    """(id, input) of the session's calls of this tool that wait for a reviewer, oldest first: looked up on
-    every MCP call (a retry attaches to such a call), where compiling the queryset cost over a millisecond."""
+    """(id, input) of the session's calls of this tool that wait for a reviewer or their user, oldest first: looked
+    up on every MCP call (a retry attaches to such a call), where compiling the queryset cost over a millisecond."""
     conn = this_connection()
     quote = conn.ops.quote_name
     meta = ToolCall._meta
@@ -221,10 +221,10 @@ def session_calls_awaiting_approval(session: AgentSession, tool_name: str) -> li
                                                                      "input", "created_at")}
     sql = (f"SELECT {quote(meta.pk.column)}, {column['input']} FROM {quote(meta.db_table)} "  # noqa: S608
            f"WHERE {column['tenant']} = %s AND {column['session']} = %s AND {column['tool_name']} = %s "
-           f"AND {column['status']} = %s ORDER BY {column['created_at']}")
+           f"AND {column['status']} IN (%s, %s) ORDER BY {column['created_at']}")
     with conn.cursor() as cursor:
         cursor.execute(sql, [session.tenant_id, meta.pk.get_db_prep_value(session.pk, conn), tool_name,
-                             str(CallStatus.AWAITING_APPROVAL)])
+                             str(CallStatus.AWAITING_APPROVAL), str(CallStatus.AWAITING_USER)])
         rows = cursor.fetchall()
     input_field = meta.get_field("input")
     return [(meta.pk.to_python(pk), input_field.from_db_value(value, None, conn)) for pk, value in rows]

@@ -241,13 +241,17 @@ def operator_test_call(*, tenant, tool: Tool, arguments, agent: str, user: str =
 def call_cancel(*, call: ToolCall, actor=None, sparing_people: bool = False) -> ToolCall:
     """Stop a call: not yet started → cancelled; running → interrupted (the tool is told to stop).
     `sparing_people` leaves a call that waits for a reviewer or an external party as it is (Conflict)."""
-    not_started = [CallStatus.RECEIVED, CallStatus.QUEUED] + (
-        [] if sparing_people else [CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_EXTERNAL])
+    # A call waiting for its user's answer has not started when a confirm rule asks, and runs when its tool asks.
+    asking_tool = (call.question or {}).get("kind") == "tool"
+    people = [CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_EXTERNAL] + (
+        [] if asking_tool else [CallStatus.AWAITING_USER])
+    not_started = [CallStatus.RECEIVED, CallStatus.QUEUED] + ([] if sparing_people else people)
+    running = [CallStatus.RUNNING] + ([CallStatus.AWAITING_USER] if asking_tool and not sparing_people else [])
     moved = call_transition(
         call=call, from_statuses=not_started, to_status=CallStatus.CANCELLED,
         result=interrupted_result("cancelled before it ran"), cancel_requested=True,
     ) or call_transition(
-        call=call, from_statuses=[CallStatus.RUNNING], to_status=CallStatus.INTERRUPTED,
+        call=call, from_statuses=running, to_status=CallStatus.INTERRUPTED,
         result=interrupted_result("interrupted by a cancel request"), cancel_requested=True,
     )
     if not moved:

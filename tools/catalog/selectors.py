@@ -326,7 +326,7 @@ def mcp_presence(session_id) -> dict | None:
 
 
 # JSON columns that list rows never show and that can be large: list pages leave them unread.
-CALL_PAYLOADS = ("input", "effective_input", "decision", "result", "unredacted_result", "error")
+CALL_PAYLOADS = ("input", "effective_input", "decision", "result", "unredacted_result", "error", "question")
 SESSION_PAYLOADS = ("context", "state", "active_groups", "loaded_skills", "declared_tools")
 TOOL_PAYLOADS = ("input_schema", "output_schema")
 

@@ -35,6 +35,7 @@ from tenancy.entry.bodies import NOT_AUTHENTICATED, Refusal, header_map
 from tenancy.models import Scope
 from tenancy.oauth.external import ExternalTokenRefused, apikey_from_external_token
 from tools.calls.waiting import run_db
+from tools.gateway.elicitation import answer_apply, elicits_forms, is_answer
 from tools.gateway.oauth import challenge
 from tools.gateway.protocol import (
     AGENT_HEADER,
@@ -245,7 +246,8 @@ def _caller_of(authorization: str, *, named: str, agent: str, opening: bool, mes
         return refusal
     try:
         caller = mcp_session(api_key=api_key, named=named, agent=agent, opening=opening,
-                             url_elicitation=opening and elicits_urls(message))
+                             url_elicitation=opening and elicits_urls(message),
+                             form_elicitation=opening and elicits_forms(message))
     except McpAccessError as exc:
         reason, code = REASONS.get(exc.status, REASONS[400])
         return Refusal(exc.status, reason, code, exc.message)
@@ -335,6 +337,17 @@ class McpEndpoint:
             return
         if isinstance(caller, RpcRefusal):
             await caller.send(send, _request_id(message))
+            return
+        if scope["method"] == "POST" and named and is_answer(message):
+            # A 2025-era client's answer to a question asked on one of its streams (tools.gateway.elicitation),
+            # applied by whichever process receives it.
+            try:
+                await run_db(answer_apply, caller, message["id"], message.get("result"),
+                             actor=f"apikey:{caller.api_key.name}")
+            except Exception:
+                logger.exception("an MCP client's answer could not be applied")
+            await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
             return
         version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
         handshake_era = b"mcp-method" not in headers and (not version or version in HANDSHAKE_PROTOCOL_VERSIONS)

@@ -50,6 +50,7 @@ from tenancy.models import ApiKey
 from tenancy.selectors import access_row, key_sees_agent, person_name
 from tools.accounts.vault import connect_url
 from tools.calls.events import call_failure
+from tools.calls.questions import public_question
 from tools.calls.runtime import runtime
 from tools.calls.statements import session_calls_awaiting_approval
 from tools.calls.submit import call_cancel, calls_submit
@@ -66,6 +67,14 @@ from tools.catalog.selectors import (
 from tools.catalog.services import session_create
 from tools.catalog.snapshot import ExposedTool
 from tools.gateway import prompts as gateway_prompts
+from tools.gateway.elicitation import (
+    FORM_ELICITATION,
+    answered_call,
+    ask_on_stream,
+    client_elicits_forms,
+    input_required,
+    input_responses_apply,
+)
 from tools.models import TERMINAL_STATUSES, AgentSession, CallStatus, HttpEndpoint, Tool, ToolCall
 
 logger = logging.getLogger("toolkeeper.mcp")
@@ -84,6 +93,9 @@ MAX_SUBSCRIBED_URI_CHARS = 1000
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")  # MCP's, rising
 MAX_INSTRUCTIONS_CHARS = 8000  # of the `instructions` an `initialize` answers with
 MAX_OUTPUT_PROBLEM_CHARS = 1000
+ASKING_UNTIL = TERMINAL_STATUSES | {CallStatus.AWAITING_USER}  # a tools/call waits for these, then answers or asks
+SETTLED_FOR_MCP = ASKING_UNTIL
+QUESTION_POLL_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -166,7 +178,7 @@ def _client_elicits_urls(ctx, session: AgentSession) -> bool:
 
 
 def mcp_session(*, api_key: ApiKey, named: str = "", agent: str = "", opening: bool = False,
-                url_elicitation: bool = False) -> McpCaller:
+                url_elicitation: bool = False, form_elicitation: bool = False) -> McpCaller:
     """The session an MCP request speaks for: the one it names (`Mcp-Session-Id`, or a REST session), a new
     one for a connection that is `opening` (noting whether its client can open URLs for its person), or the
     key's session of the agent."""
@@ -183,7 +195,8 @@ def mcp_session(*, api_key: ApiKey, named: str = "", agent: str = "", opening: b
     user = {"user": person_name(person), "user_verified": True, "person": person} if person is not None else {}
     try:
         if opening:
-            context = {"mcp": CONNECTION_SESSION, **({URL_ELICITATION: True} if url_elicitation else {})}
+            context = {"mcp": CONNECTION_SESSION, **({URL_ELICITATION: True} if url_elicitation else {}),
+                       **({FORM_ELICITATION: True} if form_elicitation else {})}
             session = session_create(tenant=tenant, agent=agent, api_key=api_key, context=context, **user)
             return McpCaller(api_key, session, opened=True)
         # Two first requests at once may both open one; the oldest is the one every later request finds.
@@ -229,6 +242,15 @@ def call_tool_result(call: ToolCall, exposed: ExposedTool | None = None) -> type
             "content": result.get("content") or [],
             **({"structuredContent": structured} if isinstance(structured, dict) else {}),
         })
+    if call.status == CallStatus.AWAITING_USER:
+        question = public_question(call) or {}
+        text = (f"The call {call.call_id} waits for the user's answer until {question.get('expires_at')}: "
+                f"{question.get('message', '')} The app answers it (POST /api/v1/calls/{call.pk}/answer); call "
+                f"{call.tool_name} again with the same arguments to wait for it.")
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True,
+                                    structured_content={"status": "awaiting_user", "call_id": call.call_id,
+                                                        "id": str(call.pk), "expires_at": question.get("expires_at"),
+                                                        "question": question})
     if call.status not in TERMINAL_STATUSES:
         waiting = "pending_approval" if call.status == CallStatus.AWAITING_APPROVAL else call.status
         text = (f"The call {call.call_id} is waiting for a reviewer's approval; call {call.tool_name} again with "
@@ -252,8 +274,8 @@ def pending_approval_twin(session: AgentSession, tool_name: str, arguments: dict
     return None if twin is None else fetch_one(ToolCall, tenant=session.tenant_id, pk=twin)
 
 
-def _submitted(caller: McpCaller, spec: dict, cancel_key: str | None,
-               traceparent: str | None = None) -> tuple[ExposedTool | None, list[ToolCall]]:
+def _submitted(caller: McpCaller, spec: dict, cancel_key: str | None, traceparent: str | None = None,
+               answered=None) -> tuple[ExposedTool | None, list[ToolCall]]:
     """The tool as the session sees it and the call: the one still awaiting approval for the same arguments,
     or a new one; (None, []) when the session has no such tool. One trip to the database pool. With a
     `cancel_key`, the call is remembered under it for a cancel of the request that may come (and a resumption of
@@ -264,12 +286,38 @@ def _submitted(caller: McpCaller, spec: dict, cancel_key: str | None,
             return None, []
         return None, calls_submit(session=caller.session, calls=[spec], api_key=caller.api_key,
                                   traceparent=traceparent)
-    twin = pending_approval_twin(caller.session, spec["name"], spec["input"])
+    twin = _answered_call(caller, spec, answered) if answered else None
+    twin = twin or pending_approval_twin(caller.session, spec["name"], spec["input"])
     calls = [twin] if twin is not None else calls_submit(session=caller.session, calls=[spec],
                                                          api_key=caller.api_key, traceparent=traceparent)
     if cancel_key is not None:
         cache.set(cancel_key, str(calls[0].pk), settings.TOOLKEEPER_MCP_MAX_WAIT_S + 60)
     return exposed, calls
+
+
+def _answered_call(caller: McpCaller, spec: dict, answered) -> ToolCall | None:
+    """A 2026-era retry that brings the answers to its call's question (`inputResponses`): the answers applied,
+    the call they answer, when it is this session's call of this tool with these arguments."""
+    input_responses_apply(caller, answered, actor=_actor(caller))
+    for key in answered:
+        call = answered_call(caller, key)
+        if call is not None and call.tool_name == spec["name"] and call.input == spec["input"]:
+            return call
+    return None
+
+
+async def _question_left(call: ToolCall, ends: float) -> ToolCall | None:
+    """The call once its question is answered (or gone), read again every POLL_S; None at `ends`. A short read
+    every so often, while the person answers on the client that waits here."""
+    asked = (call.question or {}).get("expires_at")
+    while time.monotonic() < ends:
+        await asyncio.sleep(QUESTION_POLL_S)
+        now = await run_db(fetch_one, ToolCall, tenant=call.tenant_id, pk=call.pk)
+        if now is None:
+            return None
+        if now.status != CallStatus.AWAITING_USER or (now.question or {}).get("expires_at") != asked:
+            return now
+    return None
 
 
 # How a client stops a call it asked for. A 2025-era client sends `notifications/cancelled` naming its
@@ -328,39 +376,52 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
     async with ProgressFeed(session, progress=_progress_token(ctx) is not None, log_level=_log_level(ctx, session),
                             stream=stream) as feed:
         with waiter.watching(session.pk) as watch:
-            exposed, calls = await run_db(_submitted, caller, spec, cancel_key, _traceparent(ctx))
+            answered = params.input_responses if modern else None
+            exposed, calls = await run_db(_submitted, caller, spec, cancel_key, _traceparent(ctx), answered)
             if not calls:
                 raise MCPError(code=types.INVALID_PARAMS,
                                message=f"no tool named {params.name!r} is available in this session")
             if stream is not None:
                 stream.call_pk = str(calls[0].pk)
             timeout = settings.TOOLKEEPER_MCP_POLL_AFTER_S if polls else settings.TOOLKEEPER_MCP_MAX_WAIT_S
-            plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls,
-                            timeout=timeout, until=TERMINAL_STATUSES,
-                            grant=grant_of_key(caller.api_key), render=list, offline=lambda calls: True)
-            if plan.waits():
-                relay = asyncio.ensure_future(feed.relay(ctx, calls[0])) if feed.wanted else None
-                present = asyncio.ensure_future(_presence_kept(caller))
-                try:
-                    answer = await waiter.answer(plan, watch)
-                except asyncio.CancelledError:
-                    if modern:  # this task is done for: the cancel runs on without it
-                        abandoning = asyncio.ensure_future(run_db(_call_abandoned, caller, calls[0].pk))
-                        _abandoning.add(abandoning)
-                        abandoning.add_done_callback(_abandoning.discard)
-                    raise
-                finally:
-                    present.cancel()
-                    if relay is not None:
-                        await feed.stop(relay)
-                await feed.flush(ctx, calls[0])
-                if answer.refused:
-                    raise MCPError(code=types.INVALID_REQUEST, message="the API key of this request was revoked")
-                calls = answer.payload
-                if polls and calls[0].status not in TERMINAL_STATUSES:
-                    # SSE polling: the stream ends here, the call goes on; the client resumes with Last-Event-ID
-                    stream.hang_up()
-                    await asyncio.Event().wait()  # until the transport, its stream ended, cancels this handler
+            ends = time.monotonic() + timeout
+            while True:
+                plan = WaitPlan(tenant_id=session.tenant_id, session_ids={session.pk}, calls=calls,
+                                timeout=max(0.0, ends - time.monotonic()), until=ASKING_UNTIL,
+                                grant=grant_of_key(caller.api_key), render=list, offline=lambda calls: True)
+                if plan.waits():
+                    relay = asyncio.ensure_future(feed.relay(ctx, calls[0])) if feed.wanted else None
+                    present = asyncio.ensure_future(_presence_kept(caller))
+                    try:
+                        answer = await waiter.answer(plan, watch)
+                    except asyncio.CancelledError:
+                        if modern:  # this task is done for: the cancel runs on without it
+                            abandoning = asyncio.ensure_future(run_db(_call_abandoned, caller, calls[0].pk))
+                            _abandoning.add(abandoning)
+                            abandoning.add_done_callback(_abandoning.discard)
+                        raise
+                    finally:
+                        present.cancel()
+                        if relay is not None:
+                            await feed.stop(relay)
+                    await feed.flush(ctx, calls[0])
+                    if answer.refused:
+                        raise MCPError(code=types.INVALID_REQUEST, message="the API key of this request was revoked")
+                    calls = answer.payload
+                asking = calls[0].status == CallStatus.AWAITING_USER and client_elicits_forms(ctx, session)
+                if not asking or modern or not await ask_on_stream(ctx, calls[0]):
+                    break
+                # A 2025-era client answers with a POST of its own (`answer_apply`): wait for the question to go.
+                moved = await _question_left(calls[0], ends)
+                if moved is None:
+                    break
+                calls = [moved]
+            if asking and modern:
+                return input_required(calls[0])
+            if polls and calls[0].status not in SETTLED_FOR_MCP:
+                # SSE polling: the stream ends here, the call goes on; the client resumes with Last-Event-ID
+                stream.hang_up()
+                await asyncio.Event().wait()  # until the transport, its stream ended, cancels this handler
     if exposed is not None and exposed.is_meta and exposed.name != META_SEARCH_TOOLS \
             and calls[0].status == CallStatus.SUCCEEDED:
         await _surface_changed(ctx)  # the search only reads

@@ -49,11 +49,13 @@ class CallCancelled(ToolError):
 class ToolContext:
     """What a running tool may know and do. `emit` reports progress and output to watchers."""
 
-    def __init__(self, *, tenant, session, call, emit: Callable[..., None], cancelled: threading.Event):
+    def __init__(self, *, tenant, session, call, emit: Callable[..., None], cancelled: threading.Event,
+                 ask: Callable[..., dict] | None = None):
         self.tenant = tenant
         self.session = session
         self.call = call
         self._emit = emit
+        self._ask = ask
         self._cancelled = cancelled
         self._guard: ThreadGuard | None = None  # set while a thread guard runs the tool
 
@@ -108,6 +110,16 @@ class ToolContext:
         with self._platform():
             self._emit(text, progress=completed / total if total else None, kind="progress",
                        completed=completed, total=total)
+
+    def ask_user(self, message: str, requested_schema: dict | None = None, *, timeout_s: float | None = None) -> dict:
+        """Ask the session's own user and wait for the answer (docs/calls.md, "Questions for the user"):
+        `requested_schema` is an elicitation form (an object schema of primitive fields). The call is
+        `awaiting_user` meanwhile; the answer is `{"action": "accept"|"decline"|"cancel", "content": {...}|None}`,
+        `cancel` when nobody answers in time (`timeout_s`, or the platform's setting)."""
+        if self._ask is None:
+            raise ToolError("this call cannot ask its user a question", error_type="NoUserToAsk")
+        with self._platform():
+            return self._ask(message, requested_schema, timeout_s)
 
     def log(self, text: str, *, level: str = "info") -> None:
         """A log message of the call (`level` one of MCP's: debug, info, notice, warning, error, critical, alert,
@@ -210,8 +222,21 @@ class PythonTool:
                 with ctx._platform():
                     ctx._emit(event.get("text", ""), progress=event.get("progress"), kind=event.get("kind"), **extra)
 
+        def ask(question: dict) -> dict:
+            if ctx is None or ctx._ask is None:
+                return {"error": {"type": "NoUserToAsk", "message": "this call cannot ask its user a question"}}
+            try:
+                return {"answer": ctx.ask_user(question.get("message", ""), question.get("requested_schema"),
+                                               timeout_s=question.get("timeout_s"))}
+            except CallCancelled:
+                raise
+            except ToolError as exc:
+                return {"error": {"type": exc.error_type, "message": str(exc)}}
+            except ValueError as exc:
+                return {"error": {"type": "InvalidQuestion", "message": str(exc)}}
+
         try:
-            answer = child_run(request, emit=emit, stop=ctx._cancelled if ctx is not None else None)
+            answer = child_run(request, emit=emit, stop=ctx._cancelled if ctx is not None else None, ask=ask)
         except ToolStopped as exc:
             raise CallCancelled("the call was stopped") from exc
         except ChildGone as exc:

@@ -14,7 +14,9 @@ without timeout) is stopped when that call returns.
 
 A process-run tool (`@tool(isolation="process")`) runs in a child process from a small pool of
 pre-started ones; stopping it kills the child, and the pool starts a replacement. The child has no
-database; its `ctx.emit` events travel to the parent over the pipe, and the parent writes them.
+database; its `ctx.emit` events travel to the parent over the pipe, and the parent writes them. Its
+`ctx.ask_user` travels the same way: the parent asks, waits for the answer and sends it back to the child, which
+waits meanwhile (a stop kills it there too).
 """
 import contextlib
 import ctypes
@@ -348,8 +350,10 @@ def process_pool() -> ProcessPool:
         return _pool
 
 
-def child_run(request: dict, *, emit: Callable[[dict], None], stop: threading.Event | None) -> dict:
-    """Run one tool call in a child process: `emit` gets the child's events, the answer is the child's final
+def child_run(request: dict, *, emit: Callable[[dict], None], stop: threading.Event | None,
+              ask: Callable[[dict], dict] | None = None) -> dict:
+    """Run one tool call in a child process: `emit` gets the child's events, `ask` its questions for the user
+    (`ctx.ask_user`; what it returns goes back to the waiting child), the answer is the child's final
     message ({"result": …} or {"error": …}). Raises ToolStopped when `stop` killed the child, ChildGone when the
     child ended by itself."""
     pool = process_pool()
@@ -360,6 +364,10 @@ def child_run(request: dict, *, emit: Callable[[dict], None], stop: threading.Ev
         child.send(request)
         while True:
             message = child.recv()
+            if "ask" in message:
+                child.send(ask(message["ask"]) if ask is not None else {
+                    "error": {"type": "NoUserToAsk", "message": "this call cannot ask its user a question"}})
+                continue
             if "emit" not in message:
                 break
             emit(message["emit"])

@@ -1,7 +1,8 @@
 """The main loop of a tool process (`@tool(isolation="process")`, see tools.python.isolation).
 
 Started by the server's pool with one end of a socket pair; answers one request at a time: the tool's
-events as they come ({"emit": …}), then {"result": …} or {"error": …}. Dies with the process that
+events as they come ({"emit": …}), its questions for the user ({"ask": …}, each waiting for the server's
+{"answer": …} or {"error": …}), then {"result": …} or {"error": …}. Dies with the process that
 started it, and has no database.
 """
 import contextlib
@@ -28,8 +29,8 @@ PR_SET_PDEATHSIG = 1
 class DetachedContext(ToolContext):
     """The context of a tool in a child process: the call's identity, and events relayed to the server."""
 
-    def __init__(self, info: dict, emit):
-        super().__init__(tenant=None, session=None, call=None, emit=emit, cancelled=threading.Event())
+    def __init__(self, info: dict, emit, ask=None):
+        super().__init__(tenant=None, session=None, call=None, emit=emit, cancelled=threading.Event(), ask=ask)
         self._info = info
 
     @property
@@ -65,14 +66,25 @@ def _spec(module: str, qualname: str, name: str) -> PythonTool:
     return build_python_tool(target, name=name)
 
 
-def _answer(request: dict, send) -> dict:
+def _answer(request: dict, send, recv) -> dict:
     def emit(text="", *, progress=None, kind=None, **extra) -> None:
         send({"emit": {"text": str(text), "progress": None if progress is None else float(progress), "kind": kind,
                        **{name: extra[name] for name in EMIT_EXTRAS if extra.get(name) is not None}}})
 
+    def ask(message: str, requested_schema: dict | None, timeout_s: float | None) -> dict:
+        """The server asks the session's user and sends the answer back; this process waits for it."""
+        send({"ask": {"message": str(message), "requested_schema": requested_schema, "timeout_s": timeout_s}})
+        reply = recv() or {}
+        if "answer" in reply:
+            return reply["answer"]
+        error = reply.get("error") or {"type": "ToolFailed", "message": "the server did not answer the question"}
+        if error.get("type") == "InvalidQuestion":
+            raise ValueError(error.get("message"))
+        raise ToolError(error.get("message") or "", error_type=error.get("type") or "ToolFailed")
+
     try:
         spec = _spec(request["module"], request["qualname"], request["name"])
-        value = spec.run_here(request["arguments"], DetachedContext(request.get("context") or {}, emit))
+        value = spec.run_here(request["arguments"], DetachedContext(request.get("context") or {}, emit, ask))
         return {"result": tool_result(value)}
     except ToolError as exc:
         return {"error": {"type": exc.error_type, "message": str(exc)}}
@@ -90,7 +102,7 @@ def main(fd: int, parent_pid: int) -> None:
     BaseDatabaseWrapper.ensure_connection = _no_database
     send({"ready": True})
     while (request := parent.recv()) is not None:
-        answer = _answer(request, send)
+        answer = _answer(request, send, parent.recv)
         try:
             send(answer)
         except (TypeError, ValueError):

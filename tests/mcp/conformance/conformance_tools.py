@@ -3,6 +3,7 @@ the official suite's server scenarios call by name, as Python tools in the `basi
 every session the suite opens sees them; read-only, so no rule asks for them)."""
 import base64
 import io
+import json
 import struct
 import wave
 import zlib
@@ -94,6 +95,55 @@ def test_tool_with_progress(ctx: ToolContext) -> str:
             ctx.sleep(0.05)
         ctx.progress(done, 100, f"{done}/100")
     return "Progress test completed"
+
+
+def _asked(ctx: ToolContext, message: str, properties: dict) -> str:
+    answer = ctx.ask_user(message, {"type": "object", "properties": properties, "required": []}, timeout_s=20)
+    return f"User response: action={answer['action']}, content={json.dumps(answer['content'])}"
+
+
+@tool(read_only=True, idempotent=True, groups=GROUPS, timeout=30.0)
+def test_elicitation(message: str, ctx: ToolContext) -> str:
+    """Ask the user for a username and an e-mail address (conformance: tools-call-elicitation).
+
+    Args:
+        message: The question shown to the user.
+    """
+    return _asked(ctx, message, {"username": {"type": "string", "description": "User's response"},
+                                 "email": {"type": "string", "description": "User's email address"}})
+
+
+@tool(read_only=True, idempotent=True, groups=GROUPS, timeout=30.0)
+def test_elicitation_sep1034_defaults(ctx: ToolContext) -> str:
+    """Ask with a default for each primitive type (conformance: elicitation-sep1034-defaults)."""
+    return _asked(ctx, "Please review and update the form fields with defaults", {
+        "name": {"type": "string", "description": "User name", "default": "John Doe"},
+        "age": {"type": "integer", "description": "User age", "default": 30},
+        "score": {"type": "number", "description": "User score", "default": 95.5},
+        "status": {"type": "string", "description": "User status", "enum": ["active", "inactive", "pending"],
+                   "default": "active"},
+        "verified": {"type": "boolean", "description": "Verification status", "default": True},
+    })
+
+
+@tool(read_only=True, idempotent=True, groups=GROUPS, timeout=30.0)
+def test_elicitation_sep1330_enums(ctx: ToolContext) -> str:
+    """Ask with each enum form (conformance: elicitation-sep1330-enums)."""
+    return _asked(ctx, "Please select options from the enum fields", {
+        "untitledSingle": {"type": "string", "description": "Select one option",
+                           "enum": ["option1", "option2", "option3"]},
+        "titledSingle": {"type": "string", "description": "Select one option with titles", "oneOf": [
+            {"const": "value1", "title": "First Option"}, {"const": "value2", "title": "Second Option"},
+            {"const": "value3", "title": "Third Option"}]},
+        "legacyEnum": {"type": "string", "description": "Select one option (legacy)",
+                       "enum": ["opt1", "opt2", "opt3"], "enumNames": ["Option One", "Option Two", "Option Three"]},
+        "untitledMulti": {"type": "array", "description": "Select multiple options", "minItems": 1,
+                          "maxItems": 3, "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+        "titledMulti": {"type": "array", "description": "Select multiple options with titles", "minItems": 1,
+                        "maxItems": 3, "items": {"anyOf": [
+                            {"const": "value1", "title": "First Choice"}, {"const": "value2", "title": "Second Choice"},
+                            {"const": "value3", "title": "Third Choice"}]}},
+    })
 
 
 @tool(read_only=True, idempotent=True, groups=GROUPS)
