@@ -83,7 +83,9 @@ def test_an_unanswered_question_ends_at_its_deadline(world, session, asking, iso
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_the_tools_timeout_bounds_the_wait(world, session, asking, isolation):
-    tool = asking(isolation, timeout=1.0)
+    # The timeout also covers starting the tool (a process of its own, on a loaded machine): long enough that the
+    # question is surely asked within it, so that it is the wait for the answer that the timeout ends.
+    tool = asking(isolation, timeout=8.0)
     client = world.a.client("agent")
     call = asked(world, client, session, tool)
     done = wait_terminal(call["id"], tenant=world.a.tenant)
