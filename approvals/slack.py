@@ -19,8 +19,9 @@ request's id (nothing secret). Slack posts a click to `/integrations/slack/<chan
    ephemeral reply. The original message is then replaced with where the request stands. View input shows an
    eligible reviewer the input approving would run, as the inbox list shows it.
 
-Replies go to the payload's `response_url` through the outbound guard (`common.outbound`), within a few seconds,
-before the interaction is answered; a reply that fails is logged, and what was decided stays decided.
+Replies go to the payload's `response_url` through the outbound guard (`common.outbound`) once the interaction is
+answered (Slack wants its answer within three seconds, whatever the reply's way takes: `interaction_handle` only
+gathers them, `replies_send` posts them); a reply that fails is logged, and what was decided stays decided.
 """
 import hashlib
 import hmac
@@ -28,7 +29,7 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -96,6 +97,7 @@ class Interaction:
     action: str  # approve | reject | view
     request_id: int
     response_url: str
+    replies: list = field(default_factory=list, compare=False)  # the JSON bodies for response_url, in order
 
 
 # --- verifying --------------------------------------------------------------------------------------------------
@@ -182,11 +184,17 @@ def _slack_host(url: str) -> bool:
 
 # --- acting -----------------------------------------------------------------------------------------------------
 
-def interaction_handle(*, public_id, timestamp: str, signature: str, body: bytes) -> None:
-    """Verify and act on one click (see the module). Raises SlackRefused before acting; replies otherwise."""
+def interaction_handle(*, public_id, timestamp: str, signature: str, body: bytes) -> Interaction:
+    """Verify and act on one click (see the module). Raises SlackRefused before acting; otherwise the interaction,
+    with the replies for `replies_send` to post once Slack has its answer."""
     channel = interaction_channel(public_id)
     request_verify(channel=channel, timestamp=timestamp, signature=signature, body=body)
     interaction = interaction_parse(body)
+    _act(channel, interaction)
+    return interaction
+
+
+def _act(channel: NotificationChannel, interaction: Interaction) -> None:
     tenant = channel.tenant
     identity = (SlackIdentity.objects.for_tenant(tenant).select_related("user")
                 .filter(team_id=interaction.team_id, slack_user_id=interaction.user_id).first())
@@ -278,15 +286,22 @@ def _replacing(request: ApprovalRequest, note: str) -> dict:
     return {"replace_original": True, **slack_request_message(request, note=note)}
 
 
-def _reply(interaction: Interaction, message: dict) -> bool:
-    """Post to the interaction's response_url (Slack's hosts, through the outbound guard). False when it failed."""
-    body = json.dumps(message, ensure_ascii=False).encode()
-    try:
-        status = anyio.run(_post, interaction.response_url, body)
-    except Exception as exc:  # the receiver, the way there or the guard: logged, never the caller's failure
-        logger.info("a reply to Slack failed: %s", type(exc).__name__)
-        return False
-    return 200 <= status < 300
+def _reply(interaction: Interaction, message: dict) -> None:
+    interaction.replies.append(json.dumps(message, ensure_ascii=False).encode())
+
+
+def replies_send(interaction: Interaction) -> int:
+    """Post the interaction's replies to its response_url (Slack's hosts, through the outbound guard), in order;
+    how many were taken. A reply that fails is logged, never the caller's failure."""
+    sent = 0
+    for body in interaction.replies:
+        try:
+            status = anyio.run(_post, interaction.response_url, body)
+        except Exception as exc:  # the receiver, the way there or the guard
+            logger.info("a reply to Slack failed: %s", type(exc).__name__)
+            continue
+        sent += 200 <= status < 300
+    return sent
 
 
 async def _post(url: str, body: bytes) -> int:

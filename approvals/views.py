@@ -611,11 +611,25 @@ def slack_interaction(request, public_id):
     if declared > slack.MAX_BODY_BYTES:
         return HttpResponse("the request body is larger than the limit", status=413, content_type="text/plain")
     try:
-        slack.interaction_handle(public_id=public_id, timestamp=request.headers.get("X-Slack-Request-Timestamp", ""),
-                                 signature=request.headers.get("X-Slack-Signature", ""), body=request.body)
+        interaction = slack.interaction_handle(
+            public_id=public_id, timestamp=request.headers.get("X-Slack-Request-Timestamp", ""),
+            signature=request.headers.get("X-Slack-Signature", ""), body=request.body)
     except slack.SlackRefused as exc:
         return HttpResponse(exc.message, status=exc.status, content_type="text/plain; charset=utf-8")
-    return HttpResponse(status=200)
+    return _AnsweredThenReplied(interaction)
+
+
+class _AnsweredThenReplied(HttpResponse):
+    """Slack's 200, and the click's replies posted once it is sent (the server closes a response after sending it):
+    Slack gives an interaction three seconds, whatever the replies' way takes."""
+
+    def __init__(self, interaction):
+        super().__init__(status=200)
+        self.interaction = interaction
+
+    def close(self):
+        super().close()
+        slack.replies_send(self.interaction)
 
 
 @tenant_view(methods=("GET", "POST"), write=MEMBER)

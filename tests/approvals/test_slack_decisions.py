@@ -426,3 +426,44 @@ def test_an_unlink_of_a_hostile_id_changes_nothing(world, gov_member):
         assert console(bob).post("/t/acme/inbox/notifications/slack/unlink/",
                                  {"identity": identity}).status_code == 302
     assert SlackIdentity.objects.for_tenant(world.a.tenant).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)  # the ASGI handler runs the view in a thread with its own connection
+def test_slack_has_its_answer_before_the_replies_go(world, gov_queue, gov_member, slack_channel, standin,
+                                                     inbox_pending):
+    """Slack gives an interaction three seconds: the 200 goes out first, the replies to response_url after it."""
+    import asyncio
+
+    from asgiref.sync import async_to_sync
+    from django.core.handlers.asgi import ASGIHandler
+
+    queue = gov_queue()
+    channel = slack_channel(queue)
+    linked(world, gov_member(), ALICE)
+    [request] = inbox_pending(1, queue=queue)
+    signed = standin.click(user=ALICE, action="approve", request_id=request.pk)
+    replies_when_answered = []
+    bodies = [{"type": "http.request", "body": signed.body, "more_body": False}]
+
+    async def receive():
+        if bodies:
+            return bodies.pop()
+        await asyncio.Event().wait()  # the client stays connected; the handler cancels this wait when it is done
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            assert message["status"] == 200
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            replies_when_answered.append(len(standin.replies()))
+
+    headers = [(b"host", b"testserver"), (b"content-type", b"application/x-www-form-urlencoded"),
+               (b"content-length", str(len(signed.body)).encode()),
+               *[(name.lower().encode(), value.encode()) for name, value in signed.headers.items()]]
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": interaction_url(channel), "raw_path": interaction_url(channel).encode(), "query_string": b"",
+             "headers": headers, "client": ("127.0.0.1", 50000), "server": ("testserver", 80)}
+    async_to_sync(ASGIHandler())(scope, receive, send)
+    assert replies_when_answered == [0]  # answered with no reply posted yet
+    assert status_of(request) == RequestStatus.APPROVED
+    [reply] = standin.replies()  # posted once the answer was sent
+    assert reply["replace_original"] is True and "Request approved" in reply["text"]
