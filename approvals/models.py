@@ -145,6 +145,9 @@ class Vote(TenantOwned):
         constraints = [
             models.UniqueConstraint(fields=["request", "reviewer_label"], name="one_vote_per_reviewer"),
         ]
+        # A request's votes, read by each decision: with only the single-column indexes, SQLite's planner took
+        # the tenant's and read every vote the tenant ever cast (docs/performance.md, "Flat with history").
+        indexes = [models.Index(fields=["tenant", "request"])]
 
     def __str__(self):
         return f"{self.reviewer_label}: {self.decision}"

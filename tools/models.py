@@ -371,7 +371,11 @@ class ToolCall(TenantOwned):
         constraints = [models.UniqueConstraint(fields=["session", "call_id"], name="call_id_per_session")]
         indexes = [
             models.Index(fields=["tenant", "-created_at"]),
-            models.Index(fields=["tenant", "status"]),
+            # The tenant's calls in a status (the calls in flight, on every submission), and a session's among
+            # them: the retry's lookup of a waiting twin on every MCP call, an unsafe tool's claim. Without the
+            # session, SQLite read all of the tenant's calls for the twin (docs/performance.md, "Flat with
+            # history"); it replaces the (tenant, status) index, its prefix.
+            models.Index(fields=["tenant", "status", "session"]),
             models.Index(fields=["status", "lease_until"]),
             models.Index(fields=["status", "question_expires_at"]),
         ]

@@ -28,12 +28,14 @@ def shape(sql: str) -> str:
 class Trace:
     statements: list[tuple[str, str]] = field(default_factory=list)  # (thread name, statement shape)
     commits: list[str] = field(default_factory=list)  # thread names
+    texts: list[tuple[str, object]] = field(default_factory=list)  # (SQL, parameters), for asking for plans
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def clear(self) -> None:
         with self._lock:
             self.statements.clear()
             self.commits.clear()
+            self.texts.clear()
 
     def of(self, thread_prefix: str) -> list[str]:
         return [statement for thread, statement in self.statements if thread.startswith(thread_prefix)]
@@ -51,12 +53,15 @@ def trace_on(monkeypatch) -> Trace:
     def traced_execute(self, sql, params=None):
         with trace._lock:
             trace.statements.append((threading.current_thread().name, shape(sql)))
+            trace.texts.append((sql, params))
         return execute(self, sql, params)
 
     def traced_executemany(self, sql, param_list):
         """One statement with many sets of values: one entry, as it is one round trip (psycopg's pipeline)."""
+        param_list = list(param_list)
         with trace._lock:
             trace.statements.append((threading.current_thread().name, shape(sql) + " (many)"))
+            trace.texts.extend((sql, params) for params in param_list[:1])
         return executemany(self, sql, param_list)
 
     def traced_commit(self):

@@ -187,7 +187,7 @@ def session_call_count_add(session: AgentSession, added: int) -> int:
 def calls_in_flight(*, tenant, api_key=None) -> tuple[int, int]:
     """The tenant's calls received, queued or running, and how many of them are in sessions the key created.
 
-    Checked on every submission, inside its transaction: one statement over the (tenant, status) index (the
+    Checked on every submission, inside its transaction: one statement over the (tenant, status, session) index (the
     ORM's aggregate took over half a millisecond to build), reading only the calls in flight, which the
     limits keep few.
     """
@@ -213,21 +213,28 @@ def calls_in_flight(*, tenant, api_key=None) -> tuple[int, int]:
 
 def session_calls_awaiting_approval(session: AgentSession, tool_name: str) -> list[tuple[object, object]]:
     """(id, input) of the session's calls of this tool that wait for a reviewer or their user, oldest first: looked
-    up on every MCP call (a retry attaches to such a call), where compiling the queryset cost over a millisecond."""
+    up on every MCP call (a retry attaches to such a call), where compiling the queryset cost over a millisecond.
+
+    Read through the (tenant, session, status) index and put in order here: with an ORDER BY, SQLite's planner
+    walks the tenant's (tenant, created) index instead, every call the tenant ever made, to spare sorting the
+    few rows found (docs/performance.md, "Flat with history")."""
     conn = this_connection()
     quote = conn.ops.quote_name
     meta = ToolCall._meta
     column = {name: quote(meta.get_field(name).column) for name in ("tenant", "session", "tool_name", "status",
                                                                      "input", "created_at")}
-    sql = (f"SELECT {quote(meta.pk.column)}, {column['input']} FROM {quote(meta.db_table)} "  # noqa: S608
+    sql = (f"SELECT {quote(meta.pk.column)}, {column['input']}, {column['created_at']} "  # noqa: S608
+           f"FROM {quote(meta.db_table)} "
            f"WHERE {column['tenant']} = %s AND {column['session']} = %s AND {column['tool_name']} = %s "
-           f"AND {column['status']} IN (%s, %s) ORDER BY {column['created_at']}")
+           f"AND {column['status']} IN (%s, %s)")
     with conn.cursor() as cursor:
         cursor.execute(sql, [session.tenant_id, meta.pk.get_db_prep_value(session.pk, conn), tool_name,
                              str(CallStatus.AWAITING_APPROVAL), str(CallStatus.AWAITING_USER)])
         rows = cursor.fetchall()
     input_field = meta.get_field("input")
-    return [(meta.pk.to_python(pk), input_field.from_db_value(value, None, conn)) for pk, value in rows]
+    created_field = meta.get_field("created_at")
+    rows.sort(key=lambda row: created_field.to_python(row[2]))
+    return [(meta.pk.to_python(pk), input_field.from_db_value(value, None, conn)) for pk, value, _ in rows]
 
 
 def call_statuses(tenant_id: int, call_ids, *, with_cancel: bool = False) -> dict:
