@@ -85,7 +85,8 @@ def test_call_shape(world):
     assert response.status_code == 200
     [call] = response.json()["calls"]
     assert set(call) == {"id", "call_id", "session", "tool", "input", "status", "decision", "result", "error",
-                         "approval", "created_at", "finished_at", "trace_id"}
+                         "approval", "question", "created_at", "finished_at", "trace_id"}
+    assert call["question"] is None  # only a call awaiting its user carries one (docs/api.md)
     assert call["call_id"] == "shape" and call["tool"] == "current_time" and call["input"] == {}
     assert call["status"] == "succeeded" and call["trace_id"] is None  # tracing is off here
     assert set(call["decision"]) >= {"behavior", "rule", "reason"}

@@ -14,6 +14,7 @@ import logging
 
 from django.core import signing
 from mcp import types
+from mcp.shared.jsonrpc_dispatcher import _plan_outbound  # the SDK's own routing of a message to a request
 from mcp_types import JSONRPCRequest
 
 from common.errors import Conflict, NotPermitted, ServiceError
@@ -122,8 +123,6 @@ async def ask_on_stream(ctx, call: ToolCall) -> bool:
     dispatcher = getattr(outbound, "_dispatcher", None)
     if dispatcher is None or outbound.request_id is None:
         return False
-    from mcp.shared.jsonrpc_dispatcher import _plan_outbound  # the SDK's own routing of a message to a request
-
     params = elicit_params(call).model_dump(by_alias=True, mode="json", exclude_none=True)
     request = JSONRPCRequest(jsonrpc="2.0", id=question_key(call), method="elicitation/create", params=params)
     try:
