@@ -262,3 +262,29 @@ def test_after_the_users_confirmation_only_their_input_may_be_approved(world, go
     assert same.status_code == 200, same.content
     poll(lambda: call_row(call, world.a.tenant).status == CallStatus.SUCCEEDED)
     assert gov_shell.counter.inputs == [{"command": "ls", "cwd": "/"}]
+
+
+def test_over_mcp_only_the_persons_own_client_answers_their_question(world, gov_shell, confirming, gov_member):
+    """An app key that may name a verified person's session over /mcp/ cannot answer for them there either."""
+    from types import SimpleNamespace
+
+    from tenancy.models import ApiKey
+    from tools.catalog.services import session_create
+    from tools.gateway import elicitation
+
+    person = gov_member(email="pat@example.com")
+    app_key = world.a.key_objects["agent"]
+    session = session_create(tenant=world.a.tenant, agent="ops-bot", user="pat@example.com", user_verified=True,
+                             person=person, api_key=app_key)
+    call = held(session, gov_shell.name, {"command": "ls"})
+    row = call_row(call, world.a.tenant)
+    key = elicitation.question_key(row)
+    accept = {"action": "accept", "content": {"confirm": True}}
+    app = SimpleNamespace(session=session, api_key=ApiKey.objects.for_tenant(world.a.tenant).get(pk=app_key.pk))
+    assert elicitation.answer_apply(app, key, accept, actor="apikey:app") is False
+    assert call_row(call, world.a.tenant).status == CallStatus.AWAITING_USER
+    persons_key = ApiKey.objects.for_tenant(world.a.tenant).get(pk=app_key.pk)
+    persons_key.acting_for = person  # as an OAuth grant's key stands for its person (docs/identity.md)
+    own_client = SimpleNamespace(session=session, api_key=persons_key)
+    assert elicitation.answer_apply(own_client, key, {"action": "decline"}, actor="apikey:pat") is True
+    assert call_row(call, world.a.tenant).status == CallStatus.REJECTED

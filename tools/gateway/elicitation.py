@@ -19,7 +19,7 @@ from mcp_types import JSONRPCRequest
 
 from common.errors import Conflict, NotPermitted, ServiceError
 from tenancy.fastread import fetch_one
-from tools.calls.questions import call_answer, public_question
+from tools.calls.questions import answer_permitted, call_answer, public_question
 from tools.models import CallStatus, ToolCall
 
 logger = logging.getLogger("toolkeeper.mcp")
@@ -103,6 +103,9 @@ def answer_apply(caller, key, result, *, actor: str) -> bool:
     action = result.get("action") if result.get("action") in ("accept", "decline", "cancel") else "cancel"
     content = result.get("content") if isinstance(result.get("content"), dict) else None
     try:
+        # as over REST: a verified person's question is answered by their own client only, not by another key
+        # that may name their session
+        answer_permitted(session=caller.session, api_key=caller.api_key)
         call_answer(call=call, action=action, content=content, actor=None, responder=actor)
     except (Conflict, NotPermitted, ServiceError):
         return False
