@@ -207,6 +207,7 @@ def measure_mode(mode: str, trees: dict[str, Path], upstream_url: str, calls: in
             result[label][path] = {
                 "cpu_ms_per_call": statistics.median(cpu[label][path]), "blocks": cpu[label][path],
                 "parts_ms_per_call": {name: statistics.median(b[name] for b in parts[label][path]) for name in names},
+                "block_parts": parts[label][path],
                 "p50_ms": statistics.median(wall[label][path]) * 1000}
     return result
 
