@@ -165,10 +165,13 @@ def measure_mode(mode: str, trees: dict[str, Path], upstream_url: str, calls: in
     wall = {label: {path: [] for path in PATHS} for label in trees}
     with contextlib.ExitStack() as stack:
         served, clients = {}, {}
-        for n, (label, tree) in enumerate(trees.items()):
+        for label, tree in trees.items():
             pg = stack.enter_context(PrivatePostgres()) if mode == "distributed" else None
             print(f"{mode}: starting {label} ({tree})…", flush=True)
             served[label] = stack.enter_context(Served(label, tree, mode, pg))
+        # The clients connect once every tree serves: a keep-alive connection left idle while the next stack
+        # started (a minute under load) was closed by the server (a broken pipe at the first call).
+        for n, label in enumerate(trees):
             server = served[label].server
             register_upstream(server, upstream_url)
             http = Client(server.port, server.api_key)
