@@ -1,8 +1,16 @@
 #!/usr/bin/env python
-"""CPU per governed call as a tenant's history grows: the same calls at 1k and at 100k stored calls.
+"""CPU per governed call as a tenant's history grows: the same calls at 1k and at 100k stored calls, on SQLite
+and on PostgreSQL.
 
-Starts Toolkeeper in the embedded mode (bench settings, SQLite) with the upstream MCP server of
-`bench/mcp_proxy.py`, and measures three paths, each on a session of its own:
+Starts Toolkeeper with the local executor and the in-process channel layer (bench settings) and the upstream MCP
+server of `bench/mcp_proxy.py`, on each database in turn:
+
+- sqlite:   the embedded mode (the data dir's SQLite file), as `make run`;
+- postgres: the same server on a fresh PostgreSQL database of a private cluster (bench/bench_pg.py: initdb per
+            run, default settings), so that the database's CPU, where a scan would show, is measured too and
+            is all this server's (the cluster's processes, with the backends that ended).
+
+It measures three paths, each on a session of its own:
 
 - rest:  POST /api/v1/sessions/{id}/calls with `wait`, the built-in `current_time`;
 - mcp:   `tools/call` of `current_time` on /mcp/ (as `bench/mcp_endpoint.py` sends it), which first looks for a
@@ -11,16 +19,18 @@ Starts Toolkeeper in the embedded mode (bench settings, SQLite) with the upstrea
 
 The history is grown by inserting rows straight into the server's database (copies of a finished call, each
 with its event, in a session of its own: the tenant's past, not the measured sessions'), first to 1k stored
-calls (the baseline), then to 100k. At each size every path makes its calls in rounds that alternate the
-paths' order; a path's figure is the CPU all of Toolkeeper's processes (the server and its children, from
-/proc: user + system, not wall time) used over its calls, divided by them: the median of its rounds.
-Target: at 100k, each path within 10% of its figure at 1k (`ratio` ≤ 1.10).
+calls (the baseline), then to 100k; on PostgreSQL the two tables are then analyzed, as autovacuum would after
+such an insert. At each size every path makes its calls in rounds that alternate the paths' order; a path's
+figure is the CPU all of Toolkeeper's processes (the server and its children, and on PostgreSQL the cluster's;
+from /proc: user + system, not wall time) used over its calls, divided by them: the median of its rounds.
+Target: at 100k, each path within 10% of its figure at 1k (`ratio` ≤ 1.10), on both databases.
 
-    .venv/bin/python bench/history.py [--quick] [--json PATH]
+    .venv/bin/python bench/history.py [--quick] [--db sqlite|postgres|both] [--json PATH]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sqlite3
 import statistics
@@ -33,7 +43,8 @@ ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH_DIR))
 
-from bench_http import Client, cpu_seconds, new_session, process_tree  # noqa: E402
+from bench_http import Client, new_session, process_tree  # noqa: E402
+from bench_pg import PrivatePostgres, cpu_with_children  # noqa: E402
 from mcp_endpoint import McpWireClient, RestClient  # noqa: E402
 from mcp_proxy import EchoServer, ProxyClient, register_upstream  # noqa: E402
 
@@ -43,11 +54,11 @@ SIZES = (1_000, 100_000)
 TARGET = 1.10  # CPU per call at the largest size at most this × at the smallest
 
 
-class History:
+class SqliteHistory:
     """The tenant's stored calls, grown by copying one finished call (and its first event) in one statement each."""
 
-    def __init__(self, database: Path, session: str):
-        self.db = sqlite3.connect(database, timeout=60, isolation_level=None)
+    def __init__(self, server: LiveServer, session: str):
+        self.db = sqlite3.connect(server.data_dir / "common.sqlite3", timeout=60, isolation_level=None)
         self.session = session.replace("-", "")  # Django keeps a UUID on SQLite as 32 hex digits
         self.source = self.db.execute("SELECT id, tenant_id FROM tools_toolcall WHERE status = 'succeeded' "
                                       "ORDER BY created_at LIMIT 1").fetchone()
@@ -79,8 +90,59 @@ class History:
         self.db.execute("COMMIT")
         return time.perf_counter() - started
 
+    def close(self) -> None:
+        self.db.close()
 
-def measure(server: LiveServer, paths: dict, calls: int, rounds: int) -> dict:
+
+class PostgresHistory:
+    """The same on PostgreSQL: one INSERT … SELECT over generate_series a table, then ANALYZE."""
+
+    def __init__(self, server: LiveServer, session: str):
+        import psycopg
+
+        self.db = psycopg.connect(server.database_url.replace("postgres://", "postgresql://", 1), autocommit=True)
+        self.session = session
+        self.source = self.db.execute("SELECT id, tenant_id FROM tools_toolcall WHERE status = 'succeeded' "
+                                      "ORDER BY created_at LIMIT 1").fetchone()
+        self.batches = 0
+
+    def stored(self) -> int:
+        count = self.db.execute("SELECT COUNT(*) FROM tools_toolcall WHERE tenant_id = %s", [self.source[1]])
+        return count.fetchone()[0]
+
+    def grow_to(self, size: int) -> float:
+        started, missing = time.perf_counter(), size - self.stored()
+        if missing <= 0:
+            return 0.0
+        self.batches += 1
+        prefix = f"history-{self.batches}-"
+        columns = [row[0] for row in self.db.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'tools_toolcall' "
+            "ORDER BY ordinal_position")]
+        values = {"id": "gen_random_uuid()", "call_id": "%s::text || n", "session_id": "%s::uuid"}
+        select = ", ".join(values.get(column, f"source.{column}") for column in columns)
+        with self.db.transaction():
+            self.db.execute(
+                f"INSERT INTO tools_toolcall ({', '.join(columns)}) SELECT {select} "  # noqa: S608
+                "FROM generate_series(1, %s) AS n, tools_toolcall AS source WHERE source.id = %s",
+                [prefix, self.session, missing, self.source[0]])
+            self.db.execute(
+                "INSERT INTO tools_callevent (tenant_id, call_id, seq, kind, data, at) "
+                "SELECT tenant_id, id, 1, 'status', '{\"status\": \"succeeded\"}'::jsonb, created_at "
+                "FROM tools_toolcall WHERE session_id = %s::uuid AND call_id LIKE %s", [self.session, prefix + "%"])
+        self.db.execute("ANALYZE tools_toolcall")
+        self.db.execute("ANALYZE tools_callevent")
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def reading(components: list) -> float:
+    return sum(sum(cpu_with_children(pids()).values()) for pids in components)
+
+
+def measure(components: list, paths: dict, calls: int, rounds: int) -> dict:
     """CPU ms per call of each path (median of its rounds), with its rounds, and its wall p50 for information."""
     cpu: dict[str, list[float]] = {kind: [] for kind in paths}
     wall: dict[str, list[float]] = {kind: [] for kind in paths}
@@ -90,18 +152,65 @@ def measure(server: LiveServer, paths: dict, calls: int, rounds: int) -> dict:
     for r in range(rounds):
         order = list(paths) if r % 2 == 0 else list(paths)[::-1]
         for kind in order:
-            pids = process_tree(server.process.pid)
-            before = cpu_seconds(pids)
+            before = reading(components)
             wall[kind] += [paths[kind].timed() for _ in range(calls)]
-            cpu[kind].append((cpu_seconds(pids) - before) * 1000 / calls)
+            cpu[kind].append((reading(components) - before) * 1000 / calls)
     return {kind: {"cpu_ms_per_call": statistics.median(cpu[kind]), "rounds": cpu[kind],
                    "p50_ms": statistics.median(wall[kind]) * 1000} for kind in paths}
 
 
+BENCH_ENV = {"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING",
+             "TOOLKEEPER_SECRETS_KEY": "YmVuY2gtb25seS14eHh4eHh4eHh4eHh4eHh4eHh4eHg=",
+             "TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1"}
+
+
+def run_database(db: str, upstream_url: str, sizes: tuple[int, ...], calls: int, rounds: int) -> dict:
+    """Serve on `db`, grow the history through `sizes` and measure at each: {size: {path: figures}}, grown s."""
+    with contextlib.ExitStack() as stack:
+        options: dict = {}
+        components = []
+        if db == "postgres":
+            import psycopg
+
+            pg = stack.enter_context(PrivatePostgres())
+            with psycopg.connect(pg.admin_url.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE toolkeeper_history")
+            options = {"database_url": pg.admin_url.rsplit("/", 1)[0] + "/toolkeeper_history",
+                       "database_name": "toolkeeper_history"}
+            components.append(pg.pids)
+        server = LiveServer(settings_module="bench_settings", extra_pythonpath=[str(BENCH_DIR)], extra_env=BENCH_ENV,
+                            daphne_args=["-v", "0"], **options)
+        print(f"{db}: starting daphne (local executor, in-process channel layer)…", flush=True)
+        stack.enter_context(server)
+        components.insert(0, lambda: process_tree(server.process.pid))
+        register_upstream(server, upstream_url)
+        http = Client(server.port, server.api_key)
+        try:
+            past = new_session(http, 9000)
+            sessions = [new_session(http, 9001 + i) for i in range(2)]
+        finally:
+            http.close()
+        paths = {"rest": RestClient(server, sessions[0]), "mcp": McpWireClient(server, sessions[1]),
+                 "proxy": ProxyClient(server, 9003)}
+        for client in paths.values():
+            stack.callback(client.close)
+            client.timed()  # a finished call to copy
+        history = (PostgresHistory if db == "postgres" else SqliteHistory)(server, past)
+        stack.callback(history.close)
+        results, grown = {}, {}
+        for size in sizes:
+            grown[size] = history.grow_to(size)
+            print(f"{db}: {history.stored()} stored calls (grown in {grown[size]:.1f} s); measuring…", flush=True)
+            results[size] = measure(components, paths, calls, rounds)
+        return {"results": results, "grown_s": grown}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer calls a round, about two minutes")
+    parser.add_argument("--quick", action="store_true", help="fewer calls a round, about two minutes a database")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
+    parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both",
+                        help="the database(s) to measure on (default %(default)s)")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="stored calls, smallest (the baseline) "
                         "first (default %(default)s)")
     parser.add_argument("--calls", type=int, help="calls of a path a round (default 100 with --quick, else 300)")
@@ -109,53 +218,30 @@ def main(argv=None) -> int:
     calls, rounds = (100, 3) if args.quick else (300, 5)
     calls = args.calls or calls
     sizes = tuple(int(size) for size in args.sizes.split(","))
+    databases = ("sqlite", "postgres") if args.db == "both" else (args.db,)
 
-    results: dict[int, dict] = {}
-    grown: dict[int, float] = {}
+    runs = {}
     with EchoServer() as upstream:
-        server = LiveServer(
-            settings_module="bench_settings", extra_pythonpath=[str(BENCH_DIR)],
-            extra_env={"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING",
-                       "TOOLKEEPER_SECRETS_KEY": "YmVuY2gtb25seS14eHh4eHh4eHh4eHh4eHh4eHh4eHg=",
-                       "TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1"},
-            daphne_args=["-v", "0"])
-        print("starting the MCP server and daphne (embedded mode)…", flush=True)
-        with server:
-            register_upstream(server, upstream.url)
-            http = Client(server.port, server.api_key)
-            try:
-                past = new_session(http, 9000)
-                sessions = [new_session(http, 9001 + i) for i in range(2)]
-            finally:
-                http.close()
-            paths = {"rest": RestClient(server, sessions[0]), "mcp": McpWireClient(server, sessions[1]),
-                     "proxy": ProxyClient(server, 9003)}
-            try:
-                for client in paths.values():
-                    client.timed()  # a finished call to copy
-                history = History(server.data_dir / "common.sqlite3", past)
-                for size in sizes:
-                    grown[size] = history.grow_to(size)
-                    print(f"{history.stored()} stored calls (grown in {grown[size]:.1f} s); measuring…", flush=True)
-                    results[size] = measure(server, paths, calls, rounds)
-            finally:
-                for client in paths.values():
-                    client.close()
+        for db in databases:
+            runs[db] = run_database(db, upstream.url, sizes, calls, rounds)
 
     small, large = sizes[0], sizes[-1]
-    ratios = {kind: results[large][kind]["cpu_ms_per_call"] / results[small][kind]["cpu_ms_per_call"]
-              for kind in results[small]}
-    print(f"\n{'path':<6} {'CPU ms/call at ' + format(small, ','):>20} {'at ' + format(large, ','):>12} "
+    print(f"\n{'db':<9} {'path':<6} {'CPU ms/call at ' + format(small, ','):>20} {'at ' + format(large, ','):>12} "
           f"{'ratio':>6}  {'p50 ms':>13}")
-    for kind, ratio in ratios.items():
-        verdict = "ok" if ratio <= TARGET else "MISSES TARGET"
-        before, after = results[small][kind], results[large][kind]
-        print(f"{kind:<6} {before['cpu_ms_per_call']:>20.2f} {after['cpu_ms_per_call']:>12.2f} {ratio:>6.2f}  "
-              f"{before['p50_ms']:>5.2f} → {after['p50_ms']:<5.2f}  (target ≤ {TARGET}: {verdict})")
+    for db, run in runs.items():
+        results = run["results"]
+        run["ratios"] = {kind: results[large][kind]["cpu_ms_per_call"] / results[small][kind]["cpu_ms_per_call"]
+                         for kind in results[small]}
+        for kind, ratio in run["ratios"].items():
+            verdict = "ok" if ratio <= TARGET else "MISSES TARGET"
+            before, after = results[small][kind], results[large][kind]
+            print(f"{db:<9} {kind:<6} {before['cpu_ms_per_call']:>20.2f} {after['cpu_ms_per_call']:>12.2f} "
+                  f"{ratio:>6.2f}  {before['p50_ms']:>5.2f} → {after['p50_ms']:<5.2f}  (target ≤ {TARGET}: {verdict})")
     if args.json:
-        Path(args.json).write_text(json.dumps({"sizes": list(sizes), "results": {str(k): v for k, v in results.items()},
-                                               "ratios": ratios, "grown_s": grown, "target": TARGET,
-                                               "quick": args.quick}, indent=2))
+        Path(args.json).write_text(json.dumps({
+            "sizes": list(sizes), "target": TARGET, "quick": args.quick, "calls": calls, "rounds": rounds,
+            "databases": {db: {"results": {str(k): v for k, v in run["results"].items()}, "ratios": run["ratios"],
+                               "grown_s": run["grown_s"]} for db, run in runs.items()}}, indent=2))
         print(f"wrote {args.json}")
     return 0
 
