@@ -8,7 +8,10 @@ import re
 import pytest
 
 from approvals.services import rule_create
+from tests.tools.support import wait_terminal
+from tools.calls.submit import calls_submit
 from tools.gateway.entry import McpEndpoint
+from tools.models import CallStatus, ToolCall
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("drain_calls")]
 
@@ -18,7 +21,8 @@ META = {"io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {}}
 
 
-def post(endpoint: McpEndpoint, message: dict, key: str, session: str, **headers) -> tuple[int, dict, bytes]:
+def post(endpoint: McpEndpoint, message: dict, key: str, session: str, *, leave_after: float | None = None,
+         **headers) -> tuple[int, dict, bytes]:
     body = json.dumps(message).encode()
     routing = {"mcp-protocol-version": MODERN, "mcp-method": message.get("method", "")}
     if message.get("method") == "tools/call" and isinstance(message.get("params", {}).get("name"), str):
@@ -35,12 +39,17 @@ def post(endpoint: McpEndpoint, message: dict, key: str, session: str, **headers
     async def receive():
         if received:
             return received.pop(0)
-        await asyncio.Event().wait()  # the client stays connected
+        if leave_after is None:
+            await asyncio.Event().wait()  # the client stays connected
+        await asyncio.sleep(leave_after)
+        return {"type": "http.disconnect"}
 
     async def send(message):
         sent.append(message)
 
     asyncio.run(endpoint(scope, receive, send))
+    if leave_after is not None:
+        return 0, {}, b"".join(m.get("body", b"") for m in sent)
     start = next(m for m in sent if m["type"] == "http.response.start")
     content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, content
@@ -110,3 +119,19 @@ def test_the_lean_reader_answers_as_the_sdk_does(world, settings):
     assert answered["invalid params"][1]["error"]["code"] == -32602
     assert "calculate" in {tool["name"] for tool in answered["tools/list"][1]["result"]["tools"]}
     assert "notifications/tools/list_changed" in answered["a meta tool"][1]  # an event stream: the SDK's way
+
+
+def test_a_client_that_closes_the_lean_answer_stops_its_call(world, settings):
+    """A 2026-era client's cancel is closing its request: the lean reader cancels the handler, which stops the
+    call, as through the SDK's entry."""
+    settings.TOOLKEEPER_MCP_LEAN = True
+    a = world.a
+    [opened] = calls_submit(session=a.session, calls=[{"name": "reset_tools", "input": {"ops": True}}])
+    assert opened.status == CallStatus.SUCCEEDED
+    endpoint = McpEndpoint()
+    message = request(1, "tools/call", {"name": "countdown", "arguments": {"seconds": 30}})
+    _, _, sent = post(endpoint, message, a.keys["agent"], str(a.session.pk), leave_after=0.5)
+    assert endpoint.lean_answered == 1 and endpoint.manager is None
+    assert sent == b""  # nothing answered to a client that left
+    call = ToolCall.objects.for_tenant(a.tenant).filter(session=a.session, tool_name="countdown").get()
+    assert wait_terminal(call.pk, tenant=a.tenant).status == CallStatus.INTERRUPTED
