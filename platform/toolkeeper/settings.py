@@ -418,6 +418,9 @@ TOOLKEEPER_MCP_HEARTBEAT_S = float(os.environ.get("TOOLKEEPER_MCP_HEARTBEAT_S", 
 TOOLKEEPER_MCP_RESUME_S = float(os.environ.get("TOOLKEEPER_MCP_RESUME_S", 600))
 TOOLKEEPER_MCP_RETRY_MS = int(os.environ.get("TOOLKEEPER_MCP_RETRY_MS", 1000))
 TOOLKEEPER_MCP_POLL_AFTER_S = float(os.environ.get("TOOLKEEPER_MCP_POLL_AFTER_S", 0))
+# The lean reader of /mcp/ (docs/notes/mcp.md, "MCP endpoint — server"): a 2026-era tools/call, tools/list or ping
+# answered by one JSON reply is answered without the SDK's transport; "0" sends every request through the SDK.
+TOOLKEEPER_MCP_LEAN = os.environ.get("TOOLKEEPER_MCP_LEAN", "1") != "0"
 # Each server or worker process keeps its MCP sessions in a helper process of its own ("0": in a thread).
 TOOLKEEPER_MCP_CLIENT_PROCESS = os.environ.get("TOOLKEEPER_MCP_CLIENT_PROCESS", "1") != "0"
 # Set by tools.upstream.client in that helper process.

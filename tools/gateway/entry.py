@@ -23,9 +23,19 @@ from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server import Server
+from mcp.server import _streamable_http_modern as single_exchange
+from mcp.server.connection import Connection
+from mcp.server.runner import serve_one
+from mcp.server.streamable_http_manager import DEFAULT_MAX_REQUEST_BODY_SIZE, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp.shared.inbound import InboundModernRoute, classify_inbound_request, find_duplicated_routing_header
+from mcp.shared.message import ServerMessageMetadata
+from mcp.shared.transport_context import TransportContext
+from mcp_types import JSONRPCRequest
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.requests import Request
 
 from common.errors import NotPermitted, RateLimited
 from common.json_values import MAX_JSON_DEPTH
@@ -44,6 +54,7 @@ from tools.gateway.protocol import (
     STREAM_SCOPE,
     McpAccessError,
     McpCaller,
+    answers_alone,
     elicits_urls,
     mcp_presence_note,
     mcp_protocol_server,
@@ -267,13 +278,131 @@ def _message_of(body: bytes):
         return RpcRefusal(400, PARSE_ERROR, "Parse error: the body is not a JSON message")
 
 
+# --- the lean reader ------------------------------------------------------------------------------------------------
+# A 2026-era POST carrying one `tools/call`, `tools/list` or `ping` that can be answered by one JSON reply
+# (`protocol.answers_alone`) is answered here, the way the SDK's single-exchange entry answers it, without its
+# ASGI request, its task group and memory stream, or its manager: the SDK's own checks of the message
+# (`JSONRPCRequest`, the duplicated routing headers, `classify_inbound_request`), its `serve_one` with our
+# handlers, and its writer, so the answer is the SDK's byte for byte (tests/mcp/test_lean.py holds them equal).
+# Whatever would make the SDK answer otherwise (a content type or Accept it refuses, a body past its bound, a
+# rejected envelope) goes the SDK's way and gets its answer. TOOLKEEPER_MCP_LEAN=0 sends everything that way.
+
+def _accepts_both(accept: str) -> bool:
+    """The SDK's Accept check for its SSE mode (`check_accept_headers`): JSON and an event stream."""
+    types = {part.strip().split(";")[0].strip().lower() for part in accept.split(",")}
+    return "*/*" in types or (bool(types & {"application/json", "application/*"})
+                              and bool(types & {"text/event-stream", "text/*"}))
+
+
+def lean_request(scope, headers: dict[bytes, bytes], message, body_size: int) \
+        -> tuple[JSONRPCRequest, InboundModernRoute] | None:
+    """The request and its envelope when the lean reader may answer this POST; None: the SDK answers it."""
+    version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
+    if not settings.TOOLKEEPER_MCP_LEAN or version not in MODERN_PROTOCOL_VERSIONS \
+            or b"mcp-method" not in headers or not isinstance(message, dict) or "id" not in message \
+            or not answers_alone(message.get("method"), message.get("params", {})):
+        return None
+    if body_size > DEFAULT_MAX_REQUEST_BODY_SIZE \
+            or not headers.get(b"content-type", b"").decode("latin-1").lower().startswith("application/json") \
+            or not _accepts_both(headers.get(b"accept", b"").decode("latin-1")):
+        return None
+    raw = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"]]
+    if find_duplicated_routing_header(raw) is not None:
+        return None
+    try:
+        request = JSONRPCRequest.model_validate(message)
+    except ValidationError:
+        return None
+    verdict = classify_inbound_request(message, headers=dict(reversed(raw)))  # the first of a repeated header
+    return (request, verdict) if isinstance(verdict, InboundModernRoute) else None
+
+
+class _Sink:
+    """Where the handler's notifications would go (none are expected: `answers_alone`); one commits the answer
+    to an event stream, as in the SDK's entry."""
+
+    def __init__(self):
+        self.events: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def send(self, event: bytes) -> None:
+        self.events.put_nowait(event)
+
+
+async def _disconnected(receive) -> None:
+    while (await receive()).get("type") != "http.disconnect":
+        pass
+
+
+async def lean_answer(server: Server, request: JSONRPCRequest, verdict: InboundModernRoute, scope, receive,
+                      send) -> None:
+    """Answer as the SDK's single-exchange entry does: JSON when the handler ends within its ping interval without
+    a notification, else an event stream with keep-alive pings and the reply last; a client that goes away
+    cancels the handler."""
+    http_request = Request(scope, receive)
+    sink = _Sink()
+    dctx = single_exchange._SingleExchangeDispatchContext(
+        transport=TransportContext(kind="streamable-http", can_send_request=False, headers=http_request.headers),
+        request_id=request.id, message_metadata=ServerMessageMetadata(request_context=http_request), sink=sink)
+    connection = Connection.from_envelope(verdict.protocol_version, verdict.client_info, verdict.client_capabilities)
+    handler = asyncio.ensure_future(single_exchange._to_jsonrpc_response(request.id, serve_one(
+        server, dctx, request.method, request.params, connection=connection, lifespan_state={})))
+    gone = asyncio.ensure_future(_disconnected(receive))
+    event: asyncio.Future | None = None
+    committed = False
+
+    async def commit() -> None:
+        nonlocal committed
+        if not committed:
+            await send({"type": "http.response.start", "status": 200, "headers": single_exchange._SSE_HEADERS})
+            committed = True
+
+    try:
+        while True:
+            event = event or asyncio.ensure_future(sink.events.get())
+            done, _ = await asyncio.wait({handler, gone, event}, timeout=single_exchange._SSE_PING_INTERVAL,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if gone in done:
+                return
+            if event in done:
+                body, event = event.result(), None
+            elif handler in done:
+                break
+            else:
+                body = b": ping\r\n\r\n"
+            await commit()
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        event.cancel()
+        if not committed and sink.events.empty():
+            await single_exchange._write(handler.result(), scope, receive, send)
+            return
+        await commit()
+        while not sink.events.empty():
+            await send({"type": "http.response.body", "body": sink.events.get_nowait(), "more_body": True})
+        await send({"type": "http.response.body", "body": single_exchange._sse_event(handler.result()),
+                    "more_body": False})
+    finally:
+        for task in (handler, gone, event):
+            if task is not None and not task.done():
+                task.cancel()
+        await asyncio.gather(handler, return_exceptions=True)  # a cancelled handler records what it must
+
+
 class McpEndpoint:
     """The ASGI application behind `/mcp/`."""
 
     def __init__(self):
         self.manager: StreamableHTTPSessionManager | None = None
+        self._server: Server | None = None
         self._ready: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
+        self.lean_answered = 0  # requests the lean reader answered
+
+    @property
+    def server(self) -> Server:
+        """The protocol server, of both ways in (the SDK's manager and the lean reader)."""
+        if self._server is None:
+            self._server = mcp_protocol_server(on_listen=surface_listen)
+        return self._server
 
     async def _started(self) -> StreamableHTTPSessionManager:
         if self._ready is None:
@@ -281,7 +410,7 @@ class McpEndpoint:
             self._ready = loop.create_future()
             # Host and Origin are checked here, against the deployment's own settings, before the SDK runs.
             self.manager = GatewaySessionManager(
-                app=mcp_protocol_server(on_listen=surface_listen), stateless=True,
+                app=self.server, stateless=True,
                 retry_interval=settings.TOOLKEEPER_MCP_RETRY_MS,
                 security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False))
             self._task = loop.create_task(self._run(self.manager, self._ready))
@@ -315,7 +444,7 @@ class McpEndpoint:
             or query.get("session", [""])[0]
         agent = headers.get(AGENT_KEY, b"").decode("latin-1") or query.get("agent", [""])[0]
         tenant = headers.get(TENANT_KEY, b"").decode("latin-1") or query.get("tenant", [""])[0]
-        message, cancelling = NO_MESSAGE, None
+        message, cancelling, body = NO_MESSAGE, None, b""
         if scope["method"] == "POST":  # its body is within the size limit (`bodies.BodyGuard`)
             body, receive = await _whole_body(receive)
             message = _message_of(body)
@@ -353,6 +482,10 @@ class McpEndpoint:
         handshake_era = b"mcp-method" not in headers and (not version or version in HANDSHAKE_PROTOCOL_VERSIONS)
         if scope["method"] == "GET" and handshake_era:
             await self._stream(caller, headers, path, receive, send)
+            return
+        if not handshake_era and (lean := lean_request(scope, headers, message, len(body))) is not None:
+            self.lean_answered += 1
+            await lean_answer(self.server, *lean, {**scope, CALLER_SCOPE: caller, STREAM_SCOPE: None}, receive, send)
             return
         manager = await self._started()
         if opening or (handshake_era and isinstance(message, dict) and message.get("method") == "initialize"):

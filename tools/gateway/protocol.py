@@ -38,7 +38,7 @@ from mcp import types
 from mcp.server import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError, UrlElicitationRequiredError
-from mcp_types import LOG_LEVEL_META_KEY
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from common.errors import Conflict, ServiceError
@@ -55,7 +55,7 @@ from tools.calls.runtime import runtime
 from tools.calls.statements import session_calls_awaiting_approval
 from tools.calls.submit import call_cancel, calls_submit
 from tools.calls.waiting import WaitPlan, run_db
-from tools.catalog.registry import META_SEARCH_TOOLS, resource_providers
+from tools.catalog.registry import META_SEARCH_TOOLS, RESERVED_TOOL_NAMES, resource_providers
 from tools.catalog.selectors import (
     MCP_PRESENCE_S,
     mcp_presence_key,
@@ -209,6 +209,29 @@ def mcp_session(*, api_key: ApiKey, named: str = "", agent: str = "", opening: b
         raise McpAccessError(exc.status, exc.message) from None
     session.tenant = tenant
     return McpCaller(api_key, session, opened=False)
+
+
+# The messages a 2026-era POST may carry that `tools.gateway.entry`'s lean reader answers, and which of their
+# parameters it reads: anything else (another method, a task, a question's answers) goes through the SDK's entry.
+LEAN_PARAMS = {"tools/call": frozenset({"name", "arguments", "_meta"}), "tools/list": frozenset({"cursor", "_meta"}),
+               "ping": frozenset({"_meta"})}
+
+
+def answers_alone(method: str, params) -> bool:
+    """Whether answering this 2026-era request can send the client nothing before its answer, so that the answer
+    is one JSON reply: no progress (no `progressToken`), no log messages (no log level), no question (a client
+    that cannot be asked: no elicitation capability), no changed list (not a meta tool)."""
+    known = LEAN_PARAMS.get(method) if isinstance(method, str) else None
+    if known is None or not isinstance(params, dict) or not known.issuperset(params):
+        return False
+    meta = params.get("_meta", {})
+    if not isinstance(meta, dict) or "progressToken" in meta or LOG_LEVEL_META_KEY in meta:
+        return False
+    capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)
+    if not isinstance(capabilities, dict) or "elicitation" in capabilities:
+        return False
+    name = params.get("name")
+    return not (isinstance(name, str) and name in RESERVED_TOOL_NAMES)
 
 
 def _caller(ctx) -> McpCaller:
