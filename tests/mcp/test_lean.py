@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+from asgiref.sync import sync_to_async
 
 from approvals.services import rule_create
 from tests.tools.support import wait_terminal
@@ -21,8 +22,9 @@ META = {"io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {}}
 
 
-def post(endpoint: McpEndpoint, message: dict, key: str, session: str, *, leave_after: float | None = None,
+def post(endpoint: McpEndpoint, message: dict, key: str, session: str, *, leave_when=None,
          **headers) -> tuple[int, dict, bytes]:
+    """`leave_when`: a check the client makes every few milliseconds; it disconnects once the check holds."""
     body = json.dumps(message).encode()
     routing = {"mcp-protocol-version": MODERN, "mcp-method": message.get("method", "")}
     if message.get("method") == "tools/call" and isinstance(message.get("params", {}).get("name"), str):
@@ -39,16 +41,24 @@ def post(endpoint: McpEndpoint, message: dict, key: str, session: str, *, leave_
     async def receive():
         if received:
             return received.pop(0)
-        if leave_after is None:
+        if leave_when is None:
             await asyncio.Event().wait()  # the client stays connected
-        await asyncio.sleep(leave_after)
+        while not await sync_to_async(leave_when, thread_sensitive=False)():
+            await asyncio.sleep(0.02)
         return {"type": "http.disconnect"}
 
     async def send(message):
         sent.append(message)
 
-    asyncio.run(endpoint(scope, receive, send))
-    if leave_after is not None:
+    async def exchange():
+        await endpoint(scope, receive, send)
+        # A client that left: its call's cancel runs on after the request's task, as on a server whose loop lives
+        # on; asyncio.run would cancel it with the loop.
+        while leave_when is not None and (rest := asyncio.all_tasks() - {asyncio.current_task()}):
+            await asyncio.gather(*rest, return_exceptions=True)
+
+    asyncio.run(exchange())
+    if leave_when is not None:
         return 0, {}, b"".join(m.get("body", b"") for m in sent)
     start = next(m for m in sent if m["type"] == "http.response.start")
     content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
@@ -130,8 +140,13 @@ def test_a_client_that_closes_the_lean_answer_stops_its_call(world, settings):
     assert opened.status == CallStatus.SUCCEEDED
     endpoint = McpEndpoint()
     message = request(1, "tools/call", {"name": "countdown", "arguments": {"seconds": 30}})
-    _, _, sent = post(endpoint, message, a.keys["agent"], str(a.session.pk), leave_after=0.5)
+    countdowns = ToolCall.objects.for_tenant(a.tenant).filter(session=a.session, tool_name="countdown")
+
+    def running() -> bool:  # the client leaves once its call runs, however slow the machine
+        return countdowns.filter(status=CallStatus.RUNNING).exists()
+
+    _, _, sent = post(endpoint, message, a.keys["agent"], str(a.session.pk), leave_when=running)
     assert endpoint.lean_answered == 1 and endpoint.manager is None
     assert sent == b""  # nothing answered to a client that left
-    call = ToolCall.objects.for_tenant(a.tenant).filter(session=a.session, tool_name="countdown").get()
+    call = countdowns.get()
     assert wait_terminal(call.pk, tenant=a.tenant).status == CallStatus.INTERRUPTED
