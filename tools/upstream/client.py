@@ -394,6 +394,9 @@ def _error_text(content) -> str:
 
 
 def _content_json(block) -> dict:
+    """A content block as JSON, as the model dumps it; a plain text block (most results) without the model."""
+    if type(block) is types.TextContent and block.annotations is None and block.meta is None:
+        return {"type": "text", "text": block.text}
     return block.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
