@@ -679,8 +679,10 @@ class _Pool:
 
     async def session(self, endpoint: McpEndpoint, deadline: float) -> _Session:
         """The open session for `endpoint`, opened (or reopened) when needed, within `deadline`."""
-        opened_at = anyio.current_time()
         session = self.sessions.get(endpoint.key)
+        if session is not None and session.client is not None and not session.dead and session.ready.is_set():
+            return session  # open and ready: no wait to bound (the caller marks its use)
+        opened_at = anyio.current_time()
         if session is not None and session.dead:
             self.forget(session)
             session.close()
