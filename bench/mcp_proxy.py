@@ -12,9 +12,12 @@ connection) measures:
           (the whole pipeline: rules, events, audit, the executor, the pooled upstream session).
 
 Sequentially (p50/p99) and with 16 concurrent clients (calls/s, in rounds that alternate direct and proxy
-load, so both meet the machine in the same states). Prints a table; `--json PATH` writes
-`direct_p50_ms`, `proxy_p50_ms`, `direct_calls_per_s`, `proxy_calls_per_s` and the rest.
-Target: proxy_calls_per_s ≥ 0.3 × direct_calls_per_s.
+load, so both meet the machine in the same states). Over each concurrent phase it reads, from /proc (user +
+system, not wall time), the CPU of each process and divides it by the phase's calls: daphne (the server
+process), the MCP host (daphne's child that holds the pooled upstream sessions) and the upstream server;
+a direct phase's upstream figure is the scale. Prints the tables; `--json PATH` writes `direct_p50_ms`,
+`proxy_p50_ms`, `direct_calls_per_s`, `proxy_calls_per_s`, `cpu_ms_per_call` and the rest.
+Target: proxy_calls_per_s ≥ 0.5 × direct_calls_per_s (docs/performance.md, "The proxy: profile and cuts").
 
     .venv/bin/python bench/mcp_proxy.py [--quick] [--json PATH] [--concurrency 16]
 """
@@ -40,9 +43,9 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from tests.live.server import LiveServer  # noqa: E402
 
 sys.path.insert(0, str(BENCH_DIR))
-from bench_http import Client, new_session, percentile, run_together  # noqa: E402
+from bench_http import Client, CpuMeter, new_session, percentile, process_tree, run_together  # noqa: E402
 
-TARGET_SHARE = 0.3
+TARGET_SHARE = 0.5
 ARGUMENTS = {"text": "hello from the bench"}
 
 
@@ -159,6 +162,52 @@ def register_upstream(server: LiveServer, url: str) -> None:
     admin_call(server, "POST", "/api/v1/rules", {"behavior": "allow", "tool_pattern": "mcp__bench__*"})
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def host_processes(server_pid: int) -> list[int]:
+    """The MCP host process of the server (tools.upstream.client.host_main) and its children (stdio servers)."""
+    return [pid for child in process_tree(server_pid)[1:] if b"host_main" in _cmdline(child)
+            for pid in process_tree(child)]
+
+
+def proxy_components(server_pid: int, upstream_pid: int) -> dict:
+    """The processes whose CPU a proxied call is read from, by component (asked again at each reading)."""
+    def daphne() -> list[int]:
+        host = set(host_processes(server_pid))
+        return [pid for pid in process_tree(server_pid) if pid not in host]
+
+    return {"daphne": daphne, "host": lambda: host_processes(server_pid),
+            "upstream": lambda: process_tree(upstream_pid)}
+
+
+def cpu_per_call(rounds: list[dict], kind: str) -> dict[str, float]:
+    """A kind's CPU per call by component over all its phases: the CPU used over the calls made."""
+    calls = sum(row.get(f"{kind}_calls", 0) for row in rounds)
+    if not calls:
+        return {}
+    names = {name for row in rounds for name in row.get(f"{kind}_cpu_ms", {})}
+    return {name: sum(row[f"{kind}_cpu_ms"].get(name, 0.0) * row[f"{kind}_calls"] for row in rounds) / calls
+            for name in sorted(names)}
+
+
+def print_cpu(cpu: dict[str, dict[str, float]], rounds: list[dict]) -> None:
+    names = sorted({name for per in cpu.values() for name in per})
+    print(f"\nCPU ms per call (/proc, concurrent phases)  {'  '.join(f'{n:>9}' for n in names)}  {'all':>7}")
+    for kind, per in cpu.items():
+        print(f"{kind + ' (all rounds)':<43} {'  '.join(f'{per.get(n, 0.0):>9.2f}' for n in names)}  "
+              f"{sum(per.values()):>7.2f}")
+        for r, row in enumerate(rounds, 1):
+            one = row.get(f"{kind}_cpu_ms", {})
+            print(f"{f'  round {r}':<43} {'  '.join(f'{one.get(n, 0.0):>9.2f}' for n in names)}  "
+                  f"{sum(one.values()):>7.2f}")
+
+
 def summary(samples: list[float], wall_s: float) -> dict:
     return {"n": len(samples), "p50_ms": percentile(samples, 50) * 1000, "p99_ms": percentile(samples, 99) * 1000,
             "calls_per_s": len(samples) / wall_s if wall_s else 0.0}
@@ -174,12 +223,14 @@ def run_sequential(direct: DirectClient, proxy: ProxyClient, requests: int, warm
     return {kind: summary(values, sum(values)) for kind, values in samples.items()}
 
 
-def run_concurrent(pools: dict[str, list], per_client: int, rounds: int) -> tuple[dict, list[dict]]:
+def run_concurrent(pools: dict[str, list], per_client: int, rounds: int,
+                   meter: CpuMeter | None = None) -> tuple[dict, list[dict]]:
     """The kinds of load (direct and proxy here) in `rounds` alternating phases, all of a kind's clients at
     once in each, each client calling `per_client` times a phase. A phase of one kind and the next of the
     other meet the same state of the machine, so a slower or faster stretch of the run shifts both and
     leaves their ratio. Returns each kind's summary over all its phases (calls/s: all its calls over all
-    its phases' wall time) and each round's."""
+    its phases' wall time) and each round's. With a `meter`, each phase's CPU per call by component is in its
+    round's row as `{kind}_cpu_ms` (and its calls as `{kind}_calls`)."""
     samples: dict[str, list[float]] = {kind: [] for kind in pools}
     wall = dict.fromkeys(pools, 0.0)
     per_round = []
@@ -188,7 +239,13 @@ def run_concurrent(pools: dict[str, list], per_client: int, rounds: int) -> tupl
     for r in range(rounds):
         this_round = {}
         for kind in (list(pools) if r % 2 == 0 else list(pools)[::-1]):
+            if meter is not None:
+                meter.start()
             collected, elapsed = run_together([client.timed for client in pools[kind]], per_client)
+            if meter is not None:
+                meter.stop()
+                this_round[f"{kind}_cpu_ms"] = meter.per_call_ms(len(collected))
+                this_round[f"{kind}_calls"] = len(collected)
             samples[kind] += collected
             wall[kind] += elapsed
             this_round[kind] = len(collected) / elapsed
@@ -240,7 +297,8 @@ def main(argv=None) -> int:
                 for n in range(args.concurrency):
                     pools["direct"].append(DirectClient(upstream.url))
                     pools["proxy"].append(ProxyClient(server, n + 1))
-                concurrent, per_round = run_concurrent(pools, per_client, rounds)
+                meter = CpuMeter(proxy_components(server.process.pid, upstream.process.pid))
+                concurrent, per_round = run_concurrent(pools, per_client, rounds, meter)
             finally:
                 for client in pools["direct"] + pools["proxy"]:
                     client.close()
@@ -254,8 +312,10 @@ def main(argv=None) -> int:
         "proxy_share": share, "target_share": TARGET_SHARE, "concurrency": args.concurrency,
         "modes": {"sequential": sequential, f"concurrent_{args.concurrency}": concurrent}, "quick": args.quick,
         "rounds": [{**r, "share": r["proxy"] / r["direct"]} for r in per_round],
+        "cpu_ms_per_call": {kind: cpu_per_call(per_round, kind) for kind in ("direct", "proxy")},
     }
     print_tables(result, ("direct", "proxy"))
+    print_cpu(result["cpu_ms_per_call"], per_round)
     verdict = "ok" if share >= TARGET_SHARE else "MISSES TARGET"
     print(f"\nproxy calls/s = {share:.2f} × direct (target ≥ {TARGET_SHARE}: {verdict})")
     if args.json:

@@ -42,7 +42,9 @@ did not answer in time: `UpstreamTimedOut`; refused by the outbound guard or the
 `UpstreamCancelled` (the caller stopped the call).
 No message or log line carries a header or environment value.
 """
+import asyncio
 import atexit
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -141,6 +143,9 @@ class McpEndpoint:
     name: str = ""  # the server's name, for messages and logs
     account: str = ""  # whose account the session acts as: "" the tenant's credential, else a person's
     tenant: str = ""  # the server's tenant's slug, for the metrics' labels
+    # This process's number for this description (`endpoint_of` gives each one it builds its own): the host process
+    # is sent a description once and then its number (`_Host.start`). 0: sent whole every time.
+    ref: int = field(default=0, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -231,11 +236,55 @@ def tenant_env_refusal(name, entry: dict | None, server: str) -> str | None:
             + (f" (allowed: {', '.join(allowed)})" if allowed else ""))
 
 
+ENDPOINTS_KEPT = 1024  # endpoints built by `endpoint_of` kept per process, the least recently used dropped first
+_endpoints: "collections.OrderedDict[tuple, McpEndpoint]" = collections.OrderedDict()
+_endpoints_lock = threading.Lock()
+_endpoint_refs = itertools.count(1)
+
+
+def _pairs(values) -> tuple:
+    return tuple(sorted((str(name), str(value)) for name, value in (values or {}).items()))
+
+
+def _endpoint_shape(server, bearer: str, account: str) -> tuple | None:
+    """Everything `endpoint_of` reads, as a key of the built endpoints: the server's fields (its decrypted
+    headers and environment included, so a changed secret is another key), the stdio allow-list entry, the
+    signing key of the endpoint key, the person. None when it cannot be read (the build then says why)."""
+    try:
+        transport = str(server.transport)
+        entry = stdio_allow_list().get(server.command) if transport == "stdio" else None
+        return (server.pk, transport, server.url, _pairs(server.headers), server.command, _pairs(server.env),
+                None if entry is None else repr(entry), float(server.timeout_s), server.name, server.tenant_id,
+                bearer, account, settings.SECRET_KEY)
+    except Exception:
+        return None
+
+
 def endpoint_of(server, *, bearer: str = "", account: str = "") -> McpEndpoint:
     """The endpoint of an `McpServer` row: its credentials decrypted; for stdio, the allow-list entry its
     `command` names (refused when there is none), with the environment the entry gives plus the tenant's
     values for the names the entry lets tenants set. `bearer`: a person's own access token (tools.accounts),
-    sent as the Authorization header, for the session of `account`."""
+    sent as the Authorization header, for the session of `account`.
+
+    Built once per shape (`_endpoint_shape`: the fields read, the secrets' values, the settings that shape
+    it) and kept: a call reads the kept one. Anything that changes makes another shape, so another endpoint."""
+    shape = _endpoint_shape(server, bearer, account)
+    if shape is None:
+        return _endpoint_build(server, bearer=bearer, account=account)
+    with _endpoints_lock:
+        endpoint = _endpoints.get(shape)
+        if endpoint is not None:
+            _endpoints.move_to_end(shape)
+            return endpoint
+    endpoint = _endpoint_build(server, bearer=bearer, account=account)
+    with _endpoints_lock:
+        endpoint = _endpoints.setdefault(shape, endpoint)
+        while len(_endpoints) > ENDPOINTS_KEPT:
+            _endpoints.popitem(last=False)
+    return endpoint
+
+
+def _endpoint_build(server, *, bearer: str, account: str) -> McpEndpoint:
     transport = str(server.transport)
     url, headers, command, args, env = "", {}, "", (), {}
     if transport == "stdio":
@@ -268,7 +317,8 @@ def endpoint_of(server, *, bearer: str = "", account: str = "") -> McpEndpoint:
     digest = salted_hmac("toolkeeper.mcp.endpoint", shape, algorithm="sha256").hexdigest()[:24]
     return McpEndpoint(key=f"mcp:{server.pk}:{digest}", transport=transport, url=url, headers=SecretDict(headers),
                        command=command, args=args, env=SecretDict(env), timeout_s=float(server.timeout_s),
-                       server_id=server.pk, name=server.name, account=account, tenant=_tenant_of(server))
+                       server_id=server.pk, name=server.name, account=account, tenant=_tenant_of(server),
+                       ref=next(_endpoint_refs))
 
 
 def endpoint_server_id(key: str) -> int | None:
@@ -344,6 +394,9 @@ def _error_text(content) -> str:
 
 
 def _content_json(block) -> dict:
+    """A content block as JSON, as the model dumps it; a plain text block (most results) without the model."""
+    if type(block) is types.TextContent and block.annotations is None and block.meta is None:
+        return {"type": "text", "text": block.text}
     return block.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
@@ -626,8 +679,10 @@ class _Pool:
 
     async def session(self, endpoint: McpEndpoint, deadline: float) -> _Session:
         """The open session for `endpoint`, opened (or reopened) when needed, within `deadline`."""
-        opened_at = anyio.current_time()
         session = self.sessions.get(endpoint.key)
+        if session is not None and session.client is not None and not session.dead and session.ready.is_set():
+            return session  # open and ready: no wait to bound (the caller marks its use)
+        opened_at = anyio.current_time()
         if session is not None and session.dead:
             self.forget(session)
             session.close()
@@ -941,7 +996,7 @@ class _Loop:
         self.pid = os.getpid()
         self.thread = threading.Thread(target=self._run, args=(started,), name="toolkeeper-mcp", daemon=True)
         self.thread.start()
-        self.portal, self.pool = started.result(timeout=30)
+        self.portal, self.pool, self.asyncio_loop = started.result(timeout=30)
 
     @staticmethod
     def _run(started: concurrent.futures.Future) -> None:
@@ -950,7 +1005,7 @@ class _Loop:
                 pool = _Pool()
                 async with anyio.create_task_group() as tg:
                     await tg.start(pool.serve)
-                    started.set_result((portal, pool))
+                    started.set_result((portal, pool, asyncio.get_running_loop()))
                     await portal.sleep_until_stopped()
                     tg.cancel_scope.cancel()
 
@@ -1047,7 +1102,7 @@ def mcp_on_tools_changed(callback: Callable[[str], None]) -> Callable[[], None]:
 def mcp_list_tools(endpoint: McpEndpoint) -> list[UpstreamTool]:
     """Every tool the server lists (pages followed, at most MAX_TOOLS), over the pooled session."""
     if not _here():
-        listed = _host().request({"op": "list", "endpoint": _endpoint_json(endpoint)},
+        listed = _host().request({"op": "list", "endpoint": endpoint},
                                  timeout_s=endpoint.timeout_s * (MAX_PAGES + 1) + RELAY_SLACK_S)
         return [UpstreamTool(**tool) for tool in listed]
     state = _loop()
@@ -1057,7 +1112,7 @@ def mcp_list_tools(endpoint: McpEndpoint) -> list[UpstreamTool]:
 def mcp_list_prompts(endpoint: McpEndpoint) -> list[ListedPrompt] | None:
     """Every prompt the server lists (pages followed, at most MAX_PROMPTS), or None when it offers no prompts."""
     if not _here():
-        listed = _host().request({"op": "prompts", "endpoint": _endpoint_json(endpoint)},
+        listed = _host().request({"op": "prompts", "endpoint": endpoint},
                                  timeout_s=endpoint.timeout_s * (MAX_PAGES + 1) + RELAY_SLACK_S)
         return None if listed is None else [ListedPrompt(**prompt) for prompt in listed]
     state = _loop()
@@ -1068,7 +1123,7 @@ def mcp_get_prompt(endpoint: McpEndpoint, name: str, arguments: dict[str, str]) 
     """`prompts/get` over the pooled session, within the endpoint's timeout: `{"description"?, "messages"}`.
     Raises UpstreamToolError (the server refused it), UpstreamUnavailable, UpstreamTimedOut."""
     if not _here():
-        return _host().request({"op": "prompt", "endpoint": _endpoint_json(endpoint), "name": name,
+        return _host().request({"op": "prompt", "endpoint": endpoint, "name": name,
                                 "arguments": dict(arguments)}, timeout_s=endpoint.timeout_s + RELAY_SLACK_S)
     state = _loop()
     return state.portal.call(state.pool.get_prompt, endpoint, name, dict(arguments))
@@ -1078,7 +1133,7 @@ def mcp_complete(endpoint: McpEndpoint, name: str, argument: dict[str, str], con
     """`completion/complete` of the prompt `name`'s argument (`{"name", "value"}`) over the pooled session, within
     the endpoint's timeout. Raises UpstreamToolError (the server refused it), UpstreamUnavailable, UpstreamTimedOut."""
     if not _here():
-        return _host().request({"op": "complete", "endpoint": _endpoint_json(endpoint), "name": name,
+        return _host().request({"op": "complete", "endpoint": endpoint, "name": name,
                                 "argument": dict(argument), "context": dict(context)},
                                timeout_s=endpoint.timeout_s + RELAY_SLACK_S)
     state = _loop()
@@ -1089,7 +1144,7 @@ def mcp_probe(endpoint: McpEndpoint) -> dict:
     """Connect now, on a connection of its own: {server_name, server_version, protocol_version, tool_count}.
     Raises UpstreamUnavailable in plain words."""
     if not _here():
-        return _host().request({"op": "probe", "endpoint": _endpoint_json(endpoint)},
+        return _host().request({"op": "probe", "endpoint": endpoint},
                                timeout_s=endpoint.timeout_s + RELAY_SLACK_S)
     state = _loop()
     return state.portal.call(state.pool.probe, endpoint)
@@ -1120,7 +1175,7 @@ def mcp_call_tool(endpoint: McpEndpoint, upstream_name: str, arguments: dict, *,
         state = _loop()
         stop = state.portal.start_task_soon(_operation(state.pool, request, inbox.put)).cancel
     else:
-        stop = _host().start({**request, "endpoint": _endpoint_json(endpoint)}, inbox.put)
+        stop = _host().start(request, inbox.put)
     on_set = getattr(cancelled, "on_set", None)
     remove = on_set(stop) if on_set is not None else None
     give_up_at = time.monotonic() + float(timeout_s) + RELAY_SLACK_S
@@ -1246,9 +1301,11 @@ def _tenant_of(server) -> str:
 
 
 def _endpoint_json(endpoint: McpEndpoint) -> dict:
-    fields = dataclasses.asdict(endpoint)
-    fields.update(headers=dict(endpoint.headers), env=dict(endpoint.env), args=list(endpoint.args))
-    return fields
+    return {"key": endpoint.key, "transport": endpoint.transport, "url": endpoint.url,
+            "headers": dict(endpoint.headers), "command": endpoint.command, "args": list(endpoint.args),
+            "env": dict(endpoint.env),
+            "timeout_s": endpoint.timeout_s, "server_id": endpoint.server_id, "name": endpoint.name,
+            "account": endpoint.account, "tenant": endpoint.tenant, "ref": endpoint.ref}
 
 
 def _endpoint_from(fields: dict) -> McpEndpoint:
@@ -1286,6 +1343,9 @@ class _Host:
         self.pending: dict[int, Callable[[tuple], None]] = {}
         self.ids = itertools.count(1)
         self.sent_settings: dict | None = None
+        # The endpoint descriptions the host holds, by `McpEndpoint.ref` (least recently used first): a request
+        # names a held one by its number; past ENDPOINTS_KEPT the oldest is dropped there too ("forget").
+        self.endpoints: collections.OrderedDict[int, None] = collections.OrderedDict()
         self.dead = False
         self.child = start_child(HOST_MAIN, env={HOST_PROCESS_ENV: "1"})
         try:
@@ -1307,11 +1367,26 @@ class _Host:
                 if current != self.sent_settings:
                     self.child.send({"op": "settings", "values": current})
                     self.sent_settings = current
-                self.child.send({**request, "id": number})
+                self.child.send({**request, **self._endpoint_fields(request.get("endpoint")), "id": number})
             except ChildGone:
                 del self.pending[number]
                 raise UpstreamUnavailable("the MCP client process stopped") from None
         return lambda: self._send_quietly({"op": "cancel", "id": number})
+
+    def _endpoint_fields(self, endpoint: McpEndpoint | None) -> dict:
+        """How a request names its endpoint (under the lock, so the host reads them in this order): by number
+        when the host holds its description, else the description (which the host then holds, when numbered)."""
+        if endpoint is None:
+            return {}
+        ref = endpoint.ref
+        if ref and ref in self.endpoints:
+            self.endpoints.move_to_end(ref)
+            return {"endpoint": ref}
+        if ref:
+            self.endpoints[ref] = None
+            while len(self.endpoints) > ENDPOINTS_KEPT:
+                self.child.send({"op": "forget", "endpoint": self.endpoints.popitem(last=False)[0]})
+        return {"endpoint": _endpoint_json(endpoint)}
 
     def request(self, request: dict, *, timeout_s: float):
         """Send a request and wait for its answer (no progress)."""
@@ -1440,7 +1515,8 @@ def host_main(fd: int) -> None:
     BaseDatabaseWrapper.ensure_connection = _no_database
     parent = ChildSide(fd)
     send_lock = threading.Lock()
-    running: dict[int, concurrent.futures.Future] = {}
+    running: dict = {}  # request number → its cancel scope (None before its task starts), the loop thread's own
+    endpoints: dict[int, McpEndpoint] = {}  # the descriptions the parent numbered (`_Host._endpoint_fields`)
 
     def send(message: dict) -> None:
         with send_lock, contextlib.suppress(OSError):
@@ -1458,25 +1534,64 @@ def host_main(fd: int) -> None:
                       "payload": {"type": "UpstreamUnavailable", "message": "the MCP answer could not be relayed"}})
         return put
 
+    def begin(number: int, message: dict) -> None:
+        """In the loop thread: the request's task, in a cancel scope a cancel finds by the request's number."""
+        operation = _operation(state.pool, message, answer(number))
+        running[number] = None  # its scope is made in the task (anyio's scopes belong to a task)
+
+        async def run() -> None:
+            scope = anyio.CancelScope()
+            if running.get(number) is True:  # cancelled before it started
+                scope.cancel()
+            running[number] = scope
+            try:
+                with scope:
+                    await operation()
+            except Exception:  # `_operation` answers every failure; nothing may end the pool's task group
+                logger.exception("an MCP request failed in the client process")
+            finally:
+                running.pop(number, None)
+
+        state.pool.tg.start_soon(run)
+
+    def cancel(number: int) -> None:
+        if number not in running:
+            return
+        scope = running[number]
+        if scope is None:
+            running[number] = True  # not started yet: its task starts cancelled
+        else:
+            scope.cancel()
+
     _log_to(send)
     mcp_on_tools_changed(lambda key: send({"changed": key}))
     state = _loop()
+    loop = state.asyncio_loop
     send({"ready": True})
+    # Each request is handed to the loop without waiting for it to be taken (no portal round trip): this thread
+    # goes back to reading, and the loop starts the requests in the order they came, cancels after their requests.
     while (message := parent.recv()) is not None:
         op, number = message.get("op"), message.get("id")
         if op == "settings":
             for name, value in message["values"].items():
                 setattr(settings, name, value)
         elif op == "cancel":
-            future = running.get(number)
-            if future is not None:
-                future.cancel()
+            loop.call_soon_threadsafe(cancel, number)
+        elif op == "forget":
+            endpoints.pop(message["endpoint"], None)
         else:
-            if "endpoint" in message:
-                message["endpoint"] = _endpoint_from(message["endpoint"])
-            future = state.portal.start_task_soon(_operation(state.pool, message, answer(number)))
-            running[number] = future
-            future.add_done_callback(lambda _done, number=number: running.pop(number, None))
+            described = message.get("endpoint")
+            if isinstance(described, dict):
+                endpoint = message["endpoint"] = _endpoint_from(described)
+                if endpoint.ref:
+                    endpoints[endpoint.ref] = endpoint
+            elif described is not None:
+                message["endpoint"] = endpoints.get(described)
+                if message["endpoint"] is None:  # never so: the parent numbers only what it sent
+                    answer(number)(("error", UpstreamUnavailable("the MCP client process lost the server's "
+                                                                 "description")))
+                    continue
+            loop.call_soon_threadsafe(begin, number, message)
     mcp_sessions_close()
     tracing_flush()  # os._exit runs no atexit hook
     os._exit(0)
