@@ -9,6 +9,7 @@ read. The reaper settles calls whose lease ran out (their worker died): idempote
 others fail with WorkerLost, so nothing runs twice by accident and nothing stays `running` forever. The
 thin Celery tasks around these are in `tools.tasks`.
 """
+import contextlib
 import logging
 import threading
 import time
@@ -25,14 +26,21 @@ from django.db import (
     transaction,
 )
 from django.utils import timezone
+from psycopg import Pipeline
 
 from common import metrics
-from tenancy.fastread import fetch_one
+from tenancy.fastread import fetch_one, this_connection
 from tenancy.selectors import versions_read_with
 from tenancy.versions import versioned_models, versions_known
 from tools.calls.events import call_transition
 from tools.calls.execution import call_execute, call_settle_orphan, call_time_out
-from tools.calls.statements import call_statuses, calls_lease_renew, claim_condition, tenant_claims_serialise
+from tools.calls.statements import (
+    CLAIM_LOCK_SPACE,
+    call_statuses,
+    calls_lease_renew,
+    claim_condition,
+    tenant_claims_serialise,
+)
 from tools.models import CallStatus, ToolCall
 from tools.python.isolation import CallStop
 
@@ -68,6 +76,39 @@ def _call_read(call_id) -> ToolCall | None:
         return read()
 
 
+@contextlib.contextmanager
+def _claim_transaction():
+    """The claim's transaction. On PostgreSQL its statements (the advisory lock, the claim with its event) go out
+    together in psycopg's pipeline: BEGIN, the lock and the claim in one round trip, COMMIT in a second (four
+    before). Each is still a statement of its own, with a snapshot of its own: the claim's count of running calls
+    is read after the lock is held, so the cap stays exact."""
+    conn = this_connection()
+    with transaction.atomic():
+        if conn.vendor != "postgresql":
+            yield
+            return
+        conn.ensure_connection()
+        with conn.connection.pipeline() if Pipeline.is_supported() else contextlib.nullcontext():
+            yield
+
+
+def _claim_lock(tenant_id: int, *, durable: bool) -> None:
+    """Queue behind the tenant's other claims (`tenant_claims_serialise`). `durable=False`, an idempotent tool's
+    claim: on PostgreSQL the same statement has this transaction commit without waiting for the WAL to reach the
+    disk (`synchronous_commit` off for it alone). A database crash in the next moments may then forget the claim,
+    and the call, queued again, runs again, which an idempotent tool's call may do anyway (the reaper re-queues it
+    when its worker dies). The call's result is written with the usual wait for the disk, which takes the claim's
+    records with it: what an answer reports is on disk before it is read back. A tool that is not idempotent
+    keeps its claim on disk before it starts: at most once, whatever crashes."""
+    conn = this_connection()
+    if durable or conn.vendor != "postgresql":
+        tenant_claims_serialise(tenant_id)
+        return
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s), set_config('synchronous_commit', 'off', true)",
+                       [CLAIM_LOCK_SPACE, tenant_id])
+
+
 def call_claim_limited(*, call_id) -> tuple[str, ToolCall | None]:
     """Claim a queued call, honouring the tenant's parallel cap and per-session order of unsafe tools."""
     call = _call_read(call_id)
@@ -76,9 +117,11 @@ def call_claim_limited(*, call_id) -> tuple[str, ToolCall | None]:
     call.session.tenant = call.tenant
     condition = claim_condition(call, cap=call.tenant.max_parallel_calls,
                                 in_session_order=call.tool is not None and not call.tool.concurrency_safe)
-    with transaction.atomic():
-        tenant_claims_serialise(call.tenant_id)
-        now = timezone.now()  # after the lock: the lease starts with the claim
+    with _claim_transaction():
+        _claim_lock(call.tenant_id, durable=call.tool is None or not call.tool.idempotent)
+        # the lease counts from here, before the lock is held (the pipeline sends them together): a wait for the
+        # lock, behind other claims of one statement each, shortens it by as much; it is renewed every LEASE_S / 3
+        now = timezone.now()
         moved = call_transition(call=call, from_statuses=[CallStatus.QUEUED], to_status=CallStatus.RUNNING,
                                 condition=condition, started_at=now, attempts=1,
                                 lease_until=now + timedelta(seconds=LEASE_S))
