@@ -35,9 +35,9 @@ from tenancy.versions import versioned_models, versions_known
 from tools.calls.events import call_transition
 from tools.calls.execution import call_execute, call_settle_orphan, call_time_out
 from tools.calls.statements import (
-    CLAIM_LOCK_SPACE,
     call_statuses,
     calls_lease_renew,
+    claim_commit_unflushed,
     claim_condition,
     tenant_claims_serialise,
 )
@@ -92,23 +92,6 @@ def _claim_transaction():
             yield
 
 
-def _claim_lock(tenant_id: int, *, durable: bool) -> None:
-    """Queue behind the tenant's other claims (`tenant_claims_serialise`). `durable=False`, an idempotent tool's
-    claim: on PostgreSQL the same statement has this transaction commit without waiting for the WAL to reach the
-    disk (`synchronous_commit` off for it alone). A database crash in the next moments may then forget the claim,
-    and the call, queued again, runs again, which an idempotent tool's call may do anyway (the reaper re-queues it
-    when its worker dies). The call's result is written with the usual wait for the disk, which takes the claim's
-    records with it: what an answer reports is on disk before it is read back. A tool that is not idempotent
-    keeps its claim on disk before it starts: at most once, whatever crashes."""
-    conn = this_connection()
-    if durable or conn.vendor != "postgresql":
-        tenant_claims_serialise(tenant_id)
-        return
-    with conn.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s), set_config('synchronous_commit', 'off', true)",
-                       [CLAIM_LOCK_SPACE, tenant_id])
-
-
 def call_claim_limited(*, call_id) -> tuple[str, ToolCall | None]:
     """Claim a queued call, honouring the tenant's parallel cap and per-session order of unsafe tools."""
     call = _call_read(call_id)
@@ -117,8 +100,14 @@ def call_claim_limited(*, call_id) -> tuple[str, ToolCall | None]:
     call.session.tenant = call.tenant
     condition = claim_condition(call, cap=call.tenant.max_parallel_calls,
                                 in_session_order=call.tool is not None and not call.tool.concurrency_safe)
-    with _claim_transaction():
-        _claim_lock(call.tenant_id, durable=call.tool is None or not call.tool.idempotent)
+    # An idempotent tool's claim commits without waiting for the disk. A database crash in the next moments may
+    # then forget it, and the call, queued again, runs again, which an idempotent tool's call may do anyway (the
+    # reaper re-queues it when its worker dies). The result is written with the usual wait for the disk, which
+    # takes the claim's records with it: what an answer reports is on disk before it is read back. A tool that is
+    # not idempotent keeps its claim on disk before it starts: at most once, whatever crashes.
+    idempotent = call.tool is not None and call.tool.idempotent
+    with _claim_transaction(), claim_commit_unflushed() if idempotent else contextlib.nullcontext():
+        tenant_claims_serialise(call.tenant_id)
         # the lease counts from here, before the lock is held (the pipeline sends them together): a wait for the
         # lock, behind other claims of one statement each, shortens it by as much; it is renewed every LEASE_S / 3
         now = timezone.now()
