@@ -17,6 +17,7 @@ from collections import defaultdict, deque
 from channels.exceptions import ChannelFull
 from channels.layers import BaseChannelLayer
 from channels_redis.core import RedisChannelLayer
+from redis.exceptions import ResponseError
 
 logger = logging.getLogger("toolkeeper.realtime")
 
@@ -252,30 +253,70 @@ return popped
 
 
 class BatchedRedisChannelLayer(RedisChannelLayer):
-    """channels_redis's layer, with a server process's messages read in batches.
+    """channels_redis's layer, with a server process's messages read in batches, in one round trip each.
 
     Every consumer of a process reads one Redis key (its "specific" channel). channels_redis takes one
-    message off it per four round trips (restore the backup, pop, back it up, clear the backup), so a
-    burst of events queues in Redis behind the process's own reads, and past the channel's capacity
-    events are dropped. Here one round trip takes what is waiting (up to `receive_batch`) and one more
-    clears the backup; messages come out one by one, in order, as before. With nothing waiting, the
-    read blocks as channels_redis's does.
+    message off it per four round trips (restore the backup, a blocking pop, back it up, clear the backup), so
+    a burst of events queues in Redis behind the process's own reads, and past the channel's capacity events
+    are dropped. Here one blocking `BZMPOP` takes what is waiting (up to `receive_batch`) or waits for the
+    next message, and nothing else is sent: messages come out one by one, in order, as before.
+
+    The backup copy guarded against losing a message taken off Redis while its reader was cancelled. Here the
+    read runs in a task of its own that a cancelled receive does not cancel (`asyncio.shield`): what it takes
+    lands in the process's memory, and the next receive hands it out. What is in memory is lost only with the
+    process, whose channel no one reads again anyway (a process's channel name is its own). A Redis without
+    `BZMPOP` (before 7.0) is read as channels_redis reads it, with the batch taken in one more round trip.
     """
 
     def __init__(self, *args, receive_batch: int = 100, **kwargs):
         super().__init__(*args, **kwargs)
         self.receive_batch = receive_batch
         self._taken: dict[str, deque] = defaultdict(deque)  # messages read but not yet handed out
+        self._reading: dict[str, asyncio.Task] = {}  # channel → its one blocking read under way
+        self._blocking_batches = True  # False once Redis said it has no BZMPOP
 
     async def receive_single(self, channel):
         if "!" not in channel:
             return await super().receive_single(channel)
         taken = self._taken[channel]
-        if not taken:
-            await self._take_batch(channel, taken)
+        while not taken and self._blocking_batches:
+            reading = self._reading.get(channel)
+            if reading is None or reading.done():
+                reading = self._reading[channel] = asyncio.ensure_future(self._read_batch(channel, taken))
+                reading.add_done_callback(_retrieved)
+            await asyncio.shield(reading)
+        if taken:
+            return taken.popleft()
+        await self._take_batch(channel, taken)
         if taken:
             return taken.popleft()
         return await super().receive_single(channel)
+
+    async def _read_batch(self, channel: str, taken: deque) -> None:
+        """One blocking pop of up to `receive_batch` messages (None after `brpop_timeout` with nothing), into
+        `taken`: the reply is read even if the receive that started it was cancelled meanwhile."""
+        connection = self.connection(self.consistent_hash(channel))
+        try:
+            reply = await connection.execute_command("BZMPOP", self.brpop_timeout, 1, self.prefix + channel, "MIN",
+                                                     "COUNT", self.receive_batch)
+        except ResponseError as error:
+            if "unknown command" not in str(error).lower():
+                raise
+            logger.info("this Redis has no BZMPOP: the channel layer reads as channels_redis does")
+            self._blocking_batches = False
+            return
+        if not reply:
+            return
+        self._unpack(channel, [member for member, _score in _pairs(reply[1])], taken)
+
+    def _unpack(self, channel: str, contents: list, taken: deque) -> None:
+        for content in contents:
+            try:
+                message = self.deserialize(content)
+            except Exception:  # one unreadable message is lost, not the batch around it
+                logger.exception("could not read a message of channel %s", channel)
+                continue
+            taken.append((message.pop("__asgi_channel__", channel), message))
 
     async def _take_batch(self, channel: str, taken: deque) -> None:
         index = self.consistent_hash(channel)
@@ -300,10 +341,17 @@ class BatchedRedisChannelLayer(RedisChannelLayer):
             self.receive_clean_locks.release(channel_key)
 
         cleaner.add_done_callback(cleaned)
-        for content in popped[0::2]:
-            try:
-                message = self.deserialize(content)
-            except Exception:  # one unreadable message is lost, not the batch around it
-                logger.exception("could not read a message of channel %s", channel)
-                continue
-            taken.append((message.pop("__asgi_channel__", channel), message))
+        self._unpack(channel, popped[0::2], taken)
+
+
+def _pairs(elements) -> list:
+    """BZMPOP's elements as (member, score) pairs, however the protocol version nests them."""
+    if elements and not isinstance(elements[0], (list, tuple)):
+        return list(zip(elements[0::2], elements[1::2], strict=True))
+    return [tuple(pair) for pair in elements]
+
+
+def _retrieved(task: asyncio.Task) -> None:
+    """A read whose receive was cancelled may fail with no one awaiting it: its error is logged, not left unread."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("reading the channel layer failed", exc_info=task.exception())

@@ -4,8 +4,10 @@ Sends (`RedisGroupSender`): what the publisher sends in one batch reaches every 
 own group_send would deliver it, each group's messages in the order given, across batches too; a full
 channel drops what comes to it, as before.
 
-Reads (`BatchedRedisChannelLayer`): a server process takes what waits in one read and hands it out in order
-to each of its listeners; a read cancelled after it took messages loses none of them.
+Reads (`BatchedRedisChannelLayer`): a server process takes what waits in one read (one round trip: a blocking
+BZMPOP) and hands it out in order to each of its listeners; a receive cancelled while its read is under way loses
+none of what the read takes. A Redis without BZMPOP is read with channels_redis's backup, and there too a read
+cancelled after it took messages loses none of them.
 """
 import asyncio
 import contextlib
@@ -141,8 +143,55 @@ def test_a_server_process_reads_waiting_messages_in_batches_and_in_order(make_la
     assert late == events(51, 51)[0]
 
 
-def test_a_read_cancelled_after_taking_messages_loses_none(make_layer):
+def test_a_batch_is_read_in_one_round_trip(make_layer):
     server, worker = make_layer(batched=True, receive_batch=10), make_layer()
+
+    async def scenario():
+        channel = await server.new_channel()
+        await server.group_add("t1.s1", channel)
+        await RedisGroupSender(worker).send([(["t1.s1"], event) for event in events(1, 5)])
+        connection = server.connection(0)
+        sent, original = [], connection.execute_command
+
+        async def counted(*args, **kwargs):
+            sent.append(args[0])
+            return await original(*args, **kwargs)
+
+        connection.execute_command = counted
+        received = await _receive(server, channel, 5)
+        connection.execute_command = original
+        await server.flush()
+        return received, sent
+
+    received, sent = asyncio.run(scenario())
+    assert received == events(1, 5)
+    assert sent == ["BZMPOP"]
+
+
+def test_a_receive_cancelled_while_its_read_waits_loses_nothing(make_layer):
+    server, worker = make_layer(batched=True, receive_batch=10), make_layer()
+
+    async def scenario():
+        channel = await server.new_channel()
+        await server.group_add("t1.s1", channel)
+        waiting = asyncio.ensure_future(server.receive(channel))
+        await asyncio.sleep(0.2)  # its read blocks in Redis now
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        await RedisGroupSender(worker).send([(["t1.s1"], event) for event in events(1, 5)])
+        received = await _receive(server, channel, 5)
+        nothing_more = await _nothing_more(server, channel)
+        await server.flush()
+        return received, nothing_more
+
+    received, nothing_more = asyncio.run(scenario())
+    assert received == events(1, 5) and nothing_more
+
+
+def test_without_bzmpop_a_read_cancelled_after_taking_messages_loses_none(make_layer):
+    server, worker = make_layer(batched=True, receive_batch=10), make_layer()
+    server._blocking_batches = False  # as on a Redis before 7.0
 
     async def scenario():
         channel = await server.new_channel()

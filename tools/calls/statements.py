@@ -5,6 +5,9 @@ the statement itself. Identifiers come from model metadata and every value is a 
 is in the WHERE of each. Generic helpers (one value of a tenant's row, appending a row) stay in
 `tenancy.fastread`.
 """
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from tenancy.fastread import insert_instance, insert_instance_statement, instance_written, this_connection
 from tools.models import AgentSession, CallEvent, CallStatus, ToolCall
 
@@ -278,6 +281,21 @@ def calls_lease_renew(tenant_id: int, calls: list[ToolCall], *, until) -> int:
 CLAIM_LOCK_SPACE = 7002  # advisory locks (PostgreSQL): 7001 is the audit chain's first append
 
 
+_claim_unflushed: ContextVar[bool] = ContextVar("claim_unflushed", default=False)
+
+
+@contextmanager
+def claim_commit_unflushed():
+    """Within this block, a claim's lock statement (`tenant_claims_serialise`) also has its transaction commit
+    without waiting for the disk: `synchronous_commit` off for that transaction alone, in the same statement (an
+    idempotent tool's claim: docs/notes/calls-and-execution.md, "Distributed execution")."""
+    token = _claim_unflushed.set(True)
+    try:
+        yield
+    finally:
+        _claim_unflushed.reset(token)
+
+
 def tenant_claims_serialise(tenant_id: int) -> None:
     """Claims of one tenant queue here until their transaction ends, so the running count a claim checks
     cannot go stale before it commits. A transaction-scoped advisory lock on PostgreSQL, not a lock on the
@@ -285,8 +303,9 @@ def tenant_claims_serialise(tenant_id: int) -> None:
     SQLite's single writer already serialises."""
     conn = this_connection()
     if conn.vendor == "postgresql":
+        unflushed = ", set_config('synchronous_commit', 'off', true)" if _claim_unflushed.get() else ""
         with conn.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [CLAIM_LOCK_SPACE, tenant_id])
+            cursor.execute(f"SELECT pg_advisory_xact_lock(%s, %s){unflushed}", [CLAIM_LOCK_SPACE, tenant_id])
 
 
 _claim_conditions: dict[tuple, str] = {}

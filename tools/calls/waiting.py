@@ -86,7 +86,8 @@ class TenantCallsListener:
 
     def __init__(self):
         self._channel: str | None = None
-        self._joined: dict[int, float] = {}  # tenant id → when joined
+        self._joined: dict[int, float] = {}  # tenant id → when joined (or its membership last renewed)
+        self._since: dict[int, float] = {}  # tenant id → when the channel first joined its group
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: asyncio.Lock | None = None
@@ -96,6 +97,7 @@ class TenantCallsListener:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a new event loop (tests run several): start over on it
             self._loop, self._lock, self._channel, self._joined, self._task = loop, asyncio.Lock(), None, {}, None
+            self._since = {}
         layer = get_channel_layer()
         renew_s = getattr(layer, "group_expiry", 86400) * self.RENEW_PART
         joined = self._joined.get(tenant_id)
@@ -111,15 +113,23 @@ class TenantCallsListener:
                     # the default prefix: a process has one real channel, read by one receive loop (another
                     # prefix would be a second real channel whose blocking reads hold the first one up)
                     self._channel = await layer.new_channel()
-                    self._joined = {}
+                    self._joined, self._since = {}, {}
                     self._task = loop.create_task(self._receive(layer, self._channel))
                 if tenant_id not in self._joined or time.monotonic() - self._joined[tenant_id] >= renew_s:
                     await layer.group_add(calls_group(tenant_id), self._channel)
                     self._joined[tenant_id] = time.monotonic()
+                    self._since.setdefault(tenant_id, self._joined[tenant_id])  # a renewal leaves no gap
             except Exception:
                 logger.warning("cannot listen on the channel layer; waits read the database instead", exc_info=True)
                 return False
         return True
+
+    def heard_since(self, tenant_id: int) -> float | None:
+        """Since when (`time.monotonic()`) every status event of the tenant's calls reaches this process's waits,
+        as long as the listener runs: when its channel joined the tenant's group. None: not listening."""
+        if self._task is None or self._task.done():
+            return None
+        return self._since.get(tenant_id)
 
     async def _receive(self, layer, channel: str) -> None:
         while True:
@@ -152,6 +162,7 @@ class CallWatch:
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
+        self.armed_at = time.monotonic()  # from now on, a settle in this process (or heard from another) is told
         self.settled: dict[str, object] = {}  # call id → the settled call as its settler left it
         self._changed = asyncio.Event()
 
@@ -308,7 +319,13 @@ class InProcessWaiter(Waiter):
 
 class ChannelLayerWaiter(Waiter):
     """The distributed mode: calls settle in workers; their status events reach this process's waits through
-    its one listener (`TenantCallsListener`), then the calls are read back."""
+    its one listener (`TenantCallsListener`), then the calls are read back.
+
+    The statuses are read before waiting only when the listener joined the tenant's group after the watch was
+    armed (the first wait of a tenant in this process, a listener started again): a call that settled between
+    the view's look and that join sent its event to no one of this process. When the listener was already in
+    the group, every settle after the view's look reaches the watch, armed before the view ran: the read bought
+    nothing, and cost a hop to the database pool and a statement per wait."""
 
     async def settled(self, plan, watch, stop):
         listening = await tenant_calls_listener.listening(plan.tenant_id)
@@ -317,8 +334,11 @@ class ChannelLayerWaiter(Waiter):
             statuses = await run_db(call_statuses, plan.tenant_id, pending)
             return {cid for cid in pending if statuses.get(cid) not in plan.until}
 
-        # The watch and the listener are in place before this read: a settle after it is heard.
-        pending = await recheck(plan.pending())
+        pending = plan.pending()
+        since = tenant_calls_listener.heard_since(plan.tenant_id) if listening else None
+        if since is None or since >= watch.armed_at or not plan.until <= SETTLED_STATUSES:
+            # joined late: the watch and the listener are in place before this read, so a settle after it is heard
+            pending = await recheck(pending)
         if pending:
             await watch.wait(pending, plan.until, plan.timeout, recheck_s=WATCH_RECHECK_S if listening else POLL_S,
                              recheck=recheck, stop=stop)

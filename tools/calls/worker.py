@@ -9,6 +9,7 @@ read. The reaper settles calls whose lease ran out (their worker died): idempote
 others fail with WorkerLost, so nothing runs twice by accident and nothing stays `running` forever. The
 thin Celery tasks around these are in `tools.tasks`.
 """
+import contextlib
 import logging
 import threading
 import time
@@ -25,14 +26,21 @@ from django.db import (
     transaction,
 )
 from django.utils import timezone
+from psycopg import Pipeline
 
 from common import metrics
-from tenancy.fastread import fetch_one
+from tenancy.fastread import fetch_one, this_connection
 from tenancy.selectors import versions_read_with
 from tenancy.versions import versioned_models, versions_known
 from tools.calls.events import call_transition
 from tools.calls.execution import call_execute, call_settle_orphan, call_time_out
-from tools.calls.statements import call_statuses, calls_lease_renew, claim_condition, tenant_claims_serialise
+from tools.calls.statements import (
+    call_statuses,
+    calls_lease_renew,
+    claim_commit_unflushed,
+    claim_condition,
+    tenant_claims_serialise,
+)
 from tools.models import CallStatus, ToolCall
 from tools.python.isolation import CallStop
 
@@ -68,6 +76,22 @@ def _call_read(call_id) -> ToolCall | None:
         return read()
 
 
+@contextlib.contextmanager
+def _claim_transaction():
+    """The claim's transaction. On PostgreSQL its statements (the advisory lock, the claim with its event) go out
+    together in psycopg's pipeline: BEGIN, the lock and the claim in one round trip, COMMIT in a second (four
+    before). Each is still a statement of its own, with a snapshot of its own: the claim's count of running calls
+    is read after the lock is held, so the cap stays exact."""
+    conn = this_connection()
+    with transaction.atomic():
+        if conn.vendor != "postgresql":
+            yield
+            return
+        conn.ensure_connection()
+        with conn.connection.pipeline() if Pipeline.is_supported() else contextlib.nullcontext():
+            yield
+
+
 def call_claim_limited(*, call_id) -> tuple[str, ToolCall | None]:
     """Claim a queued call, honouring the tenant's parallel cap and per-session order of unsafe tools."""
     call = _call_read(call_id)
@@ -76,9 +100,17 @@ def call_claim_limited(*, call_id) -> tuple[str, ToolCall | None]:
     call.session.tenant = call.tenant
     condition = claim_condition(call, cap=call.tenant.max_parallel_calls,
                                 in_session_order=call.tool is not None and not call.tool.concurrency_safe)
-    with transaction.atomic():
+    # An idempotent tool's claim commits without waiting for the disk. A database crash in the next moments may
+    # then forget it, and the call, queued again, runs again, which an idempotent tool's call may do anyway (the
+    # reaper re-queues it when its worker dies). The result is written with the usual wait for the disk, which
+    # takes the claim's records with it: what an answer reports is on disk before it is read back. A tool that is
+    # not idempotent keeps its claim on disk before it starts: at most once, whatever crashes.
+    idempotent = call.tool is not None and call.tool.idempotent
+    with _claim_transaction(), claim_commit_unflushed() if idempotent else contextlib.nullcontext():
         tenant_claims_serialise(call.tenant_id)
-        now = timezone.now()  # after the lock: the lease starts with the claim
+        # the lease counts from here, before the lock is held (the pipeline sends them together): a wait for the
+        # lock, behind other claims of one statement each, shortens it by as much; it is renewed every LEASE_S / 3
+        now = timezone.now()
         moved = call_transition(call=call, from_statuses=[CallStatus.QUEUED], to_status=CallStatus.RUNNING,
                                 condition=condition, started_at=now, attempts=1,
                                 lease_until=now + timedelta(seconds=LEASE_S))
