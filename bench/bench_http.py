@@ -112,17 +112,24 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU the processes have used so far (a process gone since counts nothing)."""
-    total = 0
+def cpu_by_process(pids: list[int], *, reaped: bool = False) -> dict[int, float]:
+    """Each live process's user + system CPU so far, in seconds; with `reaped`, also that of its children it has
+    reaped (cutime, cstime): a PostgreSQL backend or a recycled pool process that ended still counts, in its
+    parent. A process gone since is left out."""
+    found = {}
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as handle:
                 fields = handle.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / CLOCK_TICKS
+        found[pid] = sum(int(f) for f in fields[11:15 if reaped else 13]) / CLOCK_TICKS
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU the processes have used so far (a process gone since counts nothing)."""
+    return sum(cpu_by_process(pids).values())
 
 
 class CpuMeter:

@@ -4,7 +4,7 @@ The machine's PostgreSQL serves other work too (tests, other benchmarks), and th
 connection per request (CONN_MAX_AGE 0): a backend that ends inside a measuring window takes its CPU with
 it, and the cluster's shared processes work for every database. A private cluster (initdb into a temporary
 directory, default settings, trust on a free port) has only the stack's backends; the CPU of the ones that
-ended is in the postmaster's cutime/cstime, which `cpu_with_children` reads.
+ended is in the postmaster's cutime/cstime, which `bench_http.cpu_by_process(…, reaped=True)` reads.
 
     with PrivatePostgres() as pg:
         env = {"TEST_PG_ADMIN_URL": pg.admin_url}   # tests/live/server.py's temporary_pg_database uses it
@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 
-from bench_http import CLOCK_TICKS, process_tree
+from bench_http import process_tree
 
 
 def postgres_bin() -> str:
@@ -117,18 +117,3 @@ class PrivatePostgres:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def cpu_with_children(pids: list[int]) -> dict[int, float]:
-    """Each process's user + system CPU so far, with that of its children it has reaped (cutime, cstime):
-    a PostgreSQL backend or a recycled pool process that ended still counts, in its parent."""
-    found = {}
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        found[pid] = sum(int(f) for f in fields[11:15]) / CLOCK_TICKS  # utime, stime, cutime, cstime
-    return found
-

@@ -149,9 +149,9 @@ class Served:
 
 
 def reading(components: dict) -> dict[str, float]:
-    from bench_pg import cpu_with_children
+    from bench_http import cpu_by_process
 
-    return {name: sum(cpu_with_children(pids()).values()) for name, pids in components.items()}
+    return {name: sum(cpu_by_process(pids(), reaped=True).values()) for name, pids in components.items()}
 
 
 def measure_mode(mode: str, trees: dict[str, Path], upstream_url: str, calls: int, rounds: int) -> dict:

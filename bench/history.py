@@ -43,8 +43,8 @@ ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH_DIR))
 
-from bench_http import Client, new_session, process_tree  # noqa: E402
-from bench_pg import PrivatePostgres, cpu_with_children  # noqa: E402
+from bench_http import Client, cpu_by_process, new_session, process_tree  # noqa: E402
+from bench_pg import PrivatePostgres  # noqa: E402
 from mcp_endpoint import McpWireClient, RestClient  # noqa: E402
 from mcp_proxy import EchoServer, ProxyClient, register_upstream  # noqa: E402
 
@@ -139,7 +139,7 @@ class PostgresHistory:
 
 
 def reading(components: list) -> float:
-    return sum(sum(cpu_with_children(pids()).values()) for pids in components)
+    return sum(sum(cpu_by_process(pids(), reaped=True).values()) for pids in components)
 
 
 def measure(components: list, paths: dict, calls: int, rounds: int) -> dict:
