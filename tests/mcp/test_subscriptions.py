@@ -90,6 +90,17 @@ class Watcher:
         heard, self.heard = self.heard[:at + 1], self.heard[at + 1:]
         return heard
 
+    async def until_all(self, expected: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+        """Everything heard up to the moment each of `expected` was heard, which is then forgotten: one change may
+        be said in more than one batch (a version and a groups' switch read in two looks), in either order."""
+        with anyio.fail_after(30):
+            while not all(item in self.heard for item in expected):
+                self.arrived = anyio.Event()
+                await self.arrived.wait()
+        at = max(self.heard.index(item) for item in expected)
+        heard, self.heard = self.heard[:at + 1], self.heard[at + 1:]
+        return heard
+
     async def subscribe(self, uri: str) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MCPDeprecationWarning)
@@ -138,7 +149,7 @@ def test_a_new_version_published_in_another_process_reaches_the_subscribers_of_i
             # a new version, in the other process: SKILL.md and notes.md both change
             await anyio.to_thread.run_sync(lambda: publish(second, admin, "watched-notes", "v2", **{"notes.md": "n2"}))
             await anyio.to_thread.run_sync(switch_groups, second, a.session, {"ops": True})
-            seen["v2"] = await a.until(TOOLS_CHANGED)
+            seen["v2"] = await a.until_all([(UPDATED, skill_md), (TOOLS_CHANGED, None)])
             seen["read v2"] = (await a.client.read_resource(skill_md)).contents[0].text
 
             # the subscription moves from SKILL.md to notes.md; a new file changes the resource list
@@ -148,7 +159,7 @@ def test_a_new_version_published_in_another_process_reaches_the_subscribers_of_i
             await anyio.to_thread.run_sync(lambda: publish(
                 second, admin, "watched-notes", "v3", **{"notes.md": "n3", "more.md": "m"}))
             await anyio.to_thread.run_sync(switch_groups, second, a.session, {"ops": False})
-            seen["v3"] = await a.until(TOOLS_CHANGED)
+            seen["v3"] = await a.until_all([(RESOURCES_CHANGED, None), (UPDATED, notes), (TOOLS_CHANGED, None)])
 
             # tenant B heard nothing of tenant A's versions; its own new version reaches it
             await anyio.to_thread.run_sync(lambda: publish(second, b_admin, "watched-notes", "tenant B's v2"))
