@@ -17,12 +17,17 @@ It measures three paths, each on a session of its own:
          call of the session still waiting with the same arguments;
 - proxy: the upstream's `echo` through the REST API (`mcp__bench__echo`), run by the MCP host process.
 
-The history is grown by inserting rows straight into the server's database (copies of a finished call, each
-with its event, in a session of its own: the tenant's past, not the measured sessions'), first to 1k stored
-calls (the baseline), then to 100k; on PostgreSQL the two tables are then analyzed, as autovacuum would after
-such an insert. At each size every path makes its calls in rounds that alternate the paths' order; a path's
-figure is the CPU all of Toolkeeper's processes (the server and its children, and on PostgreSQL the cluster's;
-from /proc: user + system, not wall time) used over its calls, divided by them: the median of its rounds.
+Each size has a server and a database of its own (on PostgreSQL, a cluster of its own), started side by side;
+each history is grown by inserting rows straight into its database (copies of a finished call, each with its
+event, in a session of its own: the tenant's past, not the measured sessions'), one to 1k stored calls (the
+baseline), the other to 100k; on PostgreSQL the two tables are then analyzed, as autovacuum would after such an
+insert. Then the sizes are measured interleaved: each round takes the paths in turn and, for each, a block of
+calls on every size, the sizes' order alternating between rounds, so that the machine's drift over a run falls
+on both alike (measured one after the other, a path's figure moved by up to 60% between the sizes with nothing
+else running). A path's figure at a size is the CPU all of that size's processes (the server and its children,
+and on PostgreSQL its cluster's; from /proc: user + system, not wall time) used over a block, divided by its
+calls: the median of its blocks. The server's `read` system calls per call are reported beside it: on SQLite
+they count the pages read from the file and its WAL, where a larger history shows first.
 Target: at 100k, each path within 10% of its figure at 1k (`ratio` ≤ 1.10), on both databases.
 
     .venv/bin/python bench/history.py [--quick] [--db sqlite|postgres|both] [--json PATH]
@@ -142,33 +147,23 @@ def reading(components: list) -> float:
     return sum(sum(cpu_by_process(pids(), reaped=True).values()) for pids in components)
 
 
-def measure(components: list, paths: dict, calls: int, rounds: int) -> dict:
-    """CPU ms per call of each path (median of its rounds), with its rounds, and its wall p50 for information."""
-    cpu: dict[str, list[float]] = {kind: [] for kind in paths}
-    wall: dict[str, list[float]] = {kind: [] for kind in paths}
-    for client in paths.values():  # warm: caches and pooled sessions
-        for _ in range(5):
-            client.timed()
-    for r in range(rounds):
-        order = list(paths) if r % 2 == 0 else list(paths)[::-1]
-        for kind in order:
-            before = reading(components)
-            wall[kind] += [paths[kind].timed() for _ in range(calls)]
-            cpu[kind].append((reading(components) - before) * 1000 / calls)
-    return {kind: {"cpu_ms_per_call": statistics.median(cpu[kind]), "rounds": cpu[kind],
-                   "p50_ms": statistics.median(wall[kind]) * 1000} for kind in paths}
+def read_syscalls(pids: list[int]) -> int:
+    """`read` system calls made so far by these processes (on SQLite, pages read from the file or its WAL)."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/io") as handle:
+            total += next(int(line.split()[1]) for line in handle if line.startswith("syscr:"))
+    return total
 
 
-BENCH_ENV = {"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING",
-             "TOOLKEEPER_SECRETS_KEY": "YmVuY2gtb25seS14eHh4eHh4eHh4eHh4eHh4eHh4eHg=",
-             "TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1"}
+class Instance:
+    """One server with a history of its own size: its database (on PostgreSQL, a private cluster), its three
+    clients and the pids whose CPU it uses."""
 
-
-def run_database(db: str, upstream_url: str, sizes: tuple[int, ...], calls: int, rounds: int) -> dict:
-    """Serve on `db`, grow the history through `sizes` and measure at each: {size: {path: figures}}, grown s."""
-    with contextlib.ExitStack() as stack:
+    def __init__(self, db: str, size: int, upstream_url: str, stack: contextlib.ExitStack):
+        self.db, self.size = db, size
         options: dict = {}
-        components = []
+        self.components: list = []
         if db == "postgres":
             import psycopg
 
@@ -177,32 +172,80 @@ def run_database(db: str, upstream_url: str, sizes: tuple[int, ...], calls: int,
                 conn.execute("CREATE DATABASE toolkeeper_history")
             options = {"database_url": pg.admin_url.rsplit("/", 1)[0] + "/toolkeeper_history",
                        "database_name": "toolkeeper_history"}
-            components.append(pg.pids)
-        server = LiveServer(settings_module="bench_settings", extra_pythonpath=[str(BENCH_DIR)], extra_env=BENCH_ENV,
-                            daphne_args=["-v", "0"], **options)
-        print(f"{db}: starting daphne (local executor, in-process channel layer)…", flush=True)
-        stack.enter_context(server)
-        components.insert(0, lambda: process_tree(server.process.pid))
-        register_upstream(server, upstream_url)
-        http = Client(server.port, server.api_key)
+            self.components.append(pg.pids)
+        self.server = LiveServer(settings_module="bench_settings", extra_pythonpath=[str(BENCH_DIR)],
+                                 extra_env=BENCH_ENV, daphne_args=["-v", "0"], **options)
+        print(f"{db}, {size:,}: starting daphne (local executor, in-process channel layer)…", flush=True)
+        stack.enter_context(self.server)
+        self.components.insert(0, lambda: process_tree(self.server.process.pid))
+        register_upstream(self.server, upstream_url)
+        http = Client(self.server.port, self.server.api_key)
         try:
             past = new_session(http, 9000)
             sessions = [new_session(http, 9001 + i) for i in range(2)]
         finally:
             http.close()
-        paths = {"rest": RestClient(server, sessions[0]), "mcp": McpWireClient(server, sessions[1]),
-                 "proxy": ProxyClient(server, 9003)}
-        for client in paths.values():
+        self.paths = {"rest": RestClient(self.server, sessions[0]), "mcp": McpWireClient(self.server, sessions[1]),
+                      "proxy": ProxyClient(self.server, 9003)}
+        for client in self.paths.values():
             stack.callback(client.close)
             client.timed()  # a finished call to copy
-        history = (PostgresHistory if db == "postgres" else SqliteHistory)(server, past)
-        stack.callback(history.close)
-        results, grown = {}, {}
-        for size in sizes:
-            grown[size] = history.grow_to(size)
-            print(f"{db}: {history.stored()} stored calls (grown in {grown[size]:.1f} s); measuring…", flush=True)
-            results[size] = measure(components, paths, calls, rounds)
-        return {"results": results, "grown_s": grown}
+        self.history = (PostgresHistory if db == "postgres" else SqliteHistory)(self.server, past)
+        stack.callback(self.history.close)
+
+    def grow(self) -> float:
+        grown = self.history.grow_to(self.size)
+        print(f"{self.db}, {self.size:,}: {self.history.stored():,} stored calls (grown in {grown:.1f} s)", flush=True)
+        return grown
+
+    def block(self, kind: str, calls: int) -> tuple[float, float, list[float]]:
+        """`calls` calls of one path: CPU ms per call, read system calls per call of the server, wall times."""
+        server_pids = self.components[0]
+        cpu, reads = reading(self.components), read_syscalls(server_pids())
+        wall = [self.paths[kind].timed() for _ in range(calls)]
+        return ((reading(self.components) - cpu) * 1000 / calls, (read_syscalls(server_pids()) - reads) / calls,
+                wall)
+
+
+def measure(instances: list[Instance], calls: int, rounds: int) -> dict:
+    """Every path's blocks on every size, interleaved: each round takes the paths in turn, and for each the sizes
+    in an order that alternates between rounds (small first, then large first), so that the machine's drift over
+    the run falls on both sizes alike. A figure is the median of a path's blocks at a size."""
+    kinds = list(instances[0].paths)
+    for instance in instances:  # warm: caches and pooled sessions
+        for client in instance.paths.values():
+            for _ in range(5):
+                client.timed()
+    cpu = {(i.size, kind): [] for i in instances for kind in kinds}
+    reads = {(i.size, kind): [] for i in instances for kind in kinds}
+    wall = {(i.size, kind): [] for i in instances for kind in kinds}
+    for r in range(rounds):
+        for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
+            for instance in (instances if r % 2 == 0 else instances[::-1]):
+                ms, syscalls, times = instance.block(kind, calls)
+                cpu[instance.size, kind].append(ms)
+                reads[instance.size, kind].append(syscalls)
+                wall[instance.size, kind] += times
+        print(f"  round {r + 1}/{rounds}: " + "  ".join(
+            f"{kind} " + " / ".join(f"{cpu[i.size, kind][-1]:.1f}" for i in instances) for kind in kinds), flush=True)
+    return {i.size: {kind: {"cpu_ms_per_call": statistics.median(cpu[i.size, kind]), "rounds": cpu[i.size, kind],
+                            "read_syscalls_per_call": statistics.median(reads[i.size, kind]),
+                            "p50_ms": statistics.median(wall[i.size, kind]) * 1000} for kind in kinds}
+            for i in instances}
+
+
+BENCH_ENV = {"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "LOG_LEVEL": "WARNING",
+             "TOOLKEEPER_SECRETS_KEY": "YmVuY2gtb25seS14eHh4eHh4eHh4eHh4eHh4eHh4eHg=",
+             "TOOLKEEPER_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1"}
+
+
+def run_database(db: str, upstream_url: str, sizes: tuple[int, ...], calls: int, rounds: int) -> dict:
+    """A server per size on `db`, each history grown to its size, then measured side by side."""
+    with contextlib.ExitStack() as stack:
+        instances = [Instance(db, size, upstream_url, stack) for size in sizes]
+        grown = {instance.size: instance.grow() for instance in instances}
+        print(f"{db}: measuring {rounds} rounds of {calls} calls a path and size…", flush=True)
+        return {"results": measure(instances, calls, rounds), "grown_s": grown}
 
 
 def main(argv=None) -> int:
@@ -213,9 +256,9 @@ def main(argv=None) -> int:
                         help="the database(s) to measure on (default %(default)s)")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="stored calls, smallest (the baseline) "
                         "first (default %(default)s)")
-    parser.add_argument("--calls", type=int, help="calls of a path a round (default 100 with --quick, else 300)")
+    parser.add_argument("--calls", type=int, help="calls of a path a round (default 80 with --quick, else 200)")
     args = parser.parse_args(argv)
-    calls, rounds = (100, 3) if args.quick else (300, 5)
+    calls, rounds = (80, 5) if args.quick else (200, 9)
     calls = args.calls or calls
     sizes = tuple(int(size) for size in args.sizes.split(","))
     databases = ("sqlite", "postgres") if args.db == "both" else (args.db,)
@@ -227,7 +270,7 @@ def main(argv=None) -> int:
 
     small, large = sizes[0], sizes[-1]
     print(f"\n{'db':<9} {'path':<6} {'CPU ms/call at ' + format(small, ','):>20} {'at ' + format(large, ','):>12} "
-          f"{'ratio':>6}  {'p50 ms':>13}")
+          f"{'ratio':>6}  {'p50 ms':>13}  {'reads/call':>12}")
     for db, run in runs.items():
         results = run["results"]
         run["ratios"] = {kind: results[large][kind]["cpu_ms_per_call"] / results[small][kind]["cpu_ms_per_call"]
@@ -236,7 +279,9 @@ def main(argv=None) -> int:
             verdict = "ok" if ratio <= TARGET else "MISSES TARGET"
             before, after = results[small][kind], results[large][kind]
             print(f"{db:<9} {kind:<6} {before['cpu_ms_per_call']:>20.2f} {after['cpu_ms_per_call']:>12.2f} "
-                  f"{ratio:>6.2f}  {before['p50_ms']:>5.2f} → {after['p50_ms']:<5.2f}  (target ≤ {TARGET}: {verdict})")
+                  f"{ratio:>6.2f}  {before['p50_ms']:>5.2f} → {after['p50_ms']:<5.2f}  "
+                  f"{before['read_syscalls_per_call']:>5.1f} → {after['read_syscalls_per_call']:<5.1f}  "
+                  f"(target ≤ {TARGET}: {verdict})")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "sizes": list(sizes), "target": TARGET, "quick": args.quick, "calls": calls, "rounds": rounds,
