@@ -82,22 +82,21 @@ class Watcher:
 
     async def until(self, method: str) -> list[tuple[str, str | None]]:
         """Everything heard up to and including the next `method`, which is then forgotten."""
-        with anyio.fail_after(30):
-            while not any(m == method for m, _ in self.heard):
-                self.arrived = anyio.Event()
-                await self.arrived.wait()
-        at = next(i for i, (m, _) in enumerate(self.heard) if m == method)
-        heard, self.heard = self.heard[:at + 1], self.heard[at + 1:]
-        return heard
+        return await self._heard_through(
+            lambda heard: next((i for i, (m, _) in enumerate(heard) if m == method), None))
 
     async def until_all(self, expected: list[tuple[str, str | None]]) -> list[tuple[str, str | None]]:
         """Everything heard up to the moment each of `expected` was heard, which is then forgotten: one change may
         be said in more than one batch (a version and a groups' switch read in two looks), in either order."""
+        return await self._heard_through(
+            lambda heard: max(heard.index(item) for item in expected) if all(i in heard for i in expected) else None)
+
+    async def _heard_through(self, last_of) -> list[tuple[str, str | None]]:
+        """Waits until `last_of(heard)` names a position, then hands over what was heard through it."""
         with anyio.fail_after(30):
-            while not all(item in self.heard for item in expected):
+            while (at := last_of(self.heard)) is None:
                 self.arrived = anyio.Event()
                 await self.arrived.wait()
-        at = max(self.heard.index(item) for item in expected)
         heard, self.heard = self.heard[:at + 1], self.heard[at + 1:]
         return heard
 
