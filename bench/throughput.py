@@ -74,11 +74,13 @@ def floor_row(status: int, payload: bytes) -> str | None:
     return None if status == 201 else f"{status}: {payload[:200]!r}"
 
 
-def run_load(port: int, key: str, clients: int, warmup_s: float, measure_s: float, *, floor: bool = False,
-             meter: CpuMeter | None = None) -> dict:
+def run_load(port: int | list[int], key: str, clients: int, warmup_s: float, measure_s: float, *,
+             floor: bool = False, meter: CpuMeter | None = None) -> dict:
     """All clients post back to back; requests that finish inside the measuring window are counted, and the
-    meter reads each component's CPU over that window."""
-    pool = [Client(port, key) for _ in range(clients)]
+    meter reads each component's CPU over that window. Given several ports (server processes of one deployment),
+    the clients are dealt to them in turn, as a load balancer deals connections."""
+    ports = port if isinstance(port, list) else [port]
+    pool = [Client(ports[n % len(ports)], key) for n in range(clients)]
     if floor:
         paths, check = [FLOOR_PATH] * clients, floor_row
     else:
