@@ -1,19 +1,13 @@
 """`/api/v1/governance`: how the tenant decides and runs calls, read and changed through the admin API
 (docs/api.md), each change audited; and the review of untrusted servers' tools, on for every tenant, new or
 already there when the setting came (docs/governance.md)."""
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from audit.models import Event
 from tenancy.services import tenant_create
+from tests.migrating import database_env, run_steps
 
 pytestmark = pytest.mark.django_db
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_admin_api_reads_and_sets_the_decision_settings(world):
@@ -63,13 +57,6 @@ def test_a_new_tenant_reviews_untrusted_servers_tools():
     assert tenant_create(slug="fresh").review_untrusted is True
 
 
-def manage(env: dict, *args: str) -> str:
-    result = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
-
-
 OLD_TENANT = ("INSERT INTO tenancy_tenant (slug, name, default_behavior, auto_allow_read_only, max_parallel_calls, "
               "key_requests_per_minute, tenant_requests_per_minute, key_calls_in_flight, tenant_calls_in_flight, "
               "created_at) VALUES ('old', 'Old', 'allow', 1, 8, 0, 0, 0, 0, '2026-01-01')")
@@ -79,19 +66,21 @@ COLUMNS = ("from django.db import connection; print([c.name for c in connection.
 
 @pytest.mark.django_db(databases=[])
 def test_tenants_made_before_the_setting_get_it_on_and_going_back_drops_it(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "TOOLKEEPER_EXECUTOR"}}
-    env.update({"DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "TOOLKEEPER_DATA_DIR": str(tmp_path),
-                "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "toolkeeper.settings"})
-    manage(env, "migrate", "-v0")
-    manage(env, "migrate", "tenancy", "0005", "-v0")
-    assert "review_untrusted" not in manage(env, "shell", "-c", COLUMNS)
-    manage(env, "shell", "-c", f"from django.db import connection; connection.cursor().execute({OLD_TENANT!r})")
-    manage(env, "migrate", "-v0")
-    shown = manage(env, "shell", "-c", "from tenancy.models import Tenant; "
-                                       "print(Tenant.objects.get(slug='old').review_untrusted)")
-    assert shown.strip().splitlines()[-1] == "True"
-    manage(env, "migrate", "tenancy", "0005", "-v0")
-    assert "review_untrusted" not in manage(env, "shell", "-c", COLUMNS)
     kept = ("from django.db import connection; c = connection.cursor(); "
             "c.execute(\"SELECT slug FROM tenancy_tenant WHERE slug = 'old'\"); print(c.fetchall())")
-    assert "old" in manage(env, "shell", "-c", kept)
+    outputs = run_steps(database_env(tmp_path, f"sqlite:///{tmp_path / 'db.sqlite3'}"), [
+        ["migrate", "-v0"],
+        ["migrate", "tenancy", "0005", "-v0"],
+        ["shell", COLUMNS],
+        ["shell", f"from django.db import connection; connection.cursor().execute({OLD_TENANT!r})"],
+        ["migrate", "-v0"],
+        ["shell", "from tenancy.models import Tenant; print(Tenant.objects.get(slug='old').review_untrusted)"],
+        ["migrate", "tenancy", "0005", "-v0"],
+        ["shell", COLUMNS],
+        ["shell", kept],
+    ])
+    before, turned_on, after, still_there = outputs[2], outputs[5], outputs[7], outputs[8]
+    assert "review_untrusted" not in before and "'slug'" in before
+    assert turned_on.strip() == "True"
+    assert "review_untrusted" not in after and "'slug'" in after
+    assert "old" in still_there
