@@ -144,7 +144,9 @@ class DistributedStack:
             self.redis = RedisServer(self.workdir)
             self.redis.start()
             self._exit.callback(self.redis.stop)
-            self.database_name, self.database_url = self._exit.enter_context(temporary_pg_database("tk_dist"))
+            # a settings module found only on extra_pythonpath migrates its own database
+            self.database_name, self.database_url = self._exit.enter_context(temporary_pg_database(
+                "tk_dist", migrated_for=None if self.extra_pythonpath else self.settings_module))
             self.server = self._daphne()
             self._exit.enter_context(self.server)
             self._exit.callback(self._stop_celery)
@@ -181,6 +183,7 @@ class DistributedStack:
             database_url=self.database_url, database_name=self.database_name, redis_url=self.redis.url(0),
             settings_module=self.settings_module, extra_pythonpath=self.extra_pythonpath,
             extra_env={"TOOLKEEPER_EXECUTOR": "celery", **self.extra_env}, daphne_args=self.daphne_args,
+            migrated=not self.extra_pythonpath,
         )
 
     @contextlib.contextmanager

@@ -71,7 +71,8 @@ def _require_postgres() -> None:
 def toolkeeper_server_pg():
     """PostgreSQL (a fresh database), the in-process channel layer, the local executor."""
     _require_postgres()
-    with temporary_pg_database() as (name, url), LiveServer(database_url=url, database_name=name) as server:
+    with temporary_pg_database(migrated_for="toolkeeper.settings") as (name, url), LiveServer(
+            database_url=url, database_name=name, migrated=True) as server:
         yield server
         _report(server)
 
@@ -84,8 +85,8 @@ def toolkeeper_server_distributed():
     if not redis_url:
         _missing("Redis (127.0.0.1:6379)")
     with (
-        temporary_pg_database() as (name, url),
-        LiveServer(database_url=url, database_name=name, redis_url=redis_url) as server,
+        temporary_pg_database(migrated_for="toolkeeper.settings") as (name, url),
+        LiveServer(database_url=url, database_name=name, redis_url=redis_url, migrated=True) as server,
     ):
         yield server
         _report(server)

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
 DEFAULT_PG_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 TEMPLATE_DIR = ROOT / "var" / "test-templates"
+PG_TEMPLATES_LOCK = 0x746B_7470_6C00  # the advisory lock of the PostgreSQL templates (temporary_pg_database)
 
 
 def venv_executable(name: str) -> str:
@@ -58,6 +59,23 @@ class ServerError(RuntimeError):
     pass
 
 
+def migrations_digest(settings_module: str) -> str:
+    """Names a database migrated with these settings and the migration files as they are now."""
+    digest = hashlib.sha256(settings_module.encode())
+    for path in sorted(ROOT.glob("*/migrations/*.py")) + sorted(ROOT.glob("platform/*/migrations/*.py")):
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+@contextlib.contextmanager
+def templates_lock():
+    """Parallel workers: one builds a migrated template, the others wait and copy it."""
+    TEMPLATE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(TEMPLATE_DIR / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @dataclass
 class LiveServer:
     """A daphne process serving Toolkeeper. Use as a context manager, or call start()/stop()."""
@@ -81,6 +99,7 @@ class LiveServer:
     process: subprocess.Popen | None = None
     _log_file: object = None
     owns_data_dir: bool = True  # a sibling shares its first server's data dir and leaves it to that one
+    migrated: bool = False  # the database is a copy of one already migrated (temporary_pg_database's migrated_for)
 
     # -- environment ------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -151,6 +170,8 @@ class LiveServer:
     def _migrate(self) -> None:
         """An embedded server starts from a copy of a database migrated once per set of migrations: migrating
         takes seconds and most live tests start a server of their own."""
+        if self.migrated:
+            return
         if self.database_url or self.bin_dir is not None or self.extra_pythonpath:
             self.manage("migrate", "--noinput")
             return
@@ -159,13 +180,8 @@ class LiveServer:
             source.backup(target)
 
     def _migrated_template(self) -> Path:
-        digest = hashlib.sha256(self.settings_module.encode())
-        for path in sorted(ROOT.glob("*/migrations/*.py")) + sorted(ROOT.glob("platform/*/migrations/*.py")):
-            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
-        TEMPLATE_DIR.mkdir(parents=True, exist_ok=True)
-        template = TEMPLATE_DIR / f"{digest.hexdigest()[:20]}.sqlite3"
-        with open(TEMPLATE_DIR / "build.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # parallel workers: one builds, the others wait and copy
+        template = TEMPLATE_DIR / f"{migrations_digest(self.settings_module)}.sqlite3"
+        with templates_lock():
             if not template.exists():
                 build_dir = Path(tempfile.mkdtemp(prefix="tk-template-"))
                 try:
@@ -288,18 +304,58 @@ def database_url_for(admin_url: str, name: str) -> str:
 
 
 @contextlib.contextmanager
-def temporary_pg_database(prefix: str = "tk_live"):
-    """Create a fresh database, yield (name, url), drop it (terminating leftover connections)."""
+def temporary_pg_database(prefix: str = "tk_live", *, migrated_for: str | None = None):
+    """Create a fresh database, yield (name, url), drop it (terminating leftover connections). With `migrated_for`
+    (a settings module), the database starts as a copy of one migrated with those settings once per set of
+    migration files, so its server is started with `migrated=True` and skips the migrations' seconds."""
     import psycopg
     from psycopg import sql
 
     name = f"{prefix}_{secrets.token_hex(6)}"
     admin_url = pg_admin_url()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    if migrated_for is None:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    else:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            # One builder and one copy at a time across the cluster (every checkout's tests, every worker): a
+            # template may not be copied while anyone is connected to it, its builder included.
+            conn.execute("SELECT pg_advisory_lock(%s)", [PG_TEMPLATES_LOCK])
+            template = _pg_migrated_template(conn, admin_url, migrated_for)
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template)))
     try:
         yield name, database_url_for(admin_url, name)
     finally:
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name])
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def _pg_migrated_template(conn, admin_url: str, settings_module: str) -> str:
+    """The name of a database migrated with `settings_module`, built now if this set of migration files has none
+    (the templates of its other sets are dropped). `conn` is the admin connection holding PG_TEMPLATES_LOCK."""
+    from psycopg import sql
+
+    family = f"tk_template_{hashlib.sha256(settings_module.encode()).hexdigest()[:8]}_"
+    template = family + migrations_digest(settings_module)
+    names = [row[0] for row in conn.execute(
+        "SELECT datname FROM pg_database WHERE datname LIKE %s", [family.replace("_", r"\_") + "%"])]
+    if template in names:
+        return template
+    for stale in names:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(stale)))
+    building = f"tk_building_{secrets.token_hex(6)}"
+    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
+    build_dir = Path(tempfile.mkdtemp(prefix="tk-template-"))
+    try:
+        LiveServer(database_url=database_url_for(admin_url, building), settings_module=settings_module,
+                   data_dir=build_dir).manage("migrate", "--noinput")
+        conn.execute(sql.SQL("ALTER DATABASE {} RENAME TO {}").format(
+            sql.Identifier(building), sql.Identifier(template)))
+    except BaseException:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(building)))
+        raise
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
+    return template

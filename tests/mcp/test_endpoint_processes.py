@@ -21,8 +21,8 @@ def servers():
     redis_url = live_redis_url()
     if not redis_url:
         _missing("Redis (127.0.0.1:6379)")
-    with temporary_pg_database() as (name, url), LiveServer(
-            database_url=url, database_name=name, redis_url=redis_url,
+    with temporary_pg_database(migrated_for="toolkeeper.settings") as (name, url), LiveServer(
+            database_url=url, database_name=name, redis_url=redis_url, migrated=True,
             extra_env={"TOOLKEEPER_MCP_MAX_WAIT_S": "30"}) as first:
         second = first.sibling()
         try:

@@ -37,8 +37,8 @@ def servers():
     redis_url = live_redis_url()
     if not redis_url:
         _missing("Redis (127.0.0.1:6379)")
-    with temporary_pg_database() as (name, url), LiveServer(database_url=url, database_name=name,
-                                                             redis_url=redis_url) as first:
+    with temporary_pg_database(migrated_for="toolkeeper.settings") as (name, url), LiveServer(
+            database_url=url, database_name=name, redis_url=redis_url, migrated=True) as first:
         first.manage("createtenant", "initech")
         for name_, scopes in (("b_key", "agent"), ("b_admin", "admin")):
             first.credentials[name_] = json.loads(first.manage(
