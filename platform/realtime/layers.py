@@ -14,10 +14,12 @@ import threading
 import time
 from collections import defaultdict, deque
 
+import redis
 from channels.exceptions import ChannelFull
 from channels.layers import BaseChannelLayer
 from channels_redis.core import RedisChannelLayer
 from redis.exceptions import ResponseError
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 logger = logging.getLogger("toolkeeper.realtime")
 
@@ -176,19 +178,76 @@ class RedisGroupSender:
     (two group reads, a cleanup and a push: four round trips per group) takes two round trips per batch.
 
     The messages are those channels_redis's group_send would store (it builds and serializes them), so any
-    receiver of that layer reads them. Each group's messages are stored in the order given.
+    receiver of that layer reads them. Each group's messages are stored in the order given. `send` runs on an
+    event loop; `send_blocking` does the same round trips on the calling thread, with a client of its own.
     """
+
+    # A blocking send must not hold its thread long when Redis is slow or gone: the write it reports is done.
+    BLOCKING_TIMEOUT_S = 1.0
 
     def __init__(self, layer: RedisChannelLayer):
         self.layer = layer
         self.last_score = 0.0
+        self._blocking_clients: dict[int, redis.Redis] = {}
+        self._blocking_lock = threading.Lock()
 
     async def send(self, sends: list[tuple[list[str], dict]]) -> int:
         """Send each message to its groups: `sends` holds (groups, message) in order. Returns how many
         deliveries were dropped because a listener's channel was full."""
+        members: dict[str, list[str]] = {}
+        for index, names in self._groups_by_connection(sends).items():
+            pipe = self.layer.connection(index).pipeline(transaction=False)
+            members.update(self._read_members(pipe, names, await self._queue_member_reads(pipe, names).execute()))
+        dropped = 0
+        for index, keys, args in self._pushes(sends, members):
+            dropped += await self.layer.connection(index).eval(_PUSH_BATCH_LUA, len(keys), *keys, *args)
+        return dropped
+
+    def send_blocking(self, sends: list[tuple[list[str], dict]]) -> int:
+        """`send` on the calling thread (any thread: the clients' pools are thread-safe)."""
+        members: dict[str, list[str]] = {}
+        for index, names in self._groups_by_connection(sends).items():
+            pipe = self._blocking_client(index).pipeline(transaction=False)
+            members.update(self._read_members(pipe, names, self._queue_member_reads(pipe, names).execute()))
+        dropped = 0
+        for index, keys, args in self._pushes(sends, members):
+            dropped += self._blocking_client(index).eval(_PUSH_BATCH_LUA, len(keys), *keys, *args)
+        return dropped
+
+    def _blocking_client(self, index: int) -> redis.Redis:
+        client = self._blocking_clients.get(index)
+        if client is None:
+            with self._blocking_lock:
+                client = self._blocking_clients.get(index)
+                if client is None:
+                    client = self._blocking_clients[index] = redis.Redis(
+                        connection_pool=blocking_pool(self.layer.hosts[index], timeout_s=self.BLOCKING_TIMEOUT_S))
+        return client
+
+    def _groups_by_connection(self, sends) -> dict[int, list[str]]:
+        by_connection: dict[int, list[str]] = defaultdict(list)
+        for group in {group for groups, _ in sends for group in groups}:
+            by_connection[self.layer.consistent_hash(group)].append(group)
+        return by_connection
+
+    def _queue_member_reads(self, pipe, groups: list[str]):
+        """The channels of each group, after dropping those older than the group expiry: two commands a group."""
+        oldest = int(time.time()) - self.layer.group_expiry
+        for group in groups:
+            key = self.layer._group_key(group)
+            pipe.zremrangebyscore(key, min=0, max=oldest)
+            pipe.zrange(key, 0, -1)
+        return pipe
+
+    @staticmethod
+    def _read_members(pipe, groups: list[str], replies: list) -> dict[str, list[str]]:
+        return {group: [channel.decode() for channel in channels]
+                for group, channels in zip(groups, replies[1::2], strict=True)}
+
+    def _pushes(self, sends, members: dict[str, list[str]]) -> list[tuple[int, list[bytes], list]]:
+        """Per connection: the channel keys in first-use order, and the script's arguments (each key's capacity,
+        then now and the expiry, then (key number, score, message) per delivery, in send order)."""
         layer = self.layer
-        members = await self._members({group for groups, _ in sends for group in groups})
-        # Per connection: the channel keys in first-use order, and (key number, message) in send order.
         keys: dict[int, dict[bytes, int]] = defaultdict(dict)
         capacities: dict[int, list[int]] = defaultdict(list)
         pushes: dict[int, list] = defaultdict(list)
@@ -205,34 +264,28 @@ class RedisGroupSender:
                             numbers[key] = len(numbers) + 1
                             capacities[index].append(capacity[key])
                         pushes[index].append((numbers[key], serialized[key]))
-        dropped = 0
+        batches = []
         for index, numbers in keys.items():
             now = time.time()
             args: list = [*capacities[index], now, int(layer.expiry)]
             for number, payload in pushes[index]:
                 self.last_score = max(now, self.last_score + _SCORE_STEP)
                 args += [number, repr(self.last_score), payload]
-            dropped += await layer.connection(index).eval(_PUSH_BATCH_LUA, len(numbers), *numbers, *args)
-        return dropped
+            batches.append((index, list(numbers), args))
+        return batches
 
-    async def _members(self, groups: set[str]) -> dict[str, list[str]]:
-        """The channels of each group, after dropping those older than the group expiry."""
-        layer = self.layer
-        by_connection: dict[int, list[str]] = defaultdict(list)
-        for group in groups:
-            by_connection[layer.consistent_hash(group)].append(group)
-        members: dict[str, list[str]] = {}
-        oldest = int(time.time()) - layer.group_expiry
-        for index, names in by_connection.items():
-            pipe = layer.connection(index).pipeline(transaction=False)
-            for group in names:
-                key = layer._group_key(group)
-                pipe.zremrangebyscore(key, min=0, max=oldest)
-                pipe.zrange(key, 0, -1)
-            replies = await pipe.execute()
-            for group, channels in zip(names, replies[1::2], strict=True):
-                members[group] = [channel.decode() for channel in channels]
-        return members
+
+def blocking_pool(host: dict, *, timeout_s: float) -> redis.ConnectionPool:
+    """A blocking client's pool for one of the layer's hosts (as channels_redis builds its own for asyncio), with
+    short timeouts: the layer's hosts leave reads without one, for receives that block by design."""
+    host = {**host, "socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    if "address" in host:
+        return redis.ConnectionPool.from_url(host.pop("address"), **host)
+    master_name = host.pop("master_name", None)
+    if master_name is not None:
+        sentinels, sentinel_kwargs = host.pop("sentinels"), host.pop("sentinel_kwargs", None)
+        return SentinelConnectionPool(master_name, Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs), **host)
+    return redis.ConnectionPool(**host)
 
 
 # Puts back what an interrupted receive left in the backup, then takes up to ARGV[1] messages off the

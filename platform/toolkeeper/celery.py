@@ -23,6 +23,9 @@ def prepare_worker_process(**kwargs):
     next period."""
     for connection in connections.all():
         connection.settings_dict["CONN_MAX_AGE"] = 60
+    from realtime.broadcast import publish_status_inline  # after Django's set-up, as the worker's modules
+
+    publish_status_inline()  # one call at a time: its settle goes out from the task's thread (realtime.broadcast)
     tracing_setup(role="worker")  # its spans say they come from a worker (docs/observability.md)
     # Long-lived objects of a worker process stay out of the garbage collector's full passes.
     gc.collect()

@@ -8,7 +8,7 @@ import pytest
 from channels.layers import get_channel_layer
 from django.db import connections
 
-from realtime.groups import calls_group
+from realtime.groups import settled_group
 from tools.calls import waiting
 from tools.calls.submit import calls_submit
 from tools.calls.waiting import ChannelLayerWaiter, TenantCallsListener, WaitPlan
@@ -60,7 +60,7 @@ def settle(call: ToolCall) -> None:
 
 
 async def status_event(call: ToolCall) -> None:
-    await get_channel_layer().group_send(calls_group(call.tenant_id), {
+    await get_channel_layer().group_send(settled_group(call.tenant_id), {
         "type": "call.event", "call": str(call.pk), "session": str(call.session_id), "seq": 9, "kind": "status",
         "data": {"status": CallStatus.SUCCEEDED}, "at": "2026-01-01T00:00:00+00:00"})
 

@@ -8,16 +8,24 @@ Reads (`BatchedRedisChannelLayer`): a server process takes what waits in one rea
 BZMPOP) and hands it out in order to each of its listeners; a receive cancelled while its read is under way loses
 none of what the read takes. A Redis without BZMPOP is read with channels_redis's backup, and there too a read
 cancelled after it took messages loses none of them.
+
+Blocking sends (`RedisGroupSender.send_blocking`, `realtime.broadcast.publish_status_inline`): a worker's status
+event is stored before its publish returns, in the order of its process's other events, and an unreachable Redis
+holds the sending thread no longer than the sender's timeout.
 """
 import asyncio
 import contextlib
 import os
 import secrets
+import socket
+import time
 import uuid
 
 import pytest
+import redis
 from channels_redis.core import RedisChannelLayer
 
+from realtime import broadcast
 from realtime.layers import BatchedRedisChannelLayer, RedisGroupSender
 from tests.live.server import port_open
 
@@ -213,3 +221,98 @@ def test_without_bzmpop_a_read_cancelled_after_taking_messages_loses_none(make_l
         return received
 
     assert asyncio.run(scenario()) == events(1, 5)
+
+
+def test_a_blocking_send_stores_what_the_loops_send_stores_in_order(make_layer):
+    """The blocking sender (a worker's settle, sent from its task's thread) writes the same messages as the
+    event loop's, and a process's two senders keep one order: scores only go up."""
+    server, worker = make_layer(), make_layer()
+    sender = RedisGroupSender(worker)
+
+    async def scenario():
+        channel = await server.new_channel()
+        await server.group_add("t1.calls", channel)
+        await sender.send([(["t1.calls"], event) for event in events(1, 3)])
+        # a plain thread, as a task's, while this loop waits for it
+        dropped = await asyncio.to_thread(sender.send_blocking, [(["t1.calls", "t1.nobody"], e) for e in events(4, 6)])
+        await sender.send([(["t1.calls"], event) for event in events(7, 8)])
+        received = (dropped, await _receive(server, channel, 8), await _nothing_more(server, channel))
+        await server.flush()
+        return received
+
+    dropped, received, nothing_more = asyncio.run(scenario())
+    assert dropped == 0 and received == events(1, 8) and nothing_more
+
+
+def test_a_blocking_send_to_an_unreachable_redis_gives_up_within_its_timeout():
+    with socket.socket() as probe:  # a port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sender = RedisGroupSender(RedisChannelLayer(hosts=[f"redis://127.0.0.1:{port}/0"]))
+    started = time.monotonic()
+    with pytest.raises(redis.exceptions.ConnectionError):
+        sender.send_blocking([(["t1.calls"], events(1, 1)[0])])
+    assert time.monotonic() - started < 3 * RedisGroupSender.BLOCKING_TIMEOUT_S
+
+
+@pytest.fixture
+def inline_publisher(make_layer, monkeypatch):
+    """`realtime.broadcast` publishing status inline (as a worker's pool process does) on a layer of its own,
+    with its own publisher thread; counts what goes through that thread."""
+    layer = make_layer(capacity=500)  # a sender's layer says how much a listener's channel holds
+    publisher = broadcast._Publisher()
+    handed_over = []
+    queue_send = publisher.send
+
+    def counted(layer, groups, message):
+        handed_over.append(message["seq"])
+        queue_send(layer, groups, message)
+
+    monkeypatch.setattr(publisher, "send", counted)
+    monkeypatch.setattr(broadcast, "_publisher", publisher)
+    monkeypatch.setattr(broadcast, "_status_inline", True)
+    monkeypatch.setattr(broadcast, "get_channel_layer", lambda: layer)
+    return layer, handed_over
+
+
+def test_a_worker_sends_a_status_event_on_its_own_thread(make_layer, inline_publisher):
+    worker, handed_over = inline_publisher
+    server = make_layer()
+
+    async def scenario():
+        channel = await server.new_channel()
+        await server.group_add("t1.calls", channel)
+        await asyncio.to_thread(broadcast.publish, ["t1.calls"], events(1, 1)[0], status=True)
+        # stored before publish returned: no wait for another thread
+        stored = await worker.connection(0).zcard(worker.prefix + worker.non_local_name(channel))
+        received = await _receive(server, channel, 1)
+        await server.flush()
+        return stored, received
+
+    assert asyncio.run(scenario()) == (1, events(1, 1))
+    assert handed_over == []
+
+
+def test_a_status_event_waits_behind_what_its_process_still_has_queued(make_layer, inline_publisher):
+    """Progress events go through the publisher's thread; a status event published while some are unsent
+    follows them there instead of overtaking them."""
+    worker, handed_over = inline_publisher
+    server = make_layer(capacity=500)
+
+    async def scenario():
+        channel = await server.new_channel()
+        await server.group_add("t1.calls", channel)
+
+        def tool_then_settle():
+            for event in events(1, 300):
+                broadcast.publish(["t1.calls"], event)
+            broadcast.publish(["t1.calls"], events(301, 301)[0], status=True)
+
+        await asyncio.to_thread(tool_then_settle)
+        received = await _receive(server, channel, 301)
+        await server.flush()
+        return received
+
+    assert asyncio.run(scenario()) == events(1, 301)
+    # the 300 progress events could not all be sent by the time the status came: it was queued behind them
+    assert handed_over == list(range(1, 302))

@@ -11,7 +11,7 @@ from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from realtime import broadcast
-from realtime.groups import calls_group, session_group
+from realtime.groups import calls_group, session_group, settled_group
 from tools.calls.events import call_event_append, call_fail, call_failure, call_record, call_transition
 from tools.calls.waiting import call_watch
 from tools.models import CallStatus, ToolCall
@@ -21,9 +21,15 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def told(monkeypatch):
-    """What is broadcast: (groups, message), in order."""
+    """What is broadcast: (groups, message), in order; each status event marked as one (a worker sends those
+    from its own thread, realtime.broadcast)."""
     sent = []
-    monkeypatch.setattr(broadcast, "publish", lambda groups, message: sent.append((groups, message)))
+
+    def publish(groups, message, *, status=False):
+        assert status == (message["kind"] == "status")
+        sent.append((groups, message))
+
+    monkeypatch.setattr(broadcast, "publish", publish)
     return sent
 
 
@@ -46,8 +52,10 @@ def events(call: ToolCall) -> list[tuple]:
     return [(e.seq, e.kind, e.data) for e in row(call).events.order_by("seq")]
 
 
-def groups_of(call: ToolCall) -> list[str]:
-    return [session_group(call.tenant_id, call.session_id), calls_group(call.tenant_id)]
+def groups_of(call: ToolCall, *, settles: bool = False) -> list[str]:
+    """A call's event goes to its session and its tenant's calls; the status that settles it to the waits too."""
+    groups = [session_group(call.tenant_id, call.session_id), calls_group(call.tenant_id)]
+    return [*groups, settled_group(call.tenant_id)] if settles else groups
 
 
 def message(call: ToolCall, seq: int, kind: str, data: dict) -> dict:
@@ -160,6 +168,7 @@ def test_failing_a_call_settles_it_with_its_error_and_status(world, told):
     assert (failed.status, failed.error, failed.result) == (CallStatus.TIMED_OUT, error, own)
     assert failed.finished_at is not None
     assert events(call) == [(1, "status", {"status": "timed_out", "error": error, "reason": "slow"})]
+    assert told == [(groups_of(call, settles=True), message(call, 1, "status", events(call)[0][2]))]
     assert not call_fail(call=call, error_type="Late", message="no", from_statuses=[CallStatus.RUNNING])
     plain = a_call(world.a, call_id="c2")
     assert call_fail(call=plain, error_type="ToolError", message="bad", from_statuses=[CallStatus.RUNNING])
@@ -187,7 +196,9 @@ def test_recording_a_new_call_in_a_status_writes_each_move_s_event(world, told):
     expected = [(1, "status", {"status": "queued"}), (2, "status", {"status": "running"}),
                 (3, "status", {"status": "failed", "reason": "x"})]
     assert events(call) == expected
-    assert told == [(groups_of(call), message(call, seq, kind, data)) for seq, kind, data in expected]
+    # only the move that settles it reaches the waits' group
+    assert told == [(groups_of(call, settles=seq == 3), message(call, seq, kind, data))
+                    for seq, kind, data in expected]
 
 
 def test_recording_a_call_in_a_status_keeps_a_given_end_and_stamps_none_before_it_settles(world):

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from common import metrics
 from realtime.broadcast import publish_on_commit
-from realtime.groups import calls_group, session_group
+from realtime.groups import calls_group, session_group, settled_group
 from tenancy.fastread import insert_instance, this_connection
 from tenancy.selectors import tenant_slug
 from tools.calls.statements import INCREMENTS, UNIQUE_CALL_ID, call_insert_with_events, call_update_with_event
@@ -78,7 +78,10 @@ def _publish(call: ToolCall, seq: int, kind: str, data: dict, at) -> None:
         "type": "call.event", "call": str(call.pk), "session": str(call.session_id), "seq": seq,
         "kind": kind, "data": data, "at": at.isoformat(),
     }
-    publish_on_commit([session_group(call.tenant_id, call.session_id), calls_group(call.tenant_id)], message)
+    groups = [session_group(call.tenant_id, call.session_id), calls_group(call.tenant_id)]
+    if kind == "status" and data.get("status") in SETTLED_STATUSES:
+        groups.append(settled_group(call.tenant_id))
+    publish_on_commit(groups, message, status=kind == "status")
 
 
 def call_event_append(*, call: ToolCall, kind: str, data: dict, while_status: str | None = None) -> int | None:

@@ -31,7 +31,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import DatabaseError, connections
 
-from realtime.groups import calls_group
+from realtime.groups import settled_group
 from tenancy.fastread import fetch_one
 from tenancy.grants import Grant, grant_watch
 from tools.calls.statements import call_statuses
@@ -75,10 +75,11 @@ class SettledElsewhere:
 
 class TenantCallsListener:
     """One listener per server process in the distributed mode: the first wait for a tenant's calls joins
-    the tenant's calls group (`realtime.groups.calls_group`, where every call's events are published) with
-    one channel of this process, and a task on the event loop hands each status event to the waits of
-    this process (`settle_notify`), as the executor does in the embedded mode. A wait then costs the
-    channel layer nothing; a channel per wait cost a group join, a receive and a group leave each.
+    the tenant's settles group (`realtime.groups.settled_group`, where the status event that settles each call
+    is published, and no other event: a call wakes the listener once) with one channel of this process, and a
+    task on the event loop hands each of those events to the waits of this process (`settle_notify`), as the
+    executor does in the embedded mode. A wait then costs the channel layer nothing; a channel per wait cost a
+    group join, a receive and a group leave each.
     Membership is renewed at a quarter of the layer's group expiry; a listener that stopped leaves its
     groups before a new one joins them."""
 
@@ -109,14 +110,14 @@ class TenantCallsListener:
                     if self._channel is not None:  # a listener that stopped: its channel leaves its groups
                         for joined_tenant in self._joined:
                             with contextlib.suppress(Exception):
-                                await layer.group_discard(calls_group(joined_tenant), self._channel)
+                                await layer.group_discard(settled_group(joined_tenant), self._channel)
                     # the default prefix: a process has one real channel, read by one receive loop (another
                     # prefix would be a second real channel whose blocking reads hold the first one up)
                     self._channel = await layer.new_channel()
                     self._joined, self._since = {}, {}
                     self._task = loop.create_task(self._receive(layer, self._channel))
                 if tenant_id not in self._joined or time.monotonic() - self._joined[tenant_id] >= renew_s:
-                    await layer.group_add(calls_group(tenant_id), self._channel)
+                    await layer.group_add(settled_group(tenant_id), self._channel)
                     self._joined[tenant_id] = time.monotonic()
                     self._since.setdefault(tenant_id, self._joined[tenant_id])  # a renewal leaves no gap
             except Exception:
