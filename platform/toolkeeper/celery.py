@@ -7,6 +7,7 @@ from celery.signals import task_prerun, worker_process_init, worker_process_shut
 from django.db import close_old_connections, connections
 
 from common.tracing import tracing_flush, tracing_setup
+from realtime.broadcast import publish_status_inline
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolkeeper.settings")
 
@@ -23,8 +24,6 @@ def prepare_worker_process(**kwargs):
     next period."""
     for connection in connections.all():
         connection.settings_dict["CONN_MAX_AGE"] = 60
-    from realtime.broadcast import publish_status_inline  # after Django's set-up, as the worker's modules
-
     publish_status_inline()  # one call at a time: its settle goes out from the task's thread (realtime.broadcast)
     tracing_setup(role="worker")  # its spans say they come from a worker (docs/observability.md)
     # Long-lived objects of a worker process stay out of the garbage collector's full passes.
