@@ -197,7 +197,7 @@ class RedisGroupSender:
         members: dict[str, list[str]] = {}
         for index, names in self._groups_by_connection(sends).items():
             pipe = self.layer.connection(index).pipeline(transaction=False)
-            members.update(self._read_members(pipe, names, await self._queue_member_reads(pipe, names).execute()))
+            members.update(self._read_members(names, await self._queue_member_reads(pipe, names).execute()))
         dropped = 0
         for index, keys, args in self._pushes(sends, members):
             dropped += await self.layer.connection(index).eval(_PUSH_BATCH_LUA, len(keys), *keys, *args)
@@ -208,7 +208,7 @@ class RedisGroupSender:
         members: dict[str, list[str]] = {}
         for index, names in self._groups_by_connection(sends).items():
             pipe = self._blocking_client(index).pipeline(transaction=False)
-            members.update(self._read_members(pipe, names, self._queue_member_reads(pipe, names).execute()))
+            members.update(self._read_members(names, self._queue_member_reads(pipe, names).execute()))
         dropped = 0
         for index, keys, args in self._pushes(sends, members):
             dropped += self._blocking_client(index).eval(_PUSH_BATCH_LUA, len(keys), *keys, *args)
@@ -240,7 +240,7 @@ class RedisGroupSender:
         return pipe
 
     @staticmethod
-    def _read_members(pipe, groups: list[str], replies: list) -> dict[str, list[str]]:
+    def _read_members(groups: list[str], replies: list) -> dict[str, list[str]]:
         return {group: [channel.decode() for channel in channels]
                 for group, channels in zip(groups, replies[1::2], strict=True)}
 
