@@ -80,12 +80,14 @@ class EventStream(AsyncJsonWebsocketConsumer):
         if access is None:
             await self.refuse(CLOSE_UNAUTHORIZED)
             return
-        await self.accept(subprotocol=self.accepted_subprotocol())
-        if self.grant is not None:
-            self.grant_handle = grant_watch.hold(self.grant, self._grant_ended)
+        # In the groups before the handshake's answer: a client that has it back hears every event published
+        # after (what arrives meanwhile waits in the channel until connect returns).
         for group in self.groups_to_join():
             await self.channel_layer.group_add(group, self.channel_name)
         self.joined = True
+        await self.accept(subprotocol=self.accepted_subprotocol())
+        if self.grant is not None:
+            self.grant_handle = grant_watch.hold(self.grant, self._grant_ended)
         if self.after is not None:
             for event in await database_sync_to_async(self.replay)(self.after):
                 await self.forward(event)

@@ -88,6 +88,30 @@ def test_call_events_reach_the_socket_in_the_clients_shape_once_each(world):
     asyncio.run(scenario())
 
 
+def test_a_stream_hears_every_event_published_once_its_handshake_is_answered(world, monkeypatch):
+    """Joining its group takes a while (a Redis round trip, here slowed down): an event published as soon as the
+    client has the handshake's answer still reaches it."""
+    a = world.a
+    group = session_group(a.tenant.pk, a.session.pk)
+    layer = get_channel_layer()
+    join = layer.group_add
+
+    async def slow_join(group, channel):
+        await asyncio.sleep(0.2)
+        await join(group, channel)
+
+    monkeypatch.setattr(layer, "group_add", slow_join)
+
+    async def scenario():
+        socket = app_socket(a.session, a.keys["agent"])
+        assert await socket.connect() == (True, None)
+        await layer.group_send(group, event("c", 1))
+        assert await received(socket) == [sent("c", 1)]
+        await socket.disconnect()
+
+    asyncio.run(scenario())
+
+
 def test_a_stream_of_one_call_forwards_that_calls_events_only(world):
     a = world.a
     group = session_group(a.tenant.pk, a.session.pk)
