@@ -33,6 +33,7 @@ if not USING_POSTGRES:
     # A file, not Django's in-memory default: executor threads need their own connections to it.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test_{os.getpid()}.sqlite3")}
 if USING_POSTGRES:
+    DATABASES["default"]["ENGINE"] = "tests.pg_backend"  # Django's, with a flush that deletes rows (its docstring)
     # One test database per run (xdist adds its worker suffix), so concurrent runs never collide.
     _run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
     DATABASES["default"]["TEST"] = {"NAME": f"test_toolkeeper_{_run}"[:58]}
