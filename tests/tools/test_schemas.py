@@ -5,6 +5,7 @@ be set under another spelling, and no tool takes the name of one of the platform
 import contextlib
 import json
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from unittest import mock
 
@@ -17,7 +18,7 @@ from tools.calls.pipeline import input_problems
 from tools.calls.submit import calls_submit
 from tools.catalog import registry
 from tools.catalog.registry import ToolDefinition
-from tools.catalog.schemas import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
+from tools.catalog.schemas import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, SchemaProblem, schema_check
 from tools.catalog.services import binding_set, catalog_sync, tool_external_create, tool_update
 from tools.models import CallStatus, Tool, ToolCall, ToolGroup, ToolSource
 
@@ -275,6 +276,33 @@ def test_the_validator_is_built_once_per_tool_version(world):
         assert submit(world, tool.name, {"n": 4}).status == CallStatus.AWAITING_EXTERNAL
         assert submit(world, tool.name, {"n": 5}).status == CallStatus.AWAITING_EXTERNAL
         assert built.call_count == 2
+
+
+def _metaschema_checks():
+    return mock.patch.object(jsonschema.Draft202012Validator, "check_schema",
+                             wraps=jsonschema.Draft202012Validator.check_schema)
+
+
+def test_a_schema_is_checked_against_the_metaschema_once_and_its_verdict_kept():
+    name = f"n{uuid.uuid4().hex}"  # a text no other test checked
+    good = {"type": "object", "properties": {name: {"type": "integer"}}}
+    bad = {"type": "object", "properties": {name: {"type": "no-such-type"}}}
+    with _metaschema_checks() as checks:
+        for _ in range(3):
+            schema_check(dict(good))
+            with pytest.raises(SchemaProblem, match="not a valid JSON Schema") as refused:
+                schema_check(dict(bad))
+            assert name in str(refused.value)
+        assert checks.call_count == 2
+
+
+def test_a_schema_that_json_cannot_write_as_it_is_is_checked_every_time():
+    """A key that is not a string reads the same as JSON as a key that is: no verdict is shared between them."""
+    schema = {"type": "object", "properties": {7: {"type": "integer"}}, "$defs": {"t": {"type": "string"}}}
+    with _metaschema_checks() as checks:
+        schema_check(schema)
+        schema_check(schema)
+        assert checks.call_count == 2
 
 
 # --- external tools take what they declare ---------------------------------------------------------------

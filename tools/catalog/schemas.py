@@ -6,6 +6,7 @@ the schema and resolves, and the size, the nesting and the number of subschemas 
 checked against are bounded. The same check runs again when a stored schema is compiled, so a row
 that bypassed it makes its calls fail as misconfigured instead of doing any of that.
 """
+import functools
 import json
 import unicodedata
 
@@ -105,16 +106,37 @@ def schema_check(schema) -> None:
         raise SchemaProblem('must be a JSON Schema of type "object"')
     if _nested_deeper_than(schema, MAX_SCHEMA_DEPTH):
         raise SchemaProblem(f"nests objects and arrays deeper than {MAX_SCHEMA_DEPTH} levels")
-    size = len(json.dumps(schema, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_SCHEMA_BYTES:
         raise SchemaProblem(f"is {size} bytes; the limit is {MAX_SCHEMA_BYTES}")
+    # The same text can stand for another document only where JSON cannot say it (keys that are not strings,
+    # tuples): such a schema is checked as it is, every time.
+    problem = _problem_of_text(text) if json.loads(text) == schema else _problem_of(schema)
+    if problem is not None:
+        raise SchemaProblem(problem)
+
+
+@functools.lru_cache(maxsize=256)
+def _problem_of_text(text: str) -> str | None:
+    """`_problem_of` the schema written as `text`, kept per text: checking against the metaschema costs
+    milliseconds, and a catalog's schemas are checked again with every new version of it."""
+    return _problem_of(json.loads(text))
+
+
+def _problem_of(schema: dict) -> str | None:
+    """Why `schema` is not a valid Draft 2020-12 schema or expands too far; None when it is neither."""
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
         where = "/".join(str(part) for part in exc.path)
-        raise SchemaProblem(f"is not a valid JSON Schema (Draft 2020-12): {_shorten(exc.message)}"
-                            + (f" at {where}" if where else "")) from None
-    _check_expansion(schema, _reference_targets(schema))
+        return (f"is not a valid JSON Schema (Draft 2020-12): {_shorten(exc.message)}"
+                + (f" at {where}" if where else ""))
+    try:
+        _check_expansion(schema, _reference_targets(schema))
+    except SchemaProblem as exc:
+        return str(exc)
+    return None
 
 
 class InputValidator:
